@@ -1,0 +1,110 @@
+"""The rootcoord Faust app: the DDL agent consuming ``dd`` in order, and the meta GC timer.
+
+The agent processes one event at a time (concurrency 1); ``RootCoordRuntime`` holds the clients
+and the core, starts before the first event, and registers the node in the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import faust
+
+from agents.rootcoord.checkpoint import DdCheckpoint
+from agents.rootcoord.core import RootCoord
+from agents.worker import make_app
+from schemas import ddl
+from schemas.config import OspreyConfig
+from state.idalloc import IdAllocator
+from state.redis_client import connect
+from state.registry import NodeRegistry
+from state.snapshot import SnapshotKV
+from state.tso import TimestampOracle
+from streams.kafka import make_producer
+from streams.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+ROLE = "rootcoord"
+META_ID_BATCH = 100  # collection and partition ids reserved per Redis round trip
+
+
+class RootCoordRuntime:
+    """The rootcoord process's clients and core; ``start`` is idempotent."""
+
+    def __init__(self, config: OspreyConfig) -> None:
+        self.config = config
+        self.topics = Topics.of(config)
+        self.core: RootCoord | None = None
+        self._lock = asyncio.Lock()
+        self._closers: list = []
+
+    async def start(self) -> RootCoord:
+        async with self._lock:
+            if self.core is not None:
+                return self.core
+            config, ns = self.config, self.config.cluster
+            redis = connect(config)
+            self._closers.append(redis.aclose)
+            checkpoint = DdCheckpoint(redis, ns)
+            if self.topics.dd in await ensure_topics(config):
+                await checkpoint.reset()  # a new dd log: nothing of it was processed yet
+            tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
+            store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
+            producer = make_producer(config)
+            await producer.start()
+            self._closers.insert(0, producer.stop)
+
+            async def send_reply(reply: ddl.DdlReply) -> None:
+                await producer.send_and_wait(self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode())
+
+            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply)
+            await core.recover()
+            node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
+            lease = await NodeRegistry(redis, ns, config.node_lease_ttl_s).register(
+                ROLE, node_id, {"host": socket.gethostname(), "pid": os.getpid()}
+            )
+            await lease.start()
+            self._closers.insert(0, lease.stop)
+            self.core = core
+            return core
+
+    async def stop(self) -> None:
+        for close in self._closers:
+            try:
+                await close()
+            except Exception:  # stopping must go on through every closer
+                log.exception("rootcoord: error while stopping")
+        self._closers.clear()
+        self.core = None
+
+
+def create_app(config: OspreyConfig) -> faust.App:
+    """The rootcoord app for ``config``."""
+    app = make_app(config, ROLE)
+    topics = Topics.of(config)
+    runtime = RootCoordRuntime(config)
+    dd_topic = app.topic(topics.dd, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=1)
+
+    @app.agent(dd_topic, name="ddl")
+    async def ddl_agent(stream: faust.StreamT) -> None:
+        core = await runtime.start()
+        async for event in stream.events():
+            await core.handle(event.message.offset, event.value)
+
+    @app.timer(config.meta_gc_interval_s)
+    async def meta_gc() -> None:
+        if runtime.core is not None:
+            removed = await runtime.core.store.gc()
+            if removed:
+                log.info("meta gc removed %d old versions", removed)
+
+    @app.on_before_shutdown.connect  # type: ignore[misc]
+    async def close(app: faust.App, **_: object) -> None:
+        await runtime.stop()
+
+    app.osprey_runtime = runtime  # type: ignore[attr-defined]
+    return app

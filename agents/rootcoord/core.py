@@ -1,0 +1,166 @@
+"""The rootcoord's DDL processing, independent of how events are consumed.
+
+``RootCoord.handle(offset, raw)`` processes the dd event at ``offset`` exactly once:
+- an offset at or below the checkpoint's position was processed before a restart: it is skipped,
+  and if it is its publisher's last request, the stored reply is sent again (the reply may have
+  been lost with the crash);
+- a request id at or below its publisher's last processed one is a duplicate publish (a producer
+  retry without idempotence): skipped the same way;
+- otherwise the event is planned against the meta, the change and the checkpoint are written in
+  one atomic step, and the reply is sent. A refused request writes only the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Awaitable, Callable
+
+from pydantic import ValidationError
+
+from agents.rootcoord.checkpoint import DdCheckpoint
+from agents.rootcoord.ddl import Plan, error_reply, plan
+from schemas import ddl
+from schemas.config import OspreyConfig
+from schemas.errors import InvalidParameter, OspreyError
+from schemas.validation import invalid_from_validation_error
+from state.idalloc import IdAllocator
+from state.meta_table import META_PREFIX, MetaView
+from state.snapshot import SnapshotKV
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+ReplySink = Callable[[ddl.DdlReply], Awaitable[None]]
+
+
+class RootCoord:
+    """Applies DDL events to the meta table and answers them through ``reply_sink``."""
+
+    def __init__(self, config: OspreyConfig, store: SnapshotKV, ids: IdAllocator, checkpoint: DdCheckpoint, reply_sink: ReplySink) -> None:
+        self.topics = Topics.of(config)
+        self.store = store
+        self.ids = ids
+        self.checkpoint = checkpoint
+        self.reply_sink = reply_sink
+        self.kvs: dict[str, str] = {}
+        self.view = MetaView()
+        self.processed = 0
+
+    async def recover(self) -> None:
+        """Load the checkpoint and the latest meta."""
+        await self.checkpoint.load()
+        self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
+        self.view = MetaView.from_kvs(self.kvs)
+        log.info("rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections))
+
+    async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
+        """Process the dd event at ``offset``; return the reply sent (None when skipped)."""
+        if offset <= self.checkpoint.position:
+            await self._resend_if_last(raw)
+            return None
+        event = _decode(raw)
+        if not isinstance(event, ddl.DdlEvent):
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
+            if event is not None:
+                await self.reply_sink(event)
+            return event
+        if event.request_id <= self.checkpoint.last_request.get(event.proxy_id, 0):
+            await self._resend_if_last(raw)
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
+            return None
+        reply = await self._apply(offset, event)
+        self.processed += 1
+        await self.reply_sink(reply)
+        return reply
+
+    async def _apply(self, offset: int, event: ddl.DdlEvent) -> ddl.DdlReply:
+        as_of = getattr(event, "as_of", 0)
+        try:
+            view = self.view if not as_of else MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, as_of))
+            change = await plan(event, view, self._new_id, self.topics)
+        except OspreyError as err:
+            reply = error_reply(event, err.code, err.reason)
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            return reply
+        if not change.writes:
+            reply = change.make_reply(event.ts)
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            return reply
+        return await self._write(offset, change)
+
+    async def _write(self, offset: int, change: Plan) -> ddl.DdlReply:
+        written: dict[str, str] = dict(change.saves)
+        replies: list[ddl.DdlReply] = []
+
+        def capture(addition: Callable[[int], tuple[str, str]]) -> Callable[[int], tuple[str, str]]:
+            def run(ts: int) -> tuple[str, str]:
+                key, value = addition(ts)
+                written[key] = value
+                return key, value
+
+            return run
+
+        def side(ts: int) -> dict[str, str]:
+            replies.clear()
+            replies.append(change.make_reply(ts))
+            return self.checkpoint.fields_for(offset, replies[0])
+
+        await self.store.multi_save_and_remove(
+            change.saves, removals=change.removals, removal_prefixes=change.removal_prefixes,
+            additions=[capture(a) for a in change.additions], side_hash=(self.checkpoint.hash_name, side),
+        )
+        reply = replies[0]
+        self.checkpoint.remember(self.checkpoint.fields_for(offset, reply))
+        for key in change.removals:
+            self.kvs.pop(key, None)
+        for prefix in change.removal_prefixes:
+            for key in [k for k in self.kvs if k.startswith(prefix)]:
+                del self.kvs[key]
+        self.kvs.update(written)
+        self.view = MetaView.from_kvs(self.kvs)
+        return reply
+
+    async def _new_id(self) -> int:
+        return await self.ids.alloc()
+
+    async def _resend_if_last(self, raw: bytes) -> None:
+        try:
+            head = json.loads(raw)
+            proxy_id, request_id = int(head["proxy_id"]), int(head["request_id"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if self.checkpoint.last_request.get(proxy_id) == request_id and proxy_id in self.checkpoint.last_reply:
+            await self.reply_sink(ddl.DDL_REPLY.validate_json(self.checkpoint.last_reply[proxy_id]))
+
+    def health(self) -> dict[str, object]:
+        return {
+            "dd_position": self.checkpoint.position,
+            "collections": len(self.view.collections),
+            "aliases": len(self.view.aliases),
+            "processed_since_start": self.processed,
+        }
+
+
+def _decode(raw: bytes) -> ddl.DdlEvent | ddl.DdlReply | None:
+    """The request in ``raw``; or, if no request model accepts it, an error reply naming the field
+    and the rule (None when it does not even say who to answer)."""
+    try:
+        head = json.loads(raw)
+        request_id, proxy_id = int(head["request_id"]), int(head["proxy_id"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("dropping a dd event that names no request_id/proxy_id: %r", raw[:200])
+        return None
+    kind = head.get("kind")
+    model = ddl.REQUEST_TYPE.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        known = ", ".join(ddl.REQUEST_TYPE)
+        return ddl.ErrorReply(
+            request_id=request_id, proxy_id=proxy_id, code=InvalidParameter.code,
+            reason=InvalidParameter("kind", f"must be one of {known}", kind).reason,
+        )
+    try:
+        return model.model_validate(head)
+    except ValidationError as exc:
+        err = invalid_from_validation_error(exc)
+        return ddl.REPLY_TYPE[kind](request_id=request_id, proxy_id=proxy_id, code=err.code, reason=err.reason)

@@ -1,0 +1,41 @@
+"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.worker import Worker
+
+from schemas.config import OspreyConfig
+
+# Tansu: a consumer-group join waits about half the session timeout (DESIGN field notes).
+SESSION_TIMEOUT_S = 6.0
+HEARTBEAT_INTERVAL_S = 2.0
+
+
+def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
+    """A Faust app for ``role`` in ``config.cluster``: no web server, memory stores (durable state
+    lives in Redis and the data directory, never in Faust changelogs), acks=all producers."""
+    datadir = Path(config.data_dir) / "faust" / role
+    datadir.mkdir(parents=True, exist_ok=True)
+    return faust.App(
+        f"{config.cluster}-{role}",
+        broker=f"osprey://{config.kafka}",  # agents/transport.py
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        datadir=str(datadir),
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        topic_allow_declare=False,
+        **settings,
+    )
+
+
+def run_worker(app: faust.App, loglevel: str = "info") -> None:
+    """Run ``app`` until SIGTERM/SIGINT; blocks."""
+    Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()

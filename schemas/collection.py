@@ -1,0 +1,323 @@
+"""Collection and field schemas: what a user declares in CreateCollection, Milvus 2.x rules.
+
+A :class:`CollectionSchema` that exists is valid: exactly one INT64/VARCHAR primary key, 1..4
+FLOAT_VECTOR fields, 1..64 unique, well-formed field names, per-type parameters (``dim``,
+``max_length``) present exactly where they belong. Parse untrusted input with
+:func:`parse_collection_schema`; every broken rule comes out as ``InvalidParameter`` (code 1100)
+naming the full path (``collection_schema.fields[0].dim``) and the rule.
+
+The rootcoord stores ``schema.with_field_ids()``: field ids 100, 101, ... in field order and, when
+``enable_dynamic_field`` is set, a trailing JSON field ``$meta`` (``is_dynamic=True``), as Milvus does.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from schemas.validation import name_problem, parse_model, rule_error
+
+MAX_FIELDS = 64  # user fields per collection (the dynamic $meta field is not counted), Milvus maxFieldNum
+MAX_VECTOR_FIELDS = 4  # vector fields per collection, Milvus maxVectorFieldNum
+MIN_DIM = 2  # FLOAT_VECTOR dimensions, inclusive
+MAX_DIM = 32768  # FLOAT_VECTOR dimensions, inclusive, Milvus maxDimension
+MIN_VARCHAR_LENGTH = 1  # VARCHAR max_length in bytes, inclusive
+MAX_VARCHAR_LENGTH = 65535  # VARCHAR max_length in bytes, inclusive
+FIRST_FIELD_ID = 100  # Milvus StartOfUserFieldID; ids 0..99 are system fields (row id, timestamp)
+DYNAMIC_FIELD_NAME = "$meta"  # Milvus common.MetaFieldName
+DYNAMIC_FIELD_DESCRIPTION = "dynamic schema"  # what Milvus puts on its appended $meta field
+
+# Rule texts, shared with tests and callers that want to match on them.
+RULE_DOLLAR_NAME = f"must not start with '$': such names are reserved for the dynamic field {DYNAMIC_FIELD_NAME}"
+RULE_DYNAMIC_NAME = f"the dynamic field must be named {DYNAMIC_FIELD_NAME}"
+RULE_DYNAMIC_DTYPE = "the dynamic field must be JSON"
+RULE_DYNAMIC_NOT_PRIMARY = "the dynamic field can't be the primary key"
+RULE_DIM_REQUIRED = "is required for FLOAT_VECTOR"
+RULE_DIM_RANGE = f"must be in {MIN_DIM}..{MAX_DIM}"
+RULE_DIM_NOT_VECTOR = "is only allowed on vector fields"
+RULE_MAX_LENGTH_REQUIRED = "is required for VARCHAR"
+RULE_MAX_LENGTH_RANGE = f"must be in {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH}"
+RULE_MAX_LENGTH_NOT_VARCHAR = "is only allowed on VARCHAR fields"
+RULE_PRIMARY_DTYPE = "a primary key field must be INT64 or VARCHAR"
+RULE_AUTO_ID_NOT_PRIMARY = "auto_id is only allowed on the primary key field"
+RULE_AUTO_ID_DTYPE = "auto_id is only supported for an INT64 primary key"
+RULE_FIELD_COUNT = f"must have 1..{MAX_FIELDS} fields"
+RULE_ONE_PRIMARY = "must have exactly one primary key field"
+RULE_NEED_VECTOR = "must have at least one FLOAT_VECTOR field"
+RULE_MAX_VECTORS = f"must have at most {MAX_VECTOR_FIELDS} vector fields"
+RULE_UNIQUE_NAME = "field names must be unique"
+RULE_DYNAMIC_RESERVED = f"{DYNAMIC_FIELD_NAME} is reserved for the dynamic field: set enable_dynamic_field instead"
+RULE_DYNAMIC_LAST = f"the dynamic field {DYNAMIC_FIELD_NAME} must be the last field"
+RULE_FIELD_IDS_ALL_OR_NONE = "must be set on every field or on none"
+RULE_FIELD_ID_POSITION = f"must be {FIRST_FIELD_ID} + the field's position ({FIRST_FIELD_ID}, {FIRST_FIELD_ID + 1}, ...)"
+
+
+class DataType(str, Enum):
+    """Field data types. Accepted case-insensitively by name: "FLOAT_VECTOR", "float_vector"."""
+
+    BOOL = "BOOL"
+    INT8 = "INT8"
+    INT16 = "INT16"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    FLOAT = "FLOAT"
+    DOUBLE = "DOUBLE"
+    VARCHAR = "VARCHAR"
+    JSON = "JSON"
+    FLOAT_VECTOR = "FLOAT_VECTOR"
+
+    @classmethod
+    def _missing_(cls, value: object) -> DataType | None:
+        if isinstance(value, str):
+            return cls.__members__.get(value.upper())
+        return None
+
+    @property
+    def is_vector(self) -> bool:
+        """True for vector types (FLOAT_VECTOR)."""
+        return self is DataType.FLOAT_VECTOR
+
+    @property
+    def is_scalar(self) -> bool:
+        """True for every non-vector type, JSON and VARCHAR included."""
+        return not self.is_vector
+
+    @property
+    def can_be_primary(self) -> bool:
+        """Only INT64 and VARCHAR can be a primary key."""
+        return self in (DataType.INT64, DataType.VARCHAR)
+
+    @property
+    def milvus_code(self) -> int:
+        """The Milvus ``schemapb.DataType`` number (INT64 -> 5, FLOAT_VECTOR -> 101)."""
+        return _MILVUS_CODES[self]
+
+    @classmethod
+    def from_milvus_code(cls, code: int) -> DataType:
+        """Inverse of :attr:`milvus_code`; ValueError for a code Osprey does not support."""
+        for dtype, number in _MILVUS_CODES.items():
+            if number == code:
+                return dtype
+        raise ValueError(f"unsupported Milvus data type code {code}")
+
+
+_MILVUS_CODES: dict[DataType, int] = {
+    DataType.BOOL: 1,
+    DataType.INT8: 2,
+    DataType.INT16: 3,
+    DataType.INT32: 4,
+    DataType.INT64: 5,
+    DataType.FLOAT: 10,
+    DataType.DOUBLE: 11,
+    DataType.VARCHAR: 21,
+    DataType.JSON: 23,
+    DataType.FLOAT_VECTOR: 101,
+}
+
+
+class ConsistencyLevel(str, Enum):
+    """Read consistency of a search/query. Accepted case-insensitively: "bounded"."""
+
+    Strong = "Strong"
+    Bounded = "Bounded"
+    Session = "Session"
+    Eventually = "Eventually"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ConsistencyLevel | None:
+        if isinstance(value, str):
+            for member in cls:
+                if member.value.lower() == value.lower():
+                    return member
+        return None
+
+
+DEFAULT_CONSISTENCY_LEVEL = ConsistencyLevel.Bounded
+
+
+def _reject_bool(value: Any) -> Any:
+    """Stop pydantic's lax mode from reading True as 1 for integer parameters."""
+    if isinstance(value, bool):
+        raise rule_error("must be an integer", value)
+    return value
+
+
+StrictishInt = Annotated[int, BeforeValidator(_reject_bool)]
+"""An int in pydantic's lax mode ("128" and 128.0 pass) that refuses booleans."""
+
+
+class FieldSchema(BaseModel):
+    """One field of a collection; valid on its own (per-type parameters, primary key and auto_id rules)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    dtype: DataType
+    is_primary: bool = False
+    auto_id: bool = False
+    description: str = ""
+    dim: StrictishInt | None = Field(None, description=f"FLOAT_VECTOR only, {MIN_DIM}..{MAX_DIM}")
+    max_length: StrictishInt | None = Field(
+        None, description=f"VARCHAR only, {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH} bytes"
+    )
+    is_dynamic: bool = Field(False, description=f"True only on the system field {DYNAMIC_FIELD_NAME}")
+    field_id: StrictishInt | None = Field(None, ge=FIRST_FIELD_ID, description="assigned by the rootcoord")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if value.startswith("$"):
+            return value  # only the dynamic field may; decided with is_dynamic in _check_rules
+        rule = name_problem(value)
+        if rule is not None:
+            raise rule_error(rule, value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> FieldSchema:
+        dtype = self.dtype
+        if self.is_dynamic:
+            if self.name != DYNAMIC_FIELD_NAME:
+                raise rule_error(RULE_DYNAMIC_NAME, self.name, "name")
+            if dtype is not DataType.JSON:
+                raise rule_error(RULE_DYNAMIC_DTYPE, dtype.value, "dtype")
+            if self.is_primary:
+                raise rule_error(RULE_DYNAMIC_NOT_PRIMARY, True, "is_primary")
+        elif self.name.startswith("$"):
+            raise rule_error(RULE_DOLLAR_NAME, self.name, "name")
+
+        if dtype.is_vector:
+            if self.dim is None:
+                raise rule_error(RULE_DIM_REQUIRED, None, "dim")
+            if not MIN_DIM <= self.dim <= MAX_DIM:
+                raise rule_error(RULE_DIM_RANGE, self.dim, "dim")
+        elif self.dim is not None:
+            raise rule_error(RULE_DIM_NOT_VECTOR, self.dim, "dim")
+
+        if dtype is DataType.VARCHAR:
+            if self.max_length is None:
+                raise rule_error(RULE_MAX_LENGTH_REQUIRED, None, "max_length")
+            if not MIN_VARCHAR_LENGTH <= self.max_length <= MAX_VARCHAR_LENGTH:
+                raise rule_error(RULE_MAX_LENGTH_RANGE, self.max_length, "max_length")
+        elif self.max_length is not None:
+            raise rule_error(RULE_MAX_LENGTH_NOT_VARCHAR, self.max_length, "max_length")
+
+        if self.is_primary and not dtype.can_be_primary:
+            raise rule_error(RULE_PRIMARY_DTYPE, dtype.value, "dtype")
+        if self.auto_id:
+            if not self.is_primary:
+                raise rule_error(RULE_AUTO_ID_NOT_PRIMARY, True, "auto_id")
+            if dtype is not DataType.INT64:
+                raise rule_error(RULE_AUTO_ID_DTYPE, True, "auto_id")
+        return self
+
+
+class CollectionSchema(BaseModel):
+    """The fields of a collection: one primary key, 1..4 vector fields, 1..64 uniquely named fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fields: list[FieldSchema]
+    description: str = ""
+    enable_dynamic_field: bool = False
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> CollectionSchema:
+        fields = self.fields
+        user_count = sum(1 for f in fields if not f.is_dynamic)
+        if not 1 <= user_count <= MAX_FIELDS:
+            raise rule_error(RULE_FIELD_COUNT, user_count, "fields")
+
+        seen: dict[str, int] = {}
+        for i, f in enumerate(fields):
+            if f.name in seen:
+                raise rule_error(f"{RULE_UNIQUE_NAME}: fields[{seen[f.name]}] is also named {f.name!r}", f.name,
+                                 f"fields[{i}].name")
+            seen[f.name] = i
+
+        for i, f in enumerate(fields):
+            if f.is_dynamic:
+                if not self.enable_dynamic_field:
+                    raise rule_error(RULE_DYNAMIC_RESERVED, f.name, f"fields[{i}].name")
+                if i != len(fields) - 1:
+                    raise rule_error(RULE_DYNAMIC_LAST, f.name, f"fields[{i}].name")
+
+        primaries = [i for i, f in enumerate(fields) if f.is_primary]
+        if not primaries:
+            raise rule_error(f"{RULE_ONE_PRIMARY}, found none", None, "fields")
+        if len(primaries) > 1:
+            names = ", ".join(fields[i].name for i in primaries)
+            raise rule_error(f"{RULE_ONE_PRIMARY}, found {len(primaries)}: {names}", None,
+                             f"fields[{primaries[1]}].is_primary")
+
+        vectors = [i for i, f in enumerate(fields) if f.dtype.is_vector]
+        if not vectors:
+            raise rule_error(RULE_NEED_VECTOR, None, "fields")
+        if len(vectors) > MAX_VECTOR_FIELDS:
+            raise rule_error(f"{RULE_MAX_VECTORS}, found {len(vectors)}", None,
+                             f"fields[{vectors[MAX_VECTOR_FIELDS]}].dtype")
+
+        with_ids = [f.field_id is not None for f in fields]
+        if any(with_ids):
+            for i, f in enumerate(fields):
+                if f.field_id is None:
+                    raise rule_error(RULE_FIELD_IDS_ALL_OR_NONE, None, f"fields[{i}].field_id")
+                if f.field_id != FIRST_FIELD_ID + i:
+                    raise rule_error(RULE_FIELD_ID_POSITION, f.field_id, f"fields[{i}].field_id")
+        return self
+
+    @property
+    def primary_field(self) -> FieldSchema:
+        """The one primary key field."""
+        return next(f for f in self.fields if f.is_primary)
+
+    @property
+    def vector_fields(self) -> list[FieldSchema]:
+        """The vector fields, in field order."""
+        return [f for f in self.fields if f.dtype.is_vector]
+
+    @property
+    def dynamic_field(self) -> FieldSchema | None:
+        """The ``$meta`` field once :meth:`with_field_ids` added it, else None."""
+        return next((f for f in self.fields if f.is_dynamic), None)
+
+    def field(self, name: str) -> FieldSchema | None:
+        """The field called ``name`` (exact, case-sensitive), or None."""
+        return next((f for f in self.fields if f.name == name), None)
+
+    def field_by_id(self, field_id: int) -> FieldSchema | None:
+        """The field with ``field_id``, or None (always None before :meth:`with_field_ids`)."""
+        return next((f for f in self.fields if f.field_id == field_id), None)
+
+    def with_field_ids(self) -> CollectionSchema:
+        """A copy with field ids 100, 101, ... in field order and, if enable_dynamic_field, a trailing $meta.
+
+        Idempotent: a schema that already has both is returned unchanged (equal, in fact the same object).
+        """
+        fields = list(self.fields)
+        if self.enable_dynamic_field and self.dynamic_field is None:
+            fields.append(
+                FieldSchema(
+                    name=DYNAMIC_FIELD_NAME, dtype=DataType.JSON, is_dynamic=True, description=DYNAMIC_FIELD_DESCRIPTION
+                )
+            )
+        numbered = [
+            f if f.field_id == FIRST_FIELD_ID + i else f.model_copy(update={"field_id": FIRST_FIELD_ID + i})
+            for i, f in enumerate(fields)
+        ]
+        if numbered == self.fields:
+            return self
+        return CollectionSchema(fields=numbered, description=self.description,
+                                enable_dynamic_field=self.enable_dynamic_field)
+
+
+def parse_field_schema(data: object, root: str = "field_schema") -> FieldSchema:
+    """Validate a field schema (dict or FieldSchema); InvalidParameter with a ``root``-prefixed path on failure."""
+    return parse_model(FieldSchema, data, root)
+
+
+def parse_collection_schema(data: dict[str, Any] | CollectionSchema, root: str = "collection_schema") -> CollectionSchema:
+    """Validate a collection schema (dict or CollectionSchema); InvalidParameter with a ``root``-prefixed path on failure."""
+    return parse_model(CollectionSchema, data, root)

@@ -1,0 +1,69 @@
+"""Osprey settings: one pydantic model, read from ``OSPREY_*`` environment variables and CLI flags.
+
+Every address is configurable, so the same code runs on the embedded stack (Tansu + a local
+redis-server on loopback ports of their own) and against an external Kafka cluster and Redis.
+A component receives an :class:`OspreyConfig`; nothing reads the environment behind its back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENV_PREFIX = "OSPREY_"
+
+DEFAULT_KAFKA_PORT = 19092  # not 9092, so a developer's own Kafka keeps its port
+DEFAULT_REDIS_PORT = 16379  # not 6379, likewise
+
+
+class OspreyConfig(BaseModel):
+    """Settings shared by every Osprey process. Env var for field ``x`` is ``OSPREY_X``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kafka: str = Field(f"127.0.0.1:{DEFAULT_KAFKA_PORT}", description="Kafka bootstrap servers, host:port[,host:port]")
+    kafka_idempotence: bool = Field(
+        False,
+        description="enable_idempotence on producers; Tansu 0.6 rejects aiokafka's InitProducerId v0, "
+        "so it is off for the embedded broker; consumers deduplicate either way",
+    )
+    redis: str = Field(f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", description="Redis URL of the meta store")
+    cluster: str = Field("osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys")
+    dml_partitions: int = Field(16, ge=1, le=1024, description="partitions of the dml topic = pchannels")
+    data_dir: Path = Field(Path("data"), description="embedded redis AOF, object store, logs")
+    ddl_timeout_s: float = Field(30.0, gt=0, description="how long the proxy waits for a DDL reply")
+    meta_retention_s: float = Field(86_400.0, gt=0, description="how long old meta versions stay readable by timestamp")
+    meta_gc_interval_s: float = Field(60.0, gt=0, description="how often the rootcoord collects old meta versions")
+    node_lease_ttl_s: float = Field(10.0, gt=0, description="node registry lease; a node missing keepalives this long is dead")
+    tso_window_ms: int = Field(3_000, ge=100, description="TSO persisted window lead over the last issued physical time")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "OspreyConfig":
+        """Build from ``OSPREY_*`` variables of ``env`` (default: os.environ); ``overrides`` win."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            key = ENV_PREFIX + name.upper()
+            if key in source:
+                values[name] = source[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``OSPREY_*`` variables that rebuild this config in a child process."""
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in self.model_dump().items()}
+
+    @property
+    def kafka_host_port(self) -> tuple[str, int]:
+        host, _, port = self.kafka.split(",")[0].rpartition(":")
+        return host, int(port)
+
+    @property
+    def redis_host_port(self) -> tuple[str, int]:
+        from urllib.parse import urlparse
+
+        url = urlparse(self.redis)
+        return url.hostname or "127.0.0.1", url.port or 6379

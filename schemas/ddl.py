@@ -1,0 +1,260 @@
+"""DDL events (the requests on the ``dd`` topic) and their replies (on ``dd-reply``).
+
+One model per request kind and one per reply kind. Every request carries ``request_id`` (unique,
+increasing per ``proxy_id``), ``proxy_id`` (the publisher; (proxy_id, request_id) identifies a
+request for deduplication) and ``ts`` (the TSO timestamp the proxy tagged it with on enqueue).
+Read requests carry ``as_of``: 0 reads the latest meta, a timestamp reads the meta as of then.
+Events are JSON on the wire (they are small and carry no vectors).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+
+MAX_SHARDS_NUM = 16
+
+
+class DdlEvent(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: int = Field(ge=1)
+    proxy_id: int = Field(ge=0)
+    ts: int = Field(ge=1, description="TSO timestamp tagged on enqueue")
+
+    @property
+    def is_read(self) -> bool:
+        return False
+
+
+class _ReadEvent(DdlEvent):
+    as_of: int = Field(0, ge=0, description="0 = latest meta; else the meta as of this timestamp")
+
+    @property
+    def is_read(self) -> bool:
+        return True
+
+
+# -- collections
+class CreateCollection(DdlEvent):
+    kind: Literal["CreateCollection"] = "CreateCollection"
+    collection_name: str
+    collection_schema: CollectionSchema
+    shards_num: int = Field(1, ge=1, le=MAX_SHARDS_NUM)
+    consistency_level: ConsistencyLevel = DEFAULT_CONSISTENCY_LEVEL
+
+
+class DropCollection(DdlEvent):
+    kind: Literal["DropCollection"] = "DropCollection"
+    collection_name: str
+
+
+class HasCollection(_ReadEvent):
+    kind: Literal["HasCollection"] = "HasCollection"
+    collection_name: str
+
+
+class DescribeCollection(_ReadEvent):
+    """By name or alias (``collection_name``), or by ``collection_id`` when the name is empty."""
+
+    kind: Literal["DescribeCollection"] = "DescribeCollection"
+    collection_name: str = ""
+    collection_id: int = 0
+
+
+class ShowCollections(_ReadEvent):
+    kind: Literal["ShowCollections"] = "ShowCollections"
+
+
+# -- partitions
+class CreatePartition(DdlEvent):
+    kind: Literal["CreatePartition"] = "CreatePartition"
+    collection_name: str
+    partition_name: str
+
+
+class DropPartition(DdlEvent):
+    kind: Literal["DropPartition"] = "DropPartition"
+    collection_name: str
+    partition_name: str
+
+
+class HasPartition(_ReadEvent):
+    kind: Literal["HasPartition"] = "HasPartition"
+    collection_name: str
+    partition_name: str
+
+
+class ShowPartitions(_ReadEvent):
+    kind: Literal["ShowPartitions"] = "ShowPartitions"
+    collection_name: str
+
+
+# -- aliases
+class CreateAlias(DdlEvent):
+    kind: Literal["CreateAlias"] = "CreateAlias"
+    alias: str
+    collection_name: str
+
+
+class DropAlias(DdlEvent):
+    kind: Literal["DropAlias"] = "DropAlias"
+    alias: str
+
+
+class AlterAlias(DdlEvent):
+    kind: Literal["AlterAlias"] = "AlterAlias"
+    alias: str
+    collection_name: str
+
+
+class DescribeAlias(_ReadEvent):
+    kind: Literal["DescribeAlias"] = "DescribeAlias"
+    alias: str
+
+
+class ListAliases(_ReadEvent):
+    """Aliases of ``collection_name`` (a collection or alias name), or every alias when empty."""
+
+    kind: Literal["ListAliases"] = "ListAliases"
+    collection_name: str = ""
+
+
+DdlRequest = Annotated[
+    Union[
+        CreateCollection, DropCollection, HasCollection, DescribeCollection, ShowCollections,
+        CreatePartition, DropPartition, HasPartition, ShowPartitions,
+        CreateAlias, DropAlias, AlterAlias, DescribeAlias, ListAliases,
+    ],
+    Field(discriminator="kind"),
+]
+DDL_REQUEST = TypeAdapter(DdlRequest)
+REQUEST_TYPE: dict[str, type[DdlEvent]] = {
+    cls.model_fields["kind"].default: cls
+    for cls in (
+        CreateCollection, DropCollection, HasCollection, DescribeCollection, ShowCollections,
+        CreatePartition, DropPartition, HasPartition, ShowPartitions,
+        CreateAlias, DropAlias, AlterAlias, DescribeAlias, ListAliases,
+    )
+}
+
+
+# -- replies
+class DdlReply(BaseModel):
+    """``code`` 0 is success; otherwise ``code``/``reason`` rebuild the error (schemas.errors.from_status).
+
+    ``ts`` is the write's timestamp for a change, the read timestamp for a read.
+    ``invalidate`` lists the collection ids whose cached meta this change made stale.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: int
+    proxy_id: int
+    ts: int = 0
+    code: int = 0
+    reason: str = ""
+    invalidate: list[int] = []
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+class CreateCollectionReply(DdlReply):
+    kind: Literal["CreateCollectionReply"] = "CreateCollectionReply"
+    collection_id: int = 0
+    created_ts: int = 0
+
+
+class DropCollectionReply(DdlReply):
+    kind: Literal["DropCollectionReply"] = "DropCollectionReply"
+    collection_id: int = 0
+
+
+class HasReply(DdlReply):
+    """Reply to HasCollection and HasPartition."""
+
+    kind: Literal["HasReply"] = "HasReply"
+    value: bool = False
+
+
+class DescribeCollectionReply(DdlReply):
+    kind: Literal["DescribeCollectionReply"] = "DescribeCollectionReply"
+    collection: CollectionDescription | None = None
+
+
+class ShowCollectionsReply(DdlReply):
+    kind: Literal["ShowCollectionsReply"] = "ShowCollectionsReply"
+    collections: list[CollectionBrief] = []
+
+
+class PartitionReply(DdlReply):
+    """Reply to CreatePartition and DropPartition."""
+
+    kind: Literal["PartitionReply"] = "PartitionReply"
+    partition_id: int = 0
+    created_ts: int = 0
+
+
+class ShowPartitionsReply(DdlReply):
+    kind: Literal["ShowPartitionsReply"] = "ShowPartitionsReply"
+    partitions: list[PartitionInfo] = []
+
+
+class AliasReply(DdlReply):
+    """Reply to CreateAlias, DropAlias and AlterAlias. ``superseded``: an AlterAlias older than the
+    alias's last change, accepted but without effect (last writer by timestamp wins)."""
+
+    kind: Literal["AliasReply"] = "AliasReply"
+    collection_id: int = 0
+    superseded: bool = False
+
+
+class DescribeAliasReply(DdlReply):
+    kind: Literal["DescribeAliasReply"] = "DescribeAliasReply"
+    alias: AliasDescription | None = None
+
+
+class ListAliasesReply(DdlReply):
+    kind: Literal["ListAliasesReply"] = "ListAliasesReply"
+    collection_name: str = ""
+    aliases: list[str] = []
+
+
+class ErrorReply(DdlReply):
+    """Reply to a request that could not be decoded into any request model."""
+
+    kind: Literal["ErrorReply"] = "ErrorReply"
+
+
+AnyDdlReply = Annotated[
+    Union[
+        CreateCollectionReply, DropCollectionReply, HasReply, DescribeCollectionReply,
+        ShowCollectionsReply, PartitionReply, ShowPartitionsReply, AliasReply,
+        DescribeAliasReply, ListAliasesReply, ErrorReply,
+    ],
+    Field(discriminator="kind"),
+]
+DDL_REPLY = TypeAdapter(AnyDdlReply)
+
+REPLY_TYPE: dict[str, type[DdlReply]] = {
+    "CreateCollection": CreateCollectionReply,
+    "DropCollection": DropCollectionReply,
+    "HasCollection": HasReply,
+    "HasPartition": HasReply,
+    "DescribeCollection": DescribeCollectionReply,
+    "ShowCollections": ShowCollectionsReply,
+    "CreatePartition": PartitionReply,
+    "DropPartition": PartitionReply,
+    "ShowPartitions": ShowPartitionsReply,
+    "CreateAlias": AliasReply,
+    "DropAlias": AliasReply,
+    "AlterAlias": AliasReply,
+    "DescribeAlias": DescribeAliasReply,
+    "ListAliases": ListAliasesReply,
+}

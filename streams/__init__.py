@@ -1,0 +1,1 @@
+"""Topic layout, channel mapping, the proxy, the client and the command line."""

@@ -1,0 +1,7 @@
+"""``python -m streams``: the osprey command line."""
+
+import sys
+
+from streams.cli import main
+
+sys.exit(main())

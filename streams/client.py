@@ -1,0 +1,114 @@
+"""The Python ``Client``: every DDL operation of Milvus's collection, partition and alias API.
+
+A ``Client`` runs its own :class:`Proxy` in process (``async with Client(config) as c``).
+Names may be collection names or aliases wherever Milvus accepts both; ``as_of`` (a TSO
+timestamp) reads the meta as it was then, 0 reads the latest. Errors are ``OspreyError``s with a
+Milvus code and a reason naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import ddl
+from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.config import OspreyConfig
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from streams.proxy.proxy import Proxy
+
+
+class Client:
+    def __init__(self, config: OspreyConfig | None = None) -> None:
+        self.config = config or OspreyConfig.from_env()
+        self.proxy = Proxy(self.config)
+
+    async def start(self) -> "Client":
+        await self.proxy.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.proxy.stop()
+
+    async def __aenter__(self) -> "Client":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def now(self) -> int:
+        """A fresh TSO timestamp (for ``as_of`` reads)."""
+        return await self.proxy.tso.now()
+
+    async def _call(self, kind: type[ddl.DdlEvent], **fields: Any) -> Any:
+        return await self.proxy.submit(kind, **fields)
+
+    # -- collections
+    async def create_collection(
+        self,
+        collection_name: str,
+        schema: CollectionSchema | dict[str, Any],
+        shards_num: int = 1,
+        consistency_level: ConsistencyLevel | str | None = None,
+    ) -> int:
+        """Create a collection; returns its id."""
+        fields: dict[str, Any] = {"collection_name": collection_name, "collection_schema": schema, "shards_num": shards_num}
+        if consistency_level is not None:
+            fields["consistency_level"] = consistency_level
+        reply = await self._call(ddl.CreateCollection, **fields)
+        return reply.collection_id
+
+    async def drop_collection(self, collection_name: str) -> int:
+        """Drop a collection by its own name (not an alias); returns the dropped id."""
+        return (await self._call(ddl.DropCollection, collection_name=collection_name)).collection_id
+
+    async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:
+        return (await self._call(ddl.HasCollection, collection_name=collection_name, as_of=as_of)).value
+
+    async def describe_collection(self, collection_name: str, as_of: int = 0) -> CollectionDescription:
+        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases."""
+        return (await self._call(ddl.DescribeCollection, collection_name=collection_name, as_of=as_of)).collection
+
+    async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
+        return (await self._call(ddl.ShowCollections, as_of=as_of)).collections
+
+    async def list_collections(self, as_of: int = 0) -> list[str]:
+        return [c.collection_name for c in await self.show_collections(as_of)]
+
+    # -- partitions
+    async def create_partition(self, collection_name: str, partition_name: str) -> int:
+        return (await self._call(ddl.CreatePartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+
+    async def drop_partition(self, collection_name: str, partition_name: str) -> int:
+        return (await self._call(ddl.DropPartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+
+    async def has_partition(self, collection_name: str, partition_name: str, as_of: int = 0) -> bool:
+        return (
+            await self._call(ddl.HasPartition, collection_name=collection_name, partition_name=partition_name, as_of=as_of)
+        ).value
+
+    async def show_partitions(self, collection_name: str, as_of: int = 0) -> list[PartitionInfo]:
+        return (await self._call(ddl.ShowPartitions, collection_name=collection_name, as_of=as_of)).partitions
+
+    async def list_partitions(self, collection_name: str, as_of: int = 0) -> list[str]:
+        return [p.partition_name for p in await self.show_partitions(collection_name, as_of)]
+
+    # -- aliases
+    async def create_alias(self, alias: str, collection_name: str) -> None:
+        await self._call(ddl.CreateAlias, alias=alias, collection_name=collection_name)
+
+    async def drop_alias(self, alias: str) -> None:
+        await self._call(ddl.DropAlias, alias=alias)
+
+    async def alter_alias(self, alias: str, collection_name: str) -> bool:
+        """Point ``alias`` at ``collection_name``. Returns False if a later AlterAlias (by timestamp)
+        had already won, so this one had no effect."""
+        return not (await self._call(ddl.AlterAlias, alias=alias, collection_name=collection_name)).superseded
+
+    async def describe_alias(self, alias: str, as_of: int = 0) -> AliasDescription:
+        return (await self._call(ddl.DescribeAlias, alias=alias, as_of=as_of)).alias
+
+    async def list_aliases(self, collection_name: str = "", as_of: int = 0) -> list[str]:
+        return (await self._call(ddl.ListAliases, collection_name=collection_name, as_of=as_of)).aliases
+
+    def health(self) -> dict[str, Any]:
+        return self.proxy.health()

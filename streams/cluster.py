@@ -1,0 +1,66 @@
+"""A local Osprey cluster for one config: broker and redis-server (embedded) plus worker processes.
+
+``LocalCluster.up()`` starts what is not running yet and waits until each part answers;
+``down()`` stops the workers, then the servers. Used by ``./osprey up|down|demo`` and by tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from schemas.config import OspreyConfig
+from state.redis_client import connect
+from state.registry import NodeRegistry
+from streams.stack import RedisServer, TansuBroker, WorkerProcess
+from streams.topics import ensure_topics
+
+WORKER_MODULES = {"rootcoord": "agents.rootcoord"}
+
+
+def live_pids(config: OspreyConfig, role: str) -> set[int]:
+    """Pids of the live nodes of ``role`` in the registry."""
+
+    async def query() -> set[int]:
+        redis = connect(config)
+        try:
+            nodes = await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
+            return {int(info.get("pid", 0)) for info in nodes.values()}
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(query())
+
+
+class LocalCluster:
+    def __init__(self, config: OspreyConfig, *, embedded: bool = True) -> None:
+        self.config = config
+        data_dir = Path(config.data_dir)
+        host, port = config.kafka_host_port
+        rhost, rport = config.redis_host_port
+        self.servers = [TansuBroker(host, port, data_dir), RedisServer(rhost, rport, data_dir)] if embedded else []
+        self.workers = {role: self._worker(role) for role in WORKER_MODULES}
+
+    def _worker(self, role: str) -> WorkerProcess:
+        worker = WorkerProcess(role, WORKER_MODULES[role], self.config.to_env(), Path(self.config.data_dir))
+        worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
+        return worker
+
+    def up(self, *, workers: bool = True) -> None:
+        for server in self.servers:
+            server.start()
+        asyncio.run(ensure_topics(self.config))
+        if workers:
+            for worker in self.workers.values():
+                worker.start()
+
+    def down(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        for server in reversed(self.servers):
+            server.stop()
+
+    def status(self) -> dict[str, bool]:
+        parts = {s.name: s.running() and s.ready() for s in self.servers}
+        parts.update({w.name: w.running() for w in self.workers.values()})
+        return parts

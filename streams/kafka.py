@@ -1,0 +1,36 @@
+"""Kafka client factories with Osprey's settings: acks=all producers, explicit-position consumers."""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from schemas.config import OspreyConfig
+
+PRODUCER_LINGER_MS = 0  # DDL and replies are latency-bound; the dml path sets its own
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+def make_producer(config: OspreyConfig, *, linger_ms: int = PRODUCER_LINGER_MS) -> AIOKafkaProducer:
+    """acks=all always; idempotence where the broker supports it (config.kafka_idempotence)."""
+    return AIOKafkaProducer(
+        bootstrap_servers=config.kafka,
+        acks="all",
+        enable_idempotence=config.kafka_idempotence,
+        linger_ms=linger_ms,
+        max_request_size=MAX_REQUEST_BYTES,
+    )
+
+
+def make_consumer(config: OspreyConfig) -> AIOKafkaConsumer:
+    """A group-less consumer: the caller assigns partitions and seeks to positions it recorded.
+
+    Positions are never taken from end offsets for correctness (Tansu's ListOffsets LATEST is short).
+    """
+    return AIOKafkaConsumer(
+        bootstrap_servers=config.kafka,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=20,
+        max_partition_fetch_bytes=MAX_REQUEST_BYTES,
+    )

@@ -1,0 +1,65 @@
+"""globalMetaCache (seed 001 §6.6.4): the proxy's copy of the meta, keyed by collection id.
+
+It holds a :class:`MetaView` (collections and partitions by id; names and aliases map to ids),
+loaded from the snapshot store on first use. DDL events seen on ``dd`` invalidate the entries of
+the names they mention, and DDL replies the ids they changed; an invalidated entry is reloaded on
+its next use, so a stale entry never outlives the change that made it stale.
+"""
+
+from __future__ import annotations
+
+from schemas.errors import CollectionNotFound
+from schemas.meta import CollectionDescription
+from state.meta_table import META_PREFIX, MetaView
+from state.snapshot import SnapshotKV
+
+
+class MetaCache:
+    def __init__(self, store: SnapshotKV) -> None:
+        self.store = store
+        self._view: MetaView | None = None
+        self._stale: set[int] = set()
+        self.loads = 0
+
+    async def view(self) -> MetaView:
+        """The cached meta; reloaded whole when any of it was invalidated (DDL is rare, reads are not)."""
+        if self._view is None or self._stale:
+            self._view = MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, 0))
+            self._stale.clear()
+            self.loads += 1
+        return self._view
+
+    async def refresh(self) -> MetaView:
+        """Drop the cached meta and load it again."""
+        self._view = None
+        return await self.view()
+
+    async def get(self, name: str) -> CollectionDescription:
+        """The collection named ``name`` (collection name or alias); CollectionNotFound if none.
+        A miss reloads once, so a collection created through another proxy is found."""
+        view = await self.view()
+        info = view.resolve(name)
+        if info is None:
+            view = await self.refresh()
+            info = view.resolve(name)
+        if info is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
+        return view.describe(info.collection_id)  # type: ignore[return-value]
+
+    def invalidate_ids(self, collection_ids: list[int]) -> None:
+        if self._view is None:
+            return
+        self._stale.update(cid for cid in collection_ids)
+        if collection_ids and not set(collection_ids) <= set(self._view.collections):
+            self._view = None  # an id we have not seen (e.g. a new collection): reload
+
+    def invalidate_names(self, names: list[str]) -> None:
+        if self._view is None:
+            return
+        for name in names:
+            info = self._view.resolve(name)
+            if info is not None:
+                self._stale.add(info.collection_id)
+
+    def health(self) -> dict[str, int]:
+        return {"collections": 0 if self._view is None else len(self._view.collections), "loads": self.loads}

@@ -1,0 +1,150 @@
+"""The proxy process core: ids and timestamps, the dd queue, the meta cache, and the reply router.
+
+``Proxy.submit(kind, **fields)`` runs one DDL request through the dd queue and returns its reply
+(or raises its error). One consumer follows ``dd`` (to invalidate the meta cache by the names a
+DDL event mentions) and ``dd-reply`` (to hand each reply to the task waiting for it, and to
+invalidate by the ids a change touched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from schemas import ddl
+from schemas.config import OspreyConfig
+from schemas.errors import RequestTimeout
+from state.idalloc import IdAllocator
+from state.redis_client import connect
+from state.registry import Lease, NodeRegistry
+from state.snapshot import SnapshotKV
+from state.tso import TimestampOracle
+from streams.kafka import make_consumer, make_producer
+from streams.proxy.ddl_task import DdlTask
+from streams.proxy.meta_cache import MetaCache
+from streams.proxy.queue import DdTaskQueue
+from streams.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+ROLE = "proxy"
+REQUEST_ID_BATCH = 1_000
+NAME_FIELDS = ("collection_name", "alias")
+
+
+class Proxy:
+    """One proxy: ``start`` registers it as a node and readies its streams; ``stop`` undoes that."""
+
+    def __init__(self, config: OspreyConfig) -> None:
+        self.config = config
+        self.topics = Topics.of(config)
+        self.proxy_id = 0
+        self._pending: dict[int, asyncio.Future[ddl.DdlReply]] = {}
+        self._router: asyncio.Task[None] | None = None
+        self._closers: list[Any] = []
+        self.lease: Lease | None = None
+
+    async def start(self) -> None:
+        config, ns = self.config, self.config.cluster
+        await ensure_topics(config)
+        self.redis = connect(config)
+        self._closers.append(self.redis.aclose)
+        self.tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
+        self.ids = IdAllocator(self.redis, ns, "request", batch=REQUEST_ID_BATCH)
+        self.store = SnapshotKV(self.redis, ns, self.tso, retention_s=config.meta_retention_s)
+        self.cache = MetaCache(self.store)
+        self.proxy_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
+        self.producer = make_producer(config)
+        await self.producer.start()
+        self._closers.insert(0, self.producer.stop)
+        self.consumer = make_consumer(config)
+        await self.consumer.start()
+        self._closers.insert(0, self.consumer.stop)
+        partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0)]
+        self.consumer.assign(partitions)
+        # Only replies to requests published after this point matter; Tansu's end offset may be
+        # short, which only replays a few old records (ignored). Resolve positions now, before
+        # the first request is published.
+        await self.consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await self.consumer.position(tp)
+        self._router = asyncio.create_task(self._route(), name="proxy-router")
+        self.queue = DdTaskQueue(self.ids, self.tso)
+        await self.queue.start()
+        self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register(
+            ROLE, self.proxy_id, {"host": socket.gethostname(), "pid": os.getpid()}
+        )
+        await self.lease.start()
+        self._closers.insert(0, self.lease.stop)
+
+    async def stop(self) -> None:
+        if self._router is not None:
+            self._router.cancel()
+            try:
+                await self._router
+            except asyncio.CancelledError:
+                pass
+            self._router = None
+        if hasattr(self, "queue"):
+            await self.queue.stop()
+        for close in self._closers:
+            try:
+                await close()
+            except Exception:
+                log.exception("proxy: error while stopping")
+        self._closers.clear()
+
+    async def submit(self, kind: type[ddl.DdlEvent], **fields: Any) -> ddl.DdlReply:
+        """Run a DDL request through the dd queue; its reply, or its error raised."""
+        task = DdlTask(self, kind, fields)
+        await self.queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
+        """Publish ``event`` on dd (acks=all) and wait for its reply, at most ``ddl_timeout_s``."""
+        future: asyncio.Future[ddl.DdlReply] = asyncio.get_running_loop().create_future()
+        self._pending[event.request_id] = future
+        try:
+            meta = await self.producer.send_and_wait(self.topics.dd, event.model_dump_json().encode(), key=str(event.proxy_id).encode())
+            try:
+                return await asyncio.wait_for(future, self.config.ddl_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestTimeout(
+                    f"no reply to {event.kind} (request_id={event.request_id}) within "  # type: ignore[attr-defined]
+                    f"{self.config.ddl_timeout_s:g} s: it is on {self.topics.dd} at offset {meta.offset} and will be "
+                    "applied once when the rootcoord runs; see ./osprey status"
+                ) from None
+        finally:
+            self._pending.pop(event.request_id, None)
+
+    async def _route(self) -> None:
+        async for record in self.consumer:
+            try:
+                if record.topic == self.topics.dd_reply:
+                    self._on_reply(ddl.DDL_REPLY.validate_json(record.value))
+                else:
+                    self._on_dd_event(record.value)
+            except Exception:  # a malformed record must not stop the router
+                log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
+
+    def _on_reply(self, reply: ddl.DdlReply) -> None:
+        self.cache.invalidate_ids(reply.invalidate)
+        if reply.proxy_id == self.proxy_id:
+            future = self._pending.get(reply.request_id)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    def _on_dd_event(self, raw: bytes) -> None:
+        head = json.loads(raw)
+        kind = ddl.REQUEST_TYPE.get(head.get("kind"))
+        if kind is not None and "as_of" not in kind.model_fields:
+            self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
+
+    def health(self) -> dict[str, Any]:
+        return {"proxy_id": self.proxy_id, "pending": len(self._pending), "dd_queue": self.queue.health(), "meta_cache": self.cache.health()}

@@ -1,0 +1,64 @@
+"""The dd task queue: DDL tasks run strictly one at a time, in enqueue (and so timestamp) order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from state.idalloc import IdAllocator
+from state.tso import TimestampOracle
+from streams.proxy.task import Task
+
+log = logging.getLogger(__name__)
+
+
+class DdTaskQueue:
+    """``enqueue`` tags a task (id, timestamp) under a lock, so a task entering later has a larger
+    timestamp than every task already queued or active; one background loop runs them serially."""
+
+    def __init__(self, ids: IdAllocator, tso: TimestampOracle, max_tasks: int = 1024) -> None:
+        self.ids = ids
+        self.tso = tso
+        self._unissued: asyncio.Queue[Task[Any]] = asyncio.Queue(max_tasks)
+        self._enqueue_lock = asyncio.Lock()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.active: Task[Any] | None = None
+        self.done_count = 0
+
+    async def enqueue(self, task: Task[Any]) -> None:
+        async with self._enqueue_lock:
+            await task.on_enqueue(self.ids, self.tso)
+            await self._unissued.put(task)
+
+    async def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._schedule(), name="dd-queue")
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None
+        while not self._unissued.empty():
+            self._unissued.get_nowait().notify(RuntimeError("proxy stopped before the request ran"))
+
+    async def _schedule(self) -> None:
+        while True:
+            task = await self._unissued.get()
+            self.active = task
+            try:
+                await task.run()
+            finally:
+                self.active = None
+                self.done_count += 1
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "unissued": self._unissued.qsize(),
+            "active": None if self.active is None else {"name": self.active.name, "request_id": self.active.request_id},
+            "done": self.done_count,
+        }

@@ -1,0 +1,41 @@
+"""``./osprey status``: what the cluster's state in Redis says about it right now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.rootcoord.checkpoint import DdCheckpoint
+from schemas.config import OspreyConfig
+from state.meta_table import META_PREFIX, MetaView
+from state.redis_client import connect
+from state.registry import NodeRegistry
+from state.snapshot import SnapshotKV
+from state.tso import TimestampOracle, parse_ts
+
+ROLES = ("rootcoord", "proxy")
+
+
+async def status(config: OspreyConfig) -> dict[str, Any]:
+    redis = connect(config)
+    try:
+        ns = config.cluster
+        registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
+        tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
+        store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
+        checkpoint = DdCheckpoint(redis, ns)
+        await checkpoint.load()
+        view = MetaView.from_kvs(await store.load_with_prefix(META_PREFIX, 0))
+        now = await tso.now()
+        return {
+            "cluster": ns,
+            "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
+            "nodes": {role: await registry.alive(role) for role in ROLES},
+            "rootcoord": {"dd_position": checkpoint.position, "publishers_seen": len(checkpoint.last_request)},
+            "meta": {
+                "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
+                "aliases": {a.alias: a.collection_id for a in view.aliases.values()},
+                "last_write_ts": await store.last_write_ts(),
+            },
+        }
+    finally:
+        await redis.aclose()

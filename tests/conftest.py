@@ -1,0 +1,107 @@
+"""Fixtures that start the real parts on free loopback ports and stop them afterwards.
+
+- ``redis_server`` / ``broker``: one real redis-server and one Tansu broker per test session.
+- ``config``: an :class:`OspreyConfig` with a cluster prefix of its own per test, so topics and
+  Redis keys of different tests never meet on the shared servers.
+- ``redis``: an asyncio Redis client for that config.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from schemas.config import OspreyConfig
+from streams.stack import RedisServer, TansuBroker, WorkerProcess, free_port
+from streams.client import Client  # noqa: E402  (type of the client fixture)
+
+LOOPBACK = "127.0.0.1"
+
+
+@pytest.fixture(scope="session")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="session")
+def redis_server(stack_dir: Path) -> Iterator[RedisServer]:
+    server = RedisServer(LOOPBACK, free_port(), stack_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(stack_dir: Path) -> Iterator[TansuBroker]:
+    server = TansuBroker(LOOPBACK, free_port(), stack_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def redis_config(redis_server: RedisServer, cluster_name: str, tmp_path: Path) -> OspreyConfig:
+    """A config for tests that need Redis only (the Kafka address is never dialled)."""
+    return OspreyConfig(
+        redis=f"redis://{LOOPBACK}:{redis_server.port}/0", cluster=cluster_name, data_dir=tmp_path,
+        kafka=f"{LOOPBACK}:1",
+    )
+
+
+@pytest.fixture
+def config(redis_server: RedisServer, broker: TansuBroker, cluster_name: str, tmp_path: Path) -> OspreyConfig:
+    """A config on the session's broker and redis-server, with a cluster prefix of its own."""
+    return OspreyConfig(
+        kafka=f"{LOOPBACK}:{broker.port}", redis=f"redis://{LOOPBACK}:{redis_server.port}/0",
+        cluster=cluster_name, data_dir=tmp_path, dml_partitions=4,
+    )
+
+
+@pytest.fixture
+async def redis(redis_config: OspreyConfig) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_config.redis, decode_responses=False)
+    yield client
+    await client.aclose()
+
+
+def make_config(redis_server: RedisServer, broker: TansuBroker, cluster: str, data_dir: Path, **overrides: object) -> OspreyConfig:
+    values: dict[str, object] = {
+        "kafka": f"{LOOPBACK}:{broker.port}", "redis": f"redis://{LOOPBACK}:{redis_server.port}/0",
+        "cluster": cluster, "data_dir": data_dir, "dml_partitions": 4, "ddl_timeout_s": 30.0,
+    }
+    values.update(overrides)
+    return OspreyConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def module_config(redis_server: RedisServer, broker: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    """One cluster prefix for a whole test module (shared by its rootcoord worker)."""
+    return make_config(redis_server, broker, "m" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("cluster"))
+
+
+@pytest.fixture(scope="module")
+def rootcoord(module_config: OspreyConfig) -> Iterator["WorkerProcess"]:
+    """A real rootcoord Faust worker process for the module's cluster."""
+    from streams.cluster import LocalCluster
+
+    worker = LocalCluster(module_config, embedded=False).workers["rootcoord"]
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+async def client(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> AsyncIterator["Client"]:
+    from streams.client import Client
+
+    async with Client(module_config) as c:
+        yield c

@@ -1,0 +1,109 @@
+"""The rootcoord's planning of DDL events on an in-memory meta view, and channel assignment."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from agents.rootcoord.ddl import Plan, plan
+from schemas import ddl
+from schemas.errors import AliasCollectionNameConflict, InvalidParameter
+from state.meta_table import MetaView, collection_prefix
+from streams.channels import assign_pchannels, pchannel_partition, vchannel_name
+from streams.topics import Topics
+
+TOPICS = Topics("u", 4)
+SCHEMA = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True}, {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 4}]}
+
+
+class Meta:
+    """Applies plans to a kv dict the way the rootcoord does, with a fake clock."""
+
+    def __init__(self) -> None:
+        self.kvs: dict[str, str] = {}
+        self.clock = itertools.count(1000)
+        self.ids = itertools.count(1)
+        self.requests = itertools.count(1)
+
+    @property
+    def view(self) -> MetaView:
+        return MetaView.from_kvs(self.kvs)
+
+    async def new_id(self) -> int:
+        return next(self.ids)
+
+    async def run(self, kind: type[ddl.DdlEvent], ts: int | None = None, **fields: object) -> ddl.DdlReply:
+        event = kind.model_validate({"request_id": next(self.requests), "proxy_id": 1, "ts": ts or next(self.clock), **fields})
+        change: Plan = await plan(event, self.view, self.new_id, TOPICS)
+        write_ts = next(self.clock)
+        for key in change.removals:
+            self.kvs.pop(key, None)
+        for prefix in change.removal_prefixes:
+            for key in [k for k in self.kvs if k.startswith(prefix)]:
+                del self.kvs[key]
+        self.kvs.update(change.saves)
+        self.kvs.update(dict(add(write_ts) for add in change.additions))
+        return change.make_reply(write_ts)
+
+
+def test_vchannel_and_pchannel_names() -> None:
+    assert vchannel_name(42, 1) == "42_1v"
+    assert pchannel_partition("osprey.dml_13") == 13
+
+
+def test_assign_pchannels_least_loaded_then_lowest_index() -> None:
+    assert assign_pchannels("d", 4, 3, []) == ["d_0", "d_1", "d_2"]
+    assert assign_pchannels("d", 4, 2, ["d_0", "d_1", "d_2"]) == ["d_3", "d_0"]
+    assert assign_pchannels("d", 2, 5, []) == ["d_0", "d_1", "d_0", "d_1", "d_0"]
+
+
+async def test_created_timestamp_is_the_write_timestamp() -> None:
+    meta = Meta()
+    reply = await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA, shards_num=2)
+    info = meta.view.collection_by_name("a")
+    assert info is not None and info.created_ts == reply.ts == reply.created_ts
+    assert info.vchannels == [f"{info.collection_id}_0v", f"{info.collection_id}_1v"]
+    assert [p.partition_name for p in meta.view.partitions_of(info.collection_id)] == ["_default"]
+
+
+async def test_drop_removes_only_that_collection() -> None:
+    meta = Meta()
+    for _ in range(11):  # ids 1..22: collection 1 and collection 1x must not share a prefix
+        await meta.run(ddl.CreateCollection, collection_name=f"c{next(meta.requests)}", collection_schema=SCHEMA)
+    first = min(meta.view.collections)
+    assert not any(collection_prefix(first) != collection_prefix(c) and collection_prefix(c).startswith(collection_prefix(first)) for c in meta.view.collections)
+    name = meta.view.collections[first].collection_name
+    await meta.run(ddl.DropCollection, collection_name=name)
+    assert first not in meta.view.collections and len(meta.view.collections) == 10
+
+
+async def test_alter_alias_with_an_older_timestamp_is_superseded() -> None:
+    meta = Meta()
+    for n in ("a", "b", "c"):
+        await meta.run(ddl.CreateCollection, collection_name=n, collection_schema=SCHEMA)
+    await meta.run(ddl.CreateAlias, alias="z", collection_name="a", ts=5000)
+    newer = await meta.run(ddl.AlterAlias, alias="z", collection_name="b", ts=6000)
+    older = await meta.run(ddl.AlterAlias, alias="z", collection_name="c", ts=5500)
+    assert not newer.superseded and older.superseded
+    assert meta.view.resolve("z").collection_name == "b"  # type: ignore[union-attr]
+
+
+async def test_names_and_aliases_share_one_namespace() -> None:
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA)
+    await meta.run(ddl.CreateAlias, alias="z", collection_name="a")
+    with pytest.raises(AliasCollectionNameConflict):
+        await meta.run(ddl.CreateCollection, collection_name="z", collection_schema=SCHEMA)
+    with pytest.raises(AliasCollectionNameConflict):
+        await meta.run(ddl.CreateAlias, alias="a", collection_name="a")
+    with pytest.raises(InvalidParameter, match="not an alias"):
+        await meta.run(ddl.DropCollection, collection_name="z")
+
+
+async def test_reads_do_not_write() -> None:
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA)
+    event = ddl.DescribeCollection(request_id=99, proxy_id=1, ts=1, collection_name="a")
+    change = await plan(event, meta.view, meta.new_id, TOPICS)
+    assert not change.writes
