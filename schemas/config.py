@@ -31,6 +31,7 @@ class OspreyConfig(BaseModel):
         "so it is off for the embedded broker; consumers deduplicate either way",
     )
     redis: str = Field(f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", description="Redis URL of the meta store")
+    proxy_http: str = Field("127.0.0.1:19121", description="host:port of the proxy's REST front end (Milvus RESTful v2 style)")
     cluster: str = Field("osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys")
     dml_partitions: int = Field(16, ge=1, le=1024, description="partitions of the dml topic = pchannels")
     data_dir: Path = Field(Path("data"), description="embedded redis AOF, object store, logs")
@@ -59,6 +60,11 @@ class OspreyConfig(BaseModel):
     @property
     def kafka_host_port(self) -> tuple[str, int]:
         host, _, port = self.kafka.split(",")[0].rpartition(":")
+        return host, int(port)
+
+    @property
+    def proxy_host_port(self) -> tuple[str, int]:
+        host, _, port = self.proxy_http.rpartition(":")
         return host, int(port)
 
     @property

@@ -57,6 +57,7 @@ class RootCoord:
     async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
         """Process the dd event at ``offset``; return the reply sent (None when skipped)."""
         if offset <= self.checkpoint.position:
+            log.info("dd offset %d was processed before a restart: skipped", offset)
             await self._resend_if_last(raw)
             return None
         event = _decode(raw)
@@ -66,6 +67,7 @@ class RootCoord:
                 await self.reply_sink(event)
             return event
         if event.request_id <= self.checkpoint.last_request.get(event.proxy_id, 0):
+            log.info("dd offset %d repeats request %d of publisher %d: skipped", offset, event.request_id, event.proxy_id)
             await self._resend_if_last(raw)
             await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
             return None

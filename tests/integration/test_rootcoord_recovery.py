@@ -51,14 +51,18 @@ async def test_kill_rootcoord_mid_stream(module_config: OspreyConfig, rootcoord:
                     except OspreyError as err:
                         failures.append(err)
 
+    killed_at: list[int] = []
+
     async def crash_and_restart() -> None:
         await half.wait()
+        killed_at.append(len(acked))
         rootcoord.kill()
         await asyncio.sleep(1.0)  # requests keep arriving on dd while it is down
         await asyncio.to_thread(rootcoord.start)
 
     await asyncio.gather(*(run_client(k) for k in range(CLIENTS)), crash_and_restart())
 
+    assert 60 <= killed_at[0] < CLIENTS * ROUNDS * 5  # the kill landed mid-stream
     assert not [f for f in failures if not isinstance(f, RequestTimeout)], failures
     assert len(acked) + len(failures) == CLIENTS * ROUNDS * 5
     async with Client(module_config) as client:

@@ -1,0 +1,1 @@
+"""Spark Structured Streaming: the ``osprey`` streaming sink and ingest jobs (issue 4)."""
