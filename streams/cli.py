@@ -51,7 +51,7 @@ def _simple_schema(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
-    group, op = args.group, args.op
+    group, op = args.command, args.op
     as_of = getattr(args, "as_of", 0) or 0
     calls: dict[tuple[str, str], Callable[[Any], Awaitable[Any]]] = {
         ("collection", "create"): lambda c: c.create_collection(

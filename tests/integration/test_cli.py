@@ -1,0 +1,68 @@
+"""The osprey command line as a user runs it: DDL commands, status, errors, and the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.config import OspreyConfig
+from streams.stack import WorkerProcess, free_port, port_open
+from tests.integration.ddl_helpers import name
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", **config.to_env()}
+    return subprocess.run(
+        [sys.executable, "-m", "streams", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def test_ddl_commands(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
+    coll, alias = name("cli"), name("cli_alias")
+    created = osprey(module_config, "collection", "create", coll, "--dim", "16", "--auto-id", "--shards", "2")
+    assert created.returncode == 0, created.stderr
+    assert osprey(module_config, "alias", "create", alias, coll).returncode == 0
+    described = osprey(module_config, "collection", "describe", alias)
+    body = json.loads(described.stdout)
+    assert body["info"]["collection_name"] == coll and body["aliases"] == [alias]
+    assert body["info"]["collection_schema"]["fields"][1]["dim"] == 16
+    assert osprey(module_config, "partition", "create", coll, "p1").returncode == 0
+    assert json.loads(osprey(module_config, "partition", "list", coll).stdout)[1]["partition_name"] == "p1"
+    listed = json.loads(osprey(module_config, "collection", "list").stdout)
+    assert coll in [c["collection_name"] for c in listed]
+    status = json.loads(osprey(module_config, "status").stdout.split("\n}\n", 1)[1])
+    assert status["meta"]["aliases"][alias] == created_id(body)
+    assert status["nodes"]["rootcoord"]
+
+
+def created_id(description: dict) -> int:
+    return description["info"]["collection_id"]
+
+
+def test_errors_exit_nonzero_naming_field_and_rule(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
+    result = osprey(module_config, "collection", "create", "9lives", "--dim", "16")
+    assert result.returncode == 1
+    assert "error 1100" in result.stderr and "field=collection_name" in result.stderr
+    result = osprey(module_config, "alias", "drop", name("nope"))
+    assert result.returncode == 1 and "error 1600" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
+    config = OspreyConfig(
+        kafka=f"127.0.0.1:{free_port()}", redis=f"redis://127.0.0.1:{free_port()}/0", data_dir=tmp_path, cluster="demo"
+    )
+    result = osprey(config, "demo", timeout_s=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "alias hot reload" in out and "refused (1601)" in out
+    assert "as of before the flip" in out
+    assert not port_open(*config.kafka_host_port) and not port_open(*config.redis_host_port)
