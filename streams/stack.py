@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 READY_TIMEOUT_S = 20.0
+WORKER_READY_TIMEOUT_S = 60.0  # a Faust worker starts in ~5 s, slower on a loaded 2-core machine
 STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.05
 
@@ -104,24 +105,31 @@ class EmbeddedProcess:
             return
         if port_open(self.host, self.port):
             raise RuntimeError(f"{self.name}: port {self.host}:{self.port} is taken by another process")
+        self._spawn(env=None, cwd=self.data_dir)
+        self._wait_ready(READY_TIMEOUT_S)
+
+    def _spawn(self, env: dict[str, str] | None, cwd: Path) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self._proc = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.data_dir,
+                start_new_session=True, cwd=cwd, env=env,
             )
         self.pid_file.write_text(str(self._proc.pid))
-        deadline = time.monotonic() + READY_TIMEOUT_S
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 break
             if self.ready():
                 return
             time.sleep(POLL_INTERVAL_S)
-        tail = self.log_file.read_text(errors="replace")[-2000:]
+        tail = self.log_file.read_text(errors="replace")[-3000:]
         self.stop()
-        raise RuntimeError(f"{self.name} on {self.host}:{self.port} did not become ready; log tail:\n{tail}")
+        raise RuntimeError(f"{self.name} did not become ready within {timeout_s:g} s; log tail:\n{tail}")
 
     def _signal(self, sig: int) -> None:
         pid = self.pid()
@@ -240,23 +248,7 @@ class WorkerProcess(EmbeddedProcess):
     def start(self) -> None:
         if self.running():
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, **self.env, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with open(self.log_file, "ab") as log:
-            self._proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=root, env=env,
-            )
-        self.pid_file.write_text(str(self._proc.pid))
-        deadline = time.monotonic() + READY_TIMEOUT_S * 3
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
-            if self.ready():
-                return
-            time.sleep(POLL_INTERVAL_S * 4)
-        tail = self.log_file.read_text(errors="replace")[-3000:]
-        self.stop()
-        raise RuntimeError(f"{self.name} did not become ready; log tail:\n{tail}")
+        self._spawn(env=env, cwd=root)
+        self._wait_ready(WORKER_READY_TIMEOUT_S)

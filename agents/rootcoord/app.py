@@ -67,7 +67,6 @@ class RootCoordRuntime:
             lease = await NodeRegistry(redis, ns, config.node_lease_ttl_s).register(
                 ROLE, node_id, {"host": socket.gethostname(), "pid": os.getpid()}
             )
-            await lease.start()
             self._closers.insert(0, lease.stop)
             self.core = core
             return core

@@ -32,14 +32,7 @@ class DdCheckpoint:
     async def load(self) -> None:
         raw = await self.redis.hgetall(self.hash_name)
         self.position, self.last_request, self.last_reply = -1, {}, {}
-        for k, v in raw.items():
-            key, value = k.decode(), v.decode()
-            if key == "position":
-                self.position = int(value)
-            elif key.startswith("last:"):
-                self.last_request[int(key[5:])] = int(value)
-            elif key.startswith("reply:"):
-                self.last_reply[int(key[6:])] = value
+        self.remember({k.decode(): v.decode() for k, v in raw.items()})
 
     async def reset(self) -> None:
         """Forget everything: the dd log was created anew (the embedded broker keeps no log across restarts)."""

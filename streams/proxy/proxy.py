@@ -80,7 +80,6 @@ class Proxy:
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register(
             ROLE, self.proxy_id, {"host": socket.gethostname(), "pid": os.getpid()}
         )
-        await self.lease.start()
         self._closers.insert(0, self.lease.stop)
 
     async def stop(self) -> None:
