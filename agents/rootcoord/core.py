@@ -12,17 +12,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Awaitable, Callable
 
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from agents.rootcoord.checkpoint import DdCheckpoint
 from agents.rootcoord.ddl import Plan, error_reply, plan
 from schemas import ddl
 from schemas.config import OspreyConfig
-from schemas.errors import InvalidParameter, OspreyError
+from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
 from schemas.validation import invalid_from_validation_error
 from state.idalloc import IdAllocator
 from state.meta_table import META_PREFIX, MetaView
@@ -32,6 +35,10 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 ReplySink = Callable[[ddl.DdlReply], Awaitable[None]]
+
+RETRY_FIRST_DELAY_S = 0.1
+RETRY_MAX_DELAY_S = 5.0
+TRANSIENT_ERRORS = (RedisError, KafkaError, OSError, asyncio.TimeoutError, ServiceUnavailable)
 
 
 class RootCoord:
@@ -55,7 +62,22 @@ class RootCoord:
         log.info("rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections))
 
     async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
-        """Process the dd event at ``offset``; return the reply sent (None when skipped)."""
+        """Process the dd event at ``offset``; return the reply sent (None when skipped).
+
+        A transient failure (Redis or Kafka unreachable) retries the same event with backoff,
+        never moving past it: dd order is the meta's order. A retry after the meta write but
+        before the reply finds the event in the checkpoint and sends the stored reply.
+        """
+        delay_s = RETRY_FIRST_DELAY_S
+        while True:
+            try:
+                return await self._handle_once(offset, raw)
+            except TRANSIENT_ERRORS as err:
+                log.warning("dd offset %d: %r; retrying in %.1f s", offset, err, delay_s)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, RETRY_MAX_DELAY_S)
+
+    async def _handle_once(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
         if offset <= self.checkpoint.position:
             log.info("dd offset %d was processed before a restart: skipped", offset)
             await self._resend_if_last(raw)
@@ -81,8 +103,15 @@ class RootCoord:
         try:
             view = self.view if not as_of else MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, as_of))
             change = await plan(event, view, self._new_id, self.topics)
+        except TRANSIENT_ERRORS:
+            raise
         except OspreyError as err:
             reply = error_reply(event, err.code, err.reason)
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            return reply
+        except Exception as exc:  # a bug must not block dd: answer it, record it, go on
+            log.exception("dd offset %d: planning %s failed", offset, event.kind)  # type: ignore[attr-defined]
+            reply = error_reply(event, OspreyError.code, f"internal error while applying {event.kind}: {exc!r}")  # type: ignore[attr-defined]
             await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         if not change.writes:

@@ -1,0 +1,107 @@
+"""The rootcoord core without Faust, on a redis-server of its own that the tests kill and restart:
+transient failures retry the same event, and a reply lost after the meta write is re-sent from the
+checkpoint without applying the change twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+from agents.rootcoord.checkpoint import DdCheckpoint
+from agents.rootcoord.core import RootCoord
+from schemas import ddl
+from schemas.config import OspreyConfig
+from state.idalloc import IdAllocator
+from state.redis_client import connect
+from state.snapshot import SnapshotKV
+from state.tso import TimestampOracle
+from streams.stack import RedisServer, free_port
+from tests.integration.ddl_helpers import schema
+
+pytestmark = pytest.mark.integration
+PROXY = 1
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer("127.0.0.1", free_port(), tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+class Sink:
+    """Collects replies; fails the next ``fail`` sends like an unreachable broker."""
+
+    def __init__(self) -> None:
+        self.replies: list[ddl.DdlReply] = []
+        self.fail = 0
+
+    async def __call__(self, reply: ddl.DdlReply) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise KafkaConnectionError("broker unreachable (test)")
+        self.replies.append(reply)
+
+
+@pytest.fixture
+async def core(own_redis: RedisServer, tmp_path: Path) -> AsyncIterator[tuple[RootCoord, Sink]]:
+    config = OspreyConfig(redis=f"redis://127.0.0.1:{own_redis.port}/0", cluster="core", data_dir=tmp_path, dml_partitions=2)
+    redis = connect(config)
+    store = SnapshotKV(redis, "core", TimestampOracle(redis, "core"), retention_s=3600)
+    sink = Sink()
+    rc = RootCoord(config, store, IdAllocator(redis, "core", "meta"), DdCheckpoint(redis, "core"), sink)
+    await rc.recover()
+    yield rc, sink
+    await redis.aclose()
+
+
+def event(kind: str, request_id: int, ts: int, **fields: object) -> bytes:
+    return json.dumps({"kind": kind, "request_id": request_id, "proxy_id": PROXY, "ts": ts, **fields}).encode()
+
+
+async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], own_redis: RedisServer) -> None:
+    rc, sink = core
+    await rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+    own_redis.kill()
+    pending = asyncio.create_task(rc.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a")))
+    await asyncio.sleep(1.0)
+    assert not pending.done()  # waiting for Redis, not skipping the event
+    own_redis.start()
+    reply = await asyncio.wait_for(pending, 30)
+    assert reply is not None and reply.ok
+    assert rc.view.resolve("z").collection_name == "a"  # type: ignore[union-attr]
+    assert rc.checkpoint.position == 1
+
+
+async def test_reply_lost_after_the_write_is_resent_not_reapplied(core: tuple[RootCoord, Sink]) -> None:
+    rc, sink = core
+    sink.fail = 2
+    reply = await asyncio.wait_for(rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())), 30)
+    assert reply is None  # the retry found the event in the checkpoint and re-sent its stored reply
+    assert len(sink.replies) == 1 and sink.replies[0].ok
+    assert isinstance(sink.replies[0], ddl.CreateCollectionReply) and sink.replies[0].collection_id > 0
+    assert len(rc.view.collections) == 1
+
+
+async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]) -> None:
+    rc, sink = core
+    await rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+    await rc.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a"))
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink)
+    await again.recover()
+    assert again.checkpoint.position == 1 and again.view.resolve("z") is not None
+    # the consumer re-delivers both: nothing is applied again, the last reply is sent again
+    before = len(sink.replies)
+    assert await again.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())) is None
+    assert await again.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a")) is None
+    assert [r.request_id for r in sink.replies[before:]] == [2]
+
+
+def _config(rc: RootCoord) -> OspreyConfig:
+    return OspreyConfig(cluster=rc.topics.cluster, dml_partitions=rc.topics.dml_partitions)
