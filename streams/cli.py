@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _print(value: Any) -> None:
-    if hasattr(value, "model_dump"):
+    if value is None:
+        value = "ok"
+    elif hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
     elif isinstance(value, list):
         value = [v.model_dump(mode="json") if hasattr(v, "model_dump") else v for v in value]

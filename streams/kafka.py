@@ -34,3 +34,26 @@ def make_consumer(config: OspreyConfig) -> AIOKafkaConsumer:
         fetch_max_wait_ms=20,
         max_partition_fetch_bytes=MAX_REQUEST_BYTES,
     )
+
+
+async def read_record(config: OspreyConfig, topic: str, partition: int, offset: int, timeout_s: float = 5.0) -> bytes | None:
+    """The value at ``offset`` of ``topic``/``partition``, or None if the log has no such record.
+
+    Reads forward from ``offset`` (reliable on Tansu, unlike end offsets); a log that is shorter
+    (a broker that lost its log) yields nothing within ``timeout_s``, or an earlier record after
+    an out-of-range reset, and both answer None.
+    """
+    from aiokafka import TopicPartition
+
+    consumer = make_consumer(config)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        batches = await consumer.getmany(tp, timeout_ms=int(timeout_s * 1000), max_records=1)
+        for record in batches.get(tp, []):
+            return record.value if record.offset == offset else None
+        return None
+    finally:
+        await consumer.stop()

@@ -23,7 +23,7 @@ from state.redis_client import connect
 from state.registry import NodeRegistry
 from state.snapshot import SnapshotKV
 from state.tso import TimestampOracle
-from streams.kafka import make_producer
+from streams.kafka import make_producer, read_record
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,7 @@ class RootCoordRuntime:
             redis = connect(config)
             self._closers.append(redis.aclose)
             checkpoint = DdCheckpoint(redis, ns)
-            if self.topics.dd in await ensure_topics(config):
-                await checkpoint.reset()  # a new dd log: nothing of it was processed yet
+            await ensure_topics(config)
             tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
             store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
             producer = make_producer(config)
@@ -61,7 +60,10 @@ class RootCoordRuntime:
             async def send_reply(reply: ddl.DdlReply) -> None:
                 await producer.send_and_wait(self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode())
 
-            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply)
+            async def read_dd(offset: int) -> bytes | None:
+                return await read_record(config, self.topics.dd, 0, offset)
+
+            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, read_dd)
             await core.recover()
             node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
             lease = await NodeRegistry(redis, ns, config.node_lease_ttl_s).register(

@@ -35,6 +35,7 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 ReplySink = Callable[[ddl.DdlReply], Awaitable[None]]
+DdReader = Callable[[int], Awaitable[bytes | None]]
 
 RETRY_FIRST_DELAY_S = 0.1
 RETRY_MAX_DELAY_S = 5.0
@@ -44,19 +45,29 @@ TRANSIENT_ERRORS = (RedisError, KafkaError, OSError, asyncio.TimeoutError, Servi
 class RootCoord:
     """Applies DDL events to the meta table and answers them through ``reply_sink``."""
 
-    def __init__(self, config: OspreyConfig, store: SnapshotKV, ids: IdAllocator, checkpoint: DdCheckpoint, reply_sink: ReplySink) -> None:
+    def __init__(
+        self, config: OspreyConfig, store: SnapshotKV, ids: IdAllocator, checkpoint: DdCheckpoint,
+        reply_sink: ReplySink, dd_reader: DdReader,
+    ) -> None:
         self.topics = Topics.of(config)
         self.store = store
         self.ids = ids
         self.checkpoint = checkpoint
         self.reply_sink = reply_sink
+        self.dd_reader = dd_reader
         self.kvs: dict[str, str] = {}
         self.view = MetaView()
         self.processed = 0
 
     async def recover(self) -> None:
-        """Load the checkpoint and the latest meta."""
+        """Load the checkpoint and the latest meta. If the dd record at the checkpoint's position
+        is gone or different, dd is a new log (a broker that lost its log): reset the checkpoint."""
         await self.checkpoint.load()
+        if self.checkpoint.position >= 0:
+            raw = await self.dd_reader(self.checkpoint.position)
+            if raw is None or DdCheckpoint.digest_of(raw) != self.checkpoint.digest:
+                log.warning("dd has no record %d as processed: a new dd log; checkpoint reset, meta kept", self.checkpoint.position)
+                await self.checkpoint.reset()
         self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
         self.view = MetaView.from_kvs(self.kvs)
         log.info("rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections))
@@ -84,21 +95,21 @@ class RootCoord:
             return None
         event = _decode(raw)
         if not isinstance(event, ddl.DdlEvent):
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, None))
             if event is not None:
                 await self.reply_sink(event)
             return event
         if event.request_id <= self.checkpoint.last_request.get(event.proxy_id, 0):
             log.info("dd offset %d repeats request %d of publisher %d: skipped", offset, event.request_id, event.proxy_id)
             await self._resend_if_last(raw)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, None))
             return None
-        reply = await self._apply(offset, event)
+        reply = await self._apply(offset, raw, event)
         self.processed += 1
         await self.reply_sink(reply)
         return reply
 
-    async def _apply(self, offset: int, event: ddl.DdlEvent) -> ddl.DdlReply:
+    async def _apply(self, offset: int, raw: bytes, event: ddl.DdlEvent) -> ddl.DdlReply:
         as_of = getattr(event, "as_of", 0)
         try:
             view = self.view if not as_of else MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, as_of))
@@ -107,20 +118,20 @@ class RootCoord:
             raise
         except OspreyError as err:
             reply = error_reply(event, err.code, err.reason)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
             return reply
         except Exception as exc:  # a bug must not block dd: answer it, record it, go on
             log.exception("dd offset %d: planning %s failed", offset, event.kind)  # type: ignore[attr-defined]
             reply = error_reply(event, OspreyError.code, f"internal error while applying {event.kind}: {exc!r}")  # type: ignore[attr-defined]
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
             return reply
         if not change.writes:
             reply = change.make_reply(event.ts)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
             return reply
-        return await self._write(offset, change)
+        return await self._write(offset, raw, change)
 
-    async def _write(self, offset: int, change: Plan) -> ddl.DdlReply:
+    async def _write(self, offset: int, raw: bytes, change: Plan) -> ddl.DdlReply:
         written: dict[str, str] = dict(change.saves)
         replies: list[ddl.DdlReply] = []
 
@@ -135,14 +146,14 @@ class RootCoord:
         def side(ts: int) -> dict[str, str]:
             replies.clear()
             replies.append(change.make_reply(ts))
-            return self.checkpoint.fields_for(offset, replies[0])
+            return self.checkpoint.fields_for(offset, raw, replies[0])
 
         await self.store.multi_save_and_remove(
             change.saves, removals=change.removals, removal_prefixes=change.removal_prefixes,
             additions=[capture(a) for a in change.additions], side_hash=(self.checkpoint.hash_name, side),
         )
         reply = replies[0]
-        self.checkpoint.remember(self.checkpoint.fields_for(offset, reply))
+        self.checkpoint.remember(self.checkpoint.fields_for(offset, raw, reply))
         for key in change.removals:
             self.kvs.pop(key, None)
         for prefix in change.removal_prefixes:

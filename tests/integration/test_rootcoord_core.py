@@ -55,10 +55,25 @@ async def core(own_redis: RedisServer, tmp_path: Path) -> AsyncIterator[tuple[Ro
     redis = connect(config)
     store = SnapshotKV(redis, "core", TimestampOracle(redis, "core"), retention_s=3600)
     sink = Sink()
-    rc = RootCoord(config, store, IdAllocator(redis, "core", "meta"), DdCheckpoint(redis, "core"), sink)
+    log: dict[int, bytes] = {}
+    rc = RootCoord(config, store, IdAllocator(redis, "core", "meta"), DdCheckpoint(redis, "core"), sink, _reader(log))
+    rc.dd_log = log  # type: ignore[attr-defined]
     await rc.recover()
     yield rc, sink
     await redis.aclose()
+
+
+def _reader(log: dict[int, bytes]):
+    async def read(offset: int) -> bytes | None:
+        return log.get(offset)
+
+    return read
+
+
+async def handle(rc: RootCoord, offset: int, raw: bytes) -> ddl.DdlReply | None:
+    """What the agent does: the record is on dd (the reader sees it), then it is handled."""
+    rc.dd_log[offset] = raw  # type: ignore[attr-defined]
+    return await rc.handle(offset, raw)
 
 
 def event(kind: str, request_id: int, ts: int, **fields: object) -> bytes:
@@ -67,9 +82,9 @@ def event(kind: str, request_id: int, ts: int, **fields: object) -> bytes:
 
 async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], own_redis: RedisServer) -> None:
     rc, sink = core
-    await rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+    await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
     own_redis.kill()
-    pending = asyncio.create_task(rc.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a")))
+    pending = asyncio.create_task(handle(rc, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")))
     await asyncio.sleep(1.0)
     assert not pending.done()  # waiting for Redis, not skipping the event
     own_redis.start()
@@ -82,7 +97,7 @@ async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], o
 async def test_reply_lost_after_the_write_is_resent_not_reapplied(core: tuple[RootCoord, Sink]) -> None:
     rc, sink = core
     sink.fail = 2
-    reply = await asyncio.wait_for(rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())), 30)
+    reply = await asyncio.wait_for(handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())), 30)
     assert reply is None  # the retry found the event in the checkpoint and re-sent its stored reply
     assert len(sink.replies) == 1 and sink.replies[0].ok
     assert isinstance(sink.replies[0], ddl.CreateCollectionReply) and sink.replies[0].collection_id > 0
@@ -91,17 +106,32 @@ async def test_reply_lost_after_the_write_is_resent_not_reapplied(core: tuple[Ro
 
 async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]) -> None:
     rc, sink = core
-    await rc.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
-    await rc.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a"))
-    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink)
+    await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+    await handle(rc, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a"))
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_reader)
+    again.dd_log = rc.dd_log  # type: ignore[attr-defined]
     await again.recover()
     assert again.checkpoint.position == 1 and again.view.resolve("z") is not None
     # the consumer re-delivers both: nothing is applied again, the last reply is sent again
     before = len(sink.replies)
-    assert await again.handle(0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())) is None
-    assert await again.handle(1, event("CreateAlias", 2, 20, alias="z", collection_name="a")) is None
+    assert await handle(again, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())) is None
+    assert await handle(again, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")) is None
     assert [r.request_id for r in sink.replies[before:]] == [2]
 
 
 def _config(rc: RootCoord) -> OspreyConfig:
     return OspreyConfig(cluster=rc.topics.cluster, dml_partitions=rc.topics.dml_partitions)
+
+
+async def test_a_new_dd_log_resets_the_checkpoint_and_keeps_the_meta(core: tuple[RootCoord, Sink]) -> None:
+    """The embedded broker lost its log: offsets start again at 0 with other events."""
+    rc, sink = core
+    await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+    await handle(rc, 1, event("CreateCollection", 2, 20, collection_name="b", collection_schema=schema()))
+    rc.dd_log.clear()  # type: ignore[attr-defined]
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_reader)
+    again.dd_log = rc.dd_log  # type: ignore[attr-defined]
+    await again.recover()
+    assert again.checkpoint.position == -1 and set(again.view.names) == {"a", "b"}
+    reply = await handle(again, 0, json.dumps({"kind": "CreateAlias", "request_id": 1, "proxy_id": 2, "ts": 30, "alias": "z", "collection_name": "b"}).encode())
+    assert reply is not None and reply.ok
