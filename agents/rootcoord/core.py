@@ -94,8 +94,8 @@ class RootCoord:
             await self._resend_if_last(raw)
             return None
         event = _decode(raw)
-        if not isinstance(event, ddl.DdlEvent):
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, None))
+        if not isinstance(event, ddl.DdlEvent):  # undecodable: answered with an error reply, if it says who to answer
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, event))
             if event is not None:
                 await self.reply_sink(event)
             return event

@@ -16,6 +16,7 @@ import socket
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from schemas import ddl
 from schemas.config import OspreyConfig
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 ROLE = "proxy"
 REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
+ROUTER_RETRY_S = 0.5
 
 
 class Proxy:
@@ -123,14 +125,23 @@ class Proxy:
             self._pending.pop(event.request_id, None)
 
     async def _route(self) -> None:
-        async for record in self.consumer:
+        """Follow dd and dd-reply for the proxy's lifetime; a broker error pauses, never ends it."""
+        while True:
             try:
-                if record.topic == self.topics.dd_reply:
-                    self._on_reply(ddl.DDL_REPLY.validate_json(record.value))
-                else:
-                    self._on_dd_event(record.value)
-            except Exception:  # a malformed record must not stop the router
-                log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
+                async for record in self.consumer:
+                    self._route_one(record)
+            except KafkaError as err:
+                log.warning("proxy: reading %s/%s failed (%r); retrying", self.topics.dd, self.topics.dd_reply, err)
+                await asyncio.sleep(ROUTER_RETRY_S)
+
+    def _route_one(self, record: Any) -> None:
+        try:
+            if record.topic == self.topics.dd_reply:
+                self._on_reply(ddl.DDL_REPLY.validate_json(record.value))
+            else:
+                self._on_dd_event(record.value)
+        except Exception:  # a malformed record must not stop the router
+            log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
 
     def _on_reply(self, reply: ddl.DdlReply) -> None:
         self.cache.invalidate_ids(reply.invalidate)
