@@ -88,8 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
     sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
-    t = sub.add_parser("test", help="run the test suite (extra arguments go to pytest)")
-    t.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis"])
@@ -141,8 +140,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+GLOBAL_FLAGS = ("--kafka", "--redis", "--cluster", "--data-dir")
+
+
+def _split_test_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Everything after ``test`` goes to pytest untouched (argparse would reject ``-m``, ``-k`` ...)."""
+    i = 0
+    while i < len(argv) and argv[i].split("=", 1)[0] in GLOBAL_FLAGS:
+        i += 1 if "=" in argv[i] else 2
+    if i < len(argv) and argv[i] == "test":
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, pytest_args = _split_test_args(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(argv)
+    args.pytest_args = pytest_args
     config = OspreyConfig.from_env(kafka=args.kafka, redis=args.redis, cluster=args.cluster, data_dir=args.data_dir)
     try:
         return _dispatch(args, config)
@@ -157,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
     cmd = args.command
     if cmd == "test":
-        extra = [a for a in args.pytest_args if a != "--"]
+        extra = args.pytest_args
         os.chdir(ROOT)
         os.execv(sys.executable, [sys.executable, "-m", "pytest", *extra])
     if cmd in ("up", "down", "status", "serve"):
