@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
     sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
+    sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis"])
     sub.add_parser("tso", help="print a fresh TSO timestamp")
@@ -198,6 +199,11 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
 
         os.environ.update(config.to_env())
         rootcoord_main()
+        return 0
+    if cmd == "proxy":
+        from streams.proxy_main import main as proxy_main
+
+        proxy_main(config)
         return 0
     if cmd == "demo":
         from streams.demo import run_demo

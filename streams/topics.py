@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
 
 from schemas.config import OspreyConfig
 
@@ -76,7 +78,11 @@ async def ensure_topics(config: OspreyConfig) -> set[str]:
         wanted = topics.partitions()
         missing = [NewTopic(name, n, 1) for name, n in wanted.items() if name not in existing]
         if missing:
-            await admin.create_topics(missing, timeout_ms=ADMIN_TIMEOUT_MS)
+            response = await admin.create_topics(missing, timeout_ms=ADMIN_TIMEOUT_MS)
+            for name, code, *_ in response.topic_errors:
+                # another process creating the same topic at the same moment is fine
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    raise RuntimeError(f"cannot create topic {name}: Kafka error {code} ({kafka_errors.for_code(code).__name__})")
         present = [t for t in wanted if t in existing]
         if present:
             for desc in await admin.describe_topics(present):

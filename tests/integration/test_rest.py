@@ -1,0 +1,290 @@
+"""The REST front end (Milvus RESTful v2 style) over HTTP, on a real broker, redis-server and
+rootcoord worker: collections, partitions, aliases with the hot reload, errors, time travel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import aiohttp
+import pytest
+
+from schemas.config import OspreyConfig
+from streams.client import Client
+from streams.rest import API_PREFIX, RestFrontEnd
+from streams.stack import WorkerProcess, free_port
+from tests.integration.ddl_helpers import DIM, name
+
+pytestmark = pytest.mark.integration
+
+REQUEST_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Rest:
+    """The front end under test, a session to call it, and the client behind it (for ``now``)."""
+
+    url: str
+    session: aiohttp.ClientSession
+    client: Client
+
+    async def call(self, path: str, body: Any = None, *, raw: bytes | None = None) -> dict[str, Any]:
+        """POST ``body`` (or ``raw`` bytes) to ``/v2/vectordb/<path>``; the JSON answer (always HTTP 200)."""
+        data = raw if raw is not None else None
+        async with self.session.post(f"{self.url}{API_PREFIX}/{path}", json=None if raw is not None else (body or {}), data=data) as resp:
+            assert resp.status == 200, await resp.text()
+            return await resp.json()
+
+    async def ok(self, path: str, body: Any = None) -> Any:
+        """The ``data`` of a call that must succeed."""
+        answer = await self.call(path, body)
+        assert answer["code"] == 0, answer
+        return answer["data"]
+
+    async def error(self, path: str, body: Any = None, *, raw: bytes | None = None) -> tuple[int, str]:
+        """``(code, message)`` of a call that must fail."""
+        answer = await self.call(path, body, raw=raw)
+        assert answer["code"] != 0 and "data" not in answer, answer
+        return answer["code"], answer["message"]
+
+
+@pytest.fixture
+async def rest(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[Rest]:
+    config = module_config.model_copy(update={"proxy_http": f"127.0.0.1:{free_port()}"})
+    async with Client(config) as client:
+        front = RestFrontEnd(client)
+        await front.start()
+        try:
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                yield Rest(front.url, session, client)
+        finally:
+            await front.stop()
+
+
+def full_schema(dim: int = DIM) -> dict[str, Any]:
+    return {
+        "autoID": True,
+        "enableDynamicField": True,
+        "fields": [
+            {"fieldName": "id", "dataType": "Int64", "isPrimary": True},
+            {"fieldName": "title", "dataType": "VarChar", "elementTypeParams": {"max_length": 64}},
+            {"fieldName": "score", "dataType": "Double"},
+            {"fieldName": "embedding", "dataType": "FloatVector", "elementTypeParams": {"dim": dim}},
+        ],
+    }
+
+
+async def create(rest: Rest, prefix: str = "c") -> str:
+    coll = name(prefix)
+    await rest.ok("collections/create", {"collectionName": coll, "dimension": DIM})
+    return coll
+
+
+# -- collections
+async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
+    coll = name()
+    created = await rest.ok("collections/create", {
+        "collectionName": coll, "schema": full_schema(), "params": {"shardsNum": 2}, "consistencyLevel": "Strong",
+    })
+    assert isinstance(created["collectionID"], int) and created["collectionID"] > 0
+
+    desc = await rest.ok("collections/describe", {"collectionName": coll})
+    assert desc["collectionName"] == coll and desc["collectionID"] == created["collectionID"]
+    assert desc["autoId"] is True and desc["enableDynamicField"] is True
+    assert desc["shardsNum"] == 2 and desc["consistencyLevel"] == "Strong"
+    assert desc["aliases"] == [] and desc["partitions"] == ["_default"] and desc["partitionsNum"] == 1
+    fields = {f["name"]: f for f in desc["fields"]}
+    assert list(fields) == ["id", "title", "score", "embedding"]  # the dynamic $meta field is hidden
+    assert fields["id"] == {
+        "name": "id", "id": 100, "type": "Int64", "primaryKey": True, "autoId": True, "description": "", "params": [],
+    }
+    assert fields["title"]["type"] == "VarChar" and fields["title"]["params"] == [{"key": "max_length", "value": "64"}]
+    assert fields["score"]["type"] == "Double" and not fields["score"]["primaryKey"]
+    assert fields["embedding"]["type"] == "FloatVector" and fields["embedding"]["params"] == [{"key": "dim", "value": str(DIM)}]
+    # the same collection through the Python client
+    described = await rest.client.describe_collection(coll)
+    assert described.info.shards_num == 2 and described.info.collection_schema.fields[3].dim == DIM
+
+
+async def test_quick_setup(rest: Rest) -> None:
+    coll = await create(rest)
+    desc = await rest.ok("collections/describe", {"collectionName": coll})
+    assert [(f["name"], f["type"], f["primaryKey"]) for f in desc["fields"]] == [("id", "Int64", True), ("vector", "FloatVector", False)]
+    assert desc["fields"][1]["params"] == [{"key": "dim", "value": str(DIM)}]
+    assert desc["autoId"] is False and desc["enableDynamicField"] is True  # Milvus's quick-setup defaults
+    assert desc["shardsNum"] == 1 and desc["consistencyLevel"] == "Bounded"
+
+
+async def test_quick_setup_with_a_varchar_key_and_names(rest: Rest) -> None:
+    coll = name()
+    await rest.ok("collections/create", {
+        "collectionName": coll, "dimension": 16, "idType": "VarChar", "primaryFieldName": "pk",
+        "vectorFieldName": "emb", "params": {"max_length": 32, "enableDynamicField": False},
+    })
+    desc = await rest.ok("collections/describe", {"collectionName": coll})
+    assert [(f["name"], f["type"], f["params"]) for f in desc["fields"]] == [
+        ("pk", "VarChar", [{"key": "max_length", "value": "32"}]),
+        ("emb", "FloatVector", [{"key": "dim", "value": "16"}]),
+    ]
+    assert desc["enableDynamicField"] is False
+
+
+async def test_list_has_drop(rest: Rest) -> None:
+    coll = await create(rest)
+    assert coll in await rest.ok("collections/list")
+    assert await rest.ok("collections/has", {"collectionName": coll}) == {"has": True}
+    assert await rest.ok("collections/drop", {"collectionName": coll}) == {}
+    assert await rest.ok("collections/has", {"collectionName": coll}) == {"has": False}
+    assert coll not in await rest.ok("collections/list", {})
+
+
+async def test_reads_as_of_a_timestamp_after_a_drop(rest: Rest) -> None:
+    coll = await create(rest)
+    before = await rest.client.now()
+    await rest.ok("collections/drop", {"collectionName": coll})
+
+    assert await rest.ok("collections/has", {"collectionName": coll, "asOf": before}) == {"has": True}
+    assert coll in await rest.ok("collections/list", {"asOf": before})
+    desc = await rest.ok("collections/describe", {"collectionName": coll, "asOf": before})
+    assert desc["collectionName"] == coll and desc["createdTimestamp"] < before
+    assert await rest.ok("partitions/list", {"collectionName": coll, "asOf": before}) == ["_default"]
+    assert await rest.ok("collections/has", {"collectionName": coll, "asOf": str(before)}) == {"has": True}  # 64-bit safe
+    code, message = await rest.error("collections/describe", {"collectionName": coll})
+    assert code == 100 and coll in message
+
+
+# -- partitions
+async def test_partitions(rest: Rest) -> None:
+    coll = await create(rest)
+    assert await rest.ok("partitions/create", {"collectionName": coll, "partitionName": "p2024"}) == {}
+    assert await rest.ok("partitions/list", {"collectionName": coll}) == ["_default", "p2024"]
+    assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024"}) == {"has": True}
+    before = await rest.client.now()
+    assert await rest.ok("partitions/drop", {"collectionName": coll, "partitionName": "p2024"}) == {}
+    assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024"}) == {"has": False}
+    assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024", "asOf": before}) == {"has": True}
+    code, message = await rest.error("partitions/drop", {"collectionName": coll, "partitionName": "p2024"})
+    assert code == 200 and "partition=p2024" in message
+
+
+# -- aliases
+async def test_alias_hot_reload(rest: Rest) -> None:
+    """Seed 000: A with alias Z, then B; flip Z to B; readers of Z see B, and A as of before."""
+    a, b, z = await create(rest, "A"), name("B"), name("Z")
+    assert await rest.ok("aliases/create", {"aliasName": z, "collectionName": a}) == {}
+    assert (await rest.ok("collections/describe", {"collectionName": a}))["aliases"] == [z]
+    await rest.ok("collections/create", {"collectionName": b, "dimension": DIM})
+    before = await rest.client.now()
+
+    assert await rest.ok("aliases/alter", {"aliasName": z, "collectionName": b}) == {"superseded": False}
+
+    assert (await rest.ok("collections/describe", {"collectionName": a}))["aliases"] == []
+    assert (await rest.ok("collections/describe", {"collectionName": b}))["aliases"] == [z]
+    assert (await rest.ok("collections/describe", {"collectionName": z}))["collectionName"] == b
+    alias = await rest.ok("aliases/describe", {"aliasName": z})
+    assert alias["aliasName"] == z and alias["collectionName"] == b
+    assert (await rest.ok("aliases/describe", {"aliasName": z, "asOf": before}))["collectionName"] == a
+    assert await rest.ok("aliases/list", {"collectionName": a}) == []
+    assert await rest.ok("aliases/list", {"collectionName": b}) == [z]
+    assert z in await rest.ok("aliases/list")
+
+    assert await rest.ok("aliases/drop", {"aliasName": z}) == {}
+    assert await rest.ok("aliases/list", {"collectionName": b}) == []
+
+
+# -- errors: HTTP 200 with a Milvus code and a message naming field and rule
+async def test_bad_collection_name(rest: Rest) -> None:
+    code, message = await rest.error("collections/create", {"collectionName": "1abc", "dimension": DIM})
+    assert code == 1100 and "[field=collectionName]" in message and "must match" in message and "'1abc'" in message
+
+
+async def test_duplicate_collection(rest: Rest) -> None:
+    coll = await create(rest)
+    code, message = await rest.error("collections/create", {"collectionName": coll, "dimension": DIM})
+    assert code == 1100 and "[field=collectionName]" in message and "already exists" in message
+
+
+async def test_unknown_collection(rest: Rest) -> None:
+    missing = name("missing")
+    for path in ("collections/describe", "collections/drop", "partitions/list"):
+        code, message = await rest.error(path, {"collectionName": missing})
+        assert code == 100 and "collection not found" in message and missing in message
+
+
+async def test_alias_not_found(rest: Rest) -> None:
+    z = name("z")
+    for path in ("aliases/describe", "aliases/drop"):
+        code, message = await rest.error(path, {"aliasName": z})
+        assert code == 1600 and f"alias={z}" in message
+
+
+async def test_alias_and_collection_names_clash(rest: Rest) -> None:
+    a, b = await create(rest, "a"), await create(rest, "b")
+    code, message = await rest.error("aliases/create", {"aliasName": b, "collectionName": a})
+    assert code == 1601 and f"alias={b}" in message
+    z = name("z")
+    await rest.ok("aliases/create", {"aliasName": z, "collectionName": a})
+    code, message = await rest.error("collections/create", {"collectionName": z, "dimension": DIM})
+    assert code == 1601 and f"alias={z}" in message
+
+
+async def test_alias_to_another_collection_exists(rest: Rest) -> None:
+    a, b, z = await create(rest, "a"), await create(rest, "b"), name("z")
+    await rest.ok("aliases/create", {"aliasName": z, "collectionName": a})
+    code, message = await rest.error("aliases/create", {"aliasName": z, "collectionName": b})
+    assert code == 1602 and z in message
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b'"a string"', b"\xff\xfe"])
+async def test_malformed_body(rest: Rest, raw: bytes) -> None:
+    code, message = await rest.error("collections/has", raw=raw)
+    assert code == 1100 and "[field=body]" in message and "JSON" in message
+
+
+BAD_REQUESTS = [
+    ("collections/describe", {}, "collectionName", "is required"),
+    ("collections/describe", {"collectionName": 5}, "collectionName", "must be a string"),
+    ("collections/has", {"collectionName": "c", "asOf": -1}, "asOf", ">= 0"),
+    ("collections/has", {"collectionName": "c", "asOf": "yesterday"}, "asOf", "must be an integer"),
+    ("collections/has", {"collectionName": "c", "asOf": 1.5}, "asOf", "must be an integer"),
+    ("collections/has", {"collectionName": "c", "asOf": True}, "asOf", "must be an integer"),
+    ("collections/list", {"dbName": "other"}, "dbName", "one database"),
+    ("partitions/create", {"collectionName": "c"}, "partitionName", "is required"),
+    ("aliases/create", {"aliasName": "bad-name", "collectionName": "c"}, "aliasName", "must match"),
+    ("collections/create", {"collectionName": "ok"}, "dimension", "is required"),
+    ("collections/create", {"collectionName": "ok", "dimension": 1}, "dimension", "2..32768"),
+    ("collections/create", {"collectionName": "ok", "dimension": 8, "idType": "Float"}, "idType", "Int64 or VarChar"),
+    ("collections/create", {"collectionName": "ok", "dimension": 8, "shardsNum": 17}, "shardsNum", "<= 16"),
+    ("collections/create", {"collectionName": "ok", "dimension": 8, "shardsNum": 2, "params": {"shardsNum": 3}},
+     "params.shardsNum", "conflicts with shardsNum"),
+    ("collections/create", {"collectionName": "ok", "dimension": 8, "params": {"consistencyLevel": "Sometimes"}},
+     "consistencyLevel", "Strong"),
+    ("collections/create", {"collectionName": "ok", "schema": {"fields": "id"}}, "schema.fields", "must be a list"),
+    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
+        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "Float17"}]}},
+     "schema.fields[3].dataType", "must be one of Bool, Int8"),
+    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
+        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "FloatVector", "elementTypeParams": {"dim": 1}}]}},
+     "schema.fields[3].elementTypeParams.dim", "2..32768"),
+    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
+        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "FloatVector", "isPartitionKey": True,
+                                        "elementTypeParams": {"dim": 8}}]}},
+     "schema.fields[3].isPartitionKey", "not supported"),
+    ("collections/create", {"collectionName": "ok", "schema": {"fields": [
+        {"fieldName": "id", "dataType": "Int64"}, {"fieldName": "v", "dataType": "FloatVector", "elementTypeParams": {"dim": 8}}]}},
+     "schema.fields", "exactly one primary key"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field", "rule"), BAD_REQUESTS)
+async def test_bad_request_names_field_and_rule(rest: Rest, path: str, body: dict, field: str, rule: str) -> None:
+    code, message = await rest.error(path, body)
+    assert code == 1100 and f"[field={field}]" in message and rule in message, message
+
+
+async def test_unknown_path_is_404_and_get_is_405(rest: Rest) -> None:
+    async with rest.session.post(f"{rest.url}{API_PREFIX}/collections/rename", json={}) as resp:
+        assert resp.status == 404
+    async with rest.session.get(f"{rest.url}{API_PREFIX}/collections/list") as resp:
+        assert resp.status == 405
