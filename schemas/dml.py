@@ -1,0 +1,129 @@
+"""DML events on the ``dml`` topic (partition = pchannel) and time-tick reports on ``proxy-tt``.
+
+- :class:`InsertEvent`: a columnar batch of rows of one (collection, partition, vchannel,
+  segment), all with the insert task's TSO timestamp. Numeric and vector columns are raw
+  little-endian bytes (vectors float32, ``dim`` values a row); VARCHAR values are strings and JSON
+  values their JSON text. Framed by :mod:`schemas.codec`, kept under ``MAX_EVENT_BYTES``.
+- :class:`TimeTickEvent`: written into every dml partition by the rootcoord's time-tick agent: every
+  event on that partition with a timestamp below ``ts`` comes before the tick.
+- :class:`ProxyTimeTick`: one proxy's channelsTimeTicker output (pchannel -> timestamp).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from schemas.collection import DataType
+
+MAX_EVENT_BYTES = 1_000_000  # one dml event stays under Kafka's default 1 MB message size
+
+# numpy dtype of each fixed-width column (little-endian on the wire)
+NUMPY_DTYPE: dict[DataType, str] = {
+    DataType.BOOL: "|b1",
+    DataType.INT8: "<i1",
+    DataType.INT16: "<i2",
+    DataType.INT32: "<i4",
+    DataType.INT64: "<i8",
+    DataType.FLOAT: "<f4",
+    DataType.DOUBLE: "<f8",
+    DataType.FLOAT_VECTOR: "<f4",
+}
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Column(_Event):
+    """One field's values for every row of an event: ``data`` for fixed-width types, ``texts`` for
+    VARCHAR (the strings) and JSON (JSON text a row)."""
+
+    field_id: int
+    name: str
+    dtype: DataType
+    dim: int | None = None
+    data: bytes | None = None
+    texts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> "Column":
+        fixed = self.dtype in NUMPY_DTYPE
+        if fixed and (self.data is None or self.texts is not None):
+            raise ValueError(f"column {self.name}: a {self.dtype.value} column carries bytes in data")
+        if not fixed and (self.texts is None or self.data is not None):
+            raise ValueError(f"column {self.name}: a {self.dtype.value} column carries texts")
+        if self.dtype == DataType.FLOAT_VECTOR and not self.dim:
+            raise ValueError(f"column {self.name}: a FLOAT_VECTOR column needs dim")
+        return self
+
+    def __len__(self) -> int:
+        if self.texts is not None:
+            return len(self.texts)
+        width = np.dtype(NUMPY_DTYPE[self.dtype]).itemsize * (self.dim or 1)
+        return len(self.data or b"") // width
+
+    def array(self) -> np.ndarray:
+        """The values as numpy (zero-copy view of ``data``); vectors as an (n, dim) float32 array."""
+        if self.data is None:
+            return np.array(self.texts, dtype=object)
+        values = np.frombuffer(self.data, dtype=NUMPY_DTYPE[self.dtype])
+        return values.reshape(-1, self.dim) if self.dtype == DataType.FLOAT_VECTOR else values
+
+    @classmethod
+    def of(cls, field_id: int, name: str, dtype: DataType, values: object, dim: int | None = None) -> "Column":
+        """Build a column from numpy/list values (strings for VARCHAR, JSON texts for JSON)."""
+        if dtype in NUMPY_DTYPE:
+            array = np.ascontiguousarray(values, dtype=NUMPY_DTYPE[dtype])
+            return cls(field_id=field_id, name=name, dtype=dtype, dim=dim, data=array.tobytes())
+        return cls(field_id=field_id, name=name, dtype=dtype, texts=list(values))  # type: ignore[call-overload]
+
+
+class InsertEvent(_Event):
+    """Rows inserted by one task into one segment. ``identity`` is unique per event and stable
+    across retries and replays, so a delegator applies each identity once."""
+
+    kind: Literal["Insert"] = "Insert"
+    identity: str
+    request_id: int
+    proxy_id: int
+    ts: int = Field(ge=1)
+    collection_id: int
+    partition_id: int
+    segment_id: int
+    vchannel: str
+    num_rows: int = Field(ge=1)
+    columns: list[Column]
+
+    @model_validator(mode="after")
+    def _rows_match(self) -> "InsertEvent":
+        for column in self.columns:
+            if len(column) != self.num_rows:
+                raise ValueError(f"column {column.name} has {len(column)} rows, the event {self.num_rows}")
+        return self
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+class TimeTickEvent(_Event):
+    """Every event on this dml partition with a timestamp below ``ts`` precedes this tick."""
+
+    kind: Literal["TimeTick"] = "TimeTick"
+    pchannel: str
+    ts: int = Field(ge=1)
+
+
+DmlEvent = Annotated[Union[InsertEvent, TimeTickEvent], Field(discriminator="kind")]
+DML_EVENT = TypeAdapter(DmlEvent)
+
+
+class ProxyTimeTick(_Event):
+    """One proxy's per-pchannel sync points: every DML task of this proxy on ``pchannel`` with a
+    timestamp below ``ticks[pchannel]`` has been acknowledged by the broker."""
+
+    kind: Literal["ProxyTimeTick"] = "ProxyTimeTick"
+    proxy_id: int
+    ticks: dict[str, int]

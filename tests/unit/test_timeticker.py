@@ -1,0 +1,130 @@
+"""pChanStatInfo and the channelsTimeTicker algorithm of seed 001, walked step by step.
+
+Timestamps are hybrid TSO values; the tests use ``ts(ms)`` = physical ms with logical 0, so that
+``now + interval`` is plain arithmetic on the ms part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from state.tso import ts_from_ms as ts
+from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats, PChanStatistics, PChanStats
+
+INTERVAL_MS = 50
+A, B = "c.dml_0", "c.dml_1"
+
+
+def test_pchan_stat_info_min_max_and_pop() -> None:
+    stats = PChanStats()
+    stats.add([A, B], ts(100))
+    stats.add([A], ts(105))
+    stats.add([A], ts(110))
+    assert stats.statistics() == {A: PChanStatistics(ts(100), ts(110)), B: PChanStatistics(ts(100), ts(100))}
+    stats.pop([A, B], ts(100))  # the oldest task was acknowledged: minTs recomputed
+    assert stats.statistics() == {A: PChanStatistics(ts(105), ts(110))}
+    stats.pop([A], ts(110))  # out of order: the min stays with the older task still in flight
+    assert stats.statistics() == {A: PChanStatistics(ts(105), ts(110))}
+    stats.pop([A], ts(105))
+    assert stats.statistics() == {}
+
+
+def test_two_tasks_with_the_same_timestamp_count_twice() -> None:
+    stats = PChanStats()
+    stats.add([A], ts(100))
+    stats.add([A], ts(100))
+    stats.pop([A], ts(100))
+    assert stats.statistics() == {A: PChanStatistics(ts(100), ts(100))}
+
+
+def test_idle_channel_reports_the_previous_candidate_then_follows_now() -> None:
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(1000))
+    # step 1: nothing in flight -> report current (1000), next candidate = now
+    assert ticker.tick(ts(1050), {}) == {A: ts(1000)}
+    assert ticker.currents[A] == ts(1050)
+    # step 2: still idle -> report 1050 (the previous now)
+    assert ticker.tick(ts(1100), {}) == {A: ts(1050)}
+
+
+def test_in_flight_task_holds_the_tick_below_its_timestamp() -> None:
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(1000))
+    ticker.tick(ts(1050), {})  # reported 1000, current 1050
+    # a task with ts 1040 is in flight: minTs 1040 <= current 1050 -> no change at all
+    assert ticker.tick(ts(1100), {A: PChanStatistics(ts(1040), ts(1040))}) == {A: ts(1000)}
+    assert ticker.currents[A] == ts(1050)
+    # tasks 1060..1070 in flight: minTs 1060 > current 1050 -> report min(minTs, now) = 1060,
+    # next candidate = min(now + interval, maxTs) = 1070
+    assert ticker.tick(ts(1120), {A: PChanStatistics(ts(1060), ts(1070))}) == {A: ts(1060)}
+    assert ticker.currents[A] == ts(1070)
+    # all acknowledged: report the candidate 1070, then follow now
+    assert ticker.tick(ts(1150), {}) == {A: ts(1070)}
+    assert ticker.currents[A] == ts(1150)
+
+
+def test_next_candidate_is_capped_by_now_plus_interval() -> None:
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(1000))
+    ticker.tick(ts(1010), {A: PChanStatistics(ts(1005), ts(5000))})
+    assert ticker.get_last_tick(A) == ts(1005)
+    assert ticker.currents[A] == ts(1010 + INTERVAL_MS)
+
+
+def test_idle_report_never_exceeds_now() -> None:
+    """Rounds faster than the interval: the candidate now+interval is not reported before now reaches it."""
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(1000))
+    ticker.tick(ts(1010), {A: PChanStatistics(ts(1005), ts(5000))})  # current = 1060
+    assert ticker.tick(ts(1020), {}) == {A: ts(1020)}
+
+
+def test_channels_are_independent_and_removable() -> None:
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(1000))
+    ticker.add_pchan(B, ts(1000))
+    assert ticker.tick(ts(1050), {B: PChanStatistics(ts(990), ts(990))}) == {A: ts(1000)}
+    ticker.remove_pchan(A)
+    assert ticker.tick(ts(1100), {}) == {B: ts(1000)}
+
+
+async def test_reported_tick_never_passes_an_unacknowledged_task() -> None:
+    """Tasks enter (taking a timestamp) and leave while the ticker runs: at every report, every
+    task still in flight on the pchannel has a timestamp >= the reported tick. A task counts as in
+    flight from the moment the oracle issues its timestamp, while the reply is still on its way."""
+    clock = itertools.count(1000)
+    latency = itertools.cycle([0, 3, 17, 1, 40, 5])
+    in_flight: set[int] = set()
+    ticker_task: list[asyncio.Task[None]] = []
+
+    async def now() -> int:
+        value = ts(next(clock))  # issued at the oracle now ...
+        if asyncio.current_task() not in ticker_task:
+            in_flight.add(value)
+        for _ in range(next(latency)):  # ... and its reply travels back for a while
+            await asyncio.sleep(0)
+        return value
+
+    stats = DmTaskStats(now)
+    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker.add_pchan(A, ts(999))
+    violations: list[tuple[int, int]] = []
+
+    async def task(delay: int) -> None:
+        t = await stats.enter([A])
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        in_flight.discard(t)
+        stats.leave([A], t)
+
+    async def ticking() -> None:
+        for _ in range(300):
+            current_now, snapshot = await stats.snapshot()
+            reported = ticker.tick(current_now, snapshot).get(A, 0)
+            violations.extend((reported, t) for t in in_flight if t < reported)
+            await asyncio.sleep(0)
+
+    ticker_task.append(asyncio.create_task(ticking()))
+    await asyncio.gather(ticker_task[0], *(task(d % 7) for d in range(300)))
+    assert not violations
