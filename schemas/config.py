@@ -39,6 +39,7 @@ class OspreyConfig(BaseModel):
     meta_retention_s: float = Field(86_400.0, gt=0, description="how long old meta versions stay readable by timestamp")
     meta_gc_interval_s: float = Field(60.0, gt=0, description="how often the rootcoord collects old meta versions")
     node_lease_ttl_s: float = Field(10.0, gt=0, description="node registry lease; a node missing keepalives this long is dead")
+    time_tick_interval_ms: int = Field(50, ge=5, le=10_000, description="how often proxies report and the rootcoord writes time ticks")
     tso_window_ms: int = Field(3_000, ge=100, description="TSO persisted window lead over the last issued physical time")
 
     @classmethod
