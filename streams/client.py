@@ -14,6 +14,7 @@ from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from streams.proxy.insert import InsertResult
 from streams.proxy.proxy import Proxy
 
 
@@ -109,6 +110,15 @@ class Client:
 
     async def list_aliases(self, collection_name: str = "", as_of: int = 0) -> list[str]:
         return (await self._call(ddl.ListAliases, collection_name=collection_name, as_of=as_of)).aliases
+
+    # -- data
+    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+        """Insert rows (a list of dicts) or columns (a dict of field -> sequence or numpy array).
+
+        Returns the primary keys (assigned ones for auto_id) and the insert timestamp, once the
+        broker acknowledged every event. A row breaking a rule fails the whole request, naming the
+        field, the rule and the row, and nothing of it is published."""
+        return await self.proxy.insert(collection_name, data, partition_name)
 
     def health(self) -> dict[str, Any]:
         return self.proxy.health()

@@ -18,7 +18,11 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from redis.exceptions import RedisError
+
 from schemas import ddl
+from schemas.codec import encode
+from schemas.dml import ProxyTimeTick
 from schemas.config import OspreyConfig
 from schemas.errors import RequestTimeout
 from state.idalloc import IdAllocator
@@ -29,7 +33,12 @@ from state.tso import TimestampOracle
 from streams.kafka import make_consumer, make_producer
 from streams.proxy.ddl_task import DdlTask
 from streams.proxy.meta_cache import MetaCache
-from streams.proxy.queue import DdTaskQueue
+from state.segments import SegmentAssigner
+from streams.channels import pchannel_name
+from streams.proxy.insert import PK_ID_BATCH, InsertResult, InsertTask
+from streams.proxy.queue import DdTaskQueue, DmTaskQueue
+from streams.proxy.segments import SegmentQuotas
+from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -38,6 +47,7 @@ ROLE = "proxy"
 REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
 ROUTER_RETRY_S = 0.5
+STOP_LOOP_TIMEOUT_S = 5.0
 
 
 class Proxy:
@@ -50,6 +60,7 @@ class Proxy:
         self._pending: dict[int, asyncio.Future[ddl.DdlReply]] = {}
         self._router: asyncio.Task[None] | None = None
         self._closers: list[Any] = []
+        self._closing = asyncio.Event()
         self.lease: Lease | None = None
 
     async def start(self) -> None:
@@ -79,12 +90,32 @@ class Proxy:
         self._router = asyncio.create_task(self._route(), name="proxy-router")
         self.queue = DdTaskQueue(self.ids, self.tso)
         await self.queue.start()
+        # the DML side: auto ids, segment quotas, in-flight statistics and the time ticker
+        self.pk_ids = IdAllocator(self.redis, ns, "pk", batch=PK_ID_BATCH)
+        self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns))
+        self.dm_stats = DmTaskStats(self.tso.now)
+        self.dm_queue = DmTaskQueue(self.ids, self.tso)
+        self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms)
+        now = await self.tso.now()
+        for partition in range(config.dml_partitions):
+            self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
+        self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register(
             ROLE, self.proxy_id, {"host": socket.gethostname(), "pid": os.getpid()}
         )
         self._closers.insert(0, self.lease.stop)
 
     async def stop(self) -> None:
+        self._closing.set()
+        ticking = getattr(self, "_ticking", None)
+        if ticking is not None:
+            try:
+                await asyncio.wait_for(ticking, STOP_LOOP_TIMEOUT_S)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                pass
+            self._ticking = None
+        if hasattr(self, "dm_queue"):
+            await self.dm_queue.stop()
         if self._router is not None:
             self._router.cancel()
             try:
@@ -106,6 +137,31 @@ class Proxy:
         task = DdlTask(self, kind, fields)
         await self.queue.enqueue(task)
         return await task.wait_to_finish()
+
+    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+        """Run an insert through the dm queue: its primary keys and timestamp once every event
+        was acknowledged by the broker, or its error (nothing published on a failed check)."""
+        task = InsertTask(self, collection_name, data, partition_name)
+        await self.dm_queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def _tick_loop(self) -> None:
+        """channelsTimeTicker: every interval, report per pchannel the timestamp below which every
+        DML task of this proxy was acknowledged, on proxy-tt."""
+        interval_s = self.config.time_tick_interval_ms / 1000
+        while not self._closing.is_set():
+            try:
+                now, stats = await self.dm_stats.snapshot()
+                ticks = self.ticker.tick(now, stats)
+                report = ProxyTimeTick(proxy_id=self.proxy_id, ticks=ticks)
+                await self.producer.send_and_wait(self.topics.proxy_tt, encode(report), key=str(self.proxy_id).encode())
+            except (KafkaError, RedisError) as err:
+                log.warning("proxy: time tick report failed (%r)", err)
+            try:  # sleep, but wake at once on stop (cancellation alone is not enough: a client
+                # library that swallows CancelledError would keep this loop alive)
+                await asyncio.wait_for(self._closing.wait(), interval_s)
+            except asyncio.TimeoutError:
+                pass
 
     async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
         """Publish ``event`` on dd (acks=all) and wait for its reply, at most ``ddl_timeout_s``."""
@@ -157,4 +213,13 @@ class Proxy:
             self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
 
     def health(self) -> dict[str, Any]:
-        return {"proxy_id": self.proxy_id, "pending": len(self._pending), "dd_queue": self.queue.health(), "meta_cache": self.cache.health()}
+        stats = self.dm_stats.stats.statistics()
+        return {
+            "proxy_id": self.proxy_id,
+            "pending": len(self._pending),
+            "dd_queue": self.queue.health(),
+            "dm_queue": self.dm_queue.health(),
+            "meta_cache": self.cache.health(),
+            "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
+            "last_ticks": self.ticker.get_min_ts_statistics(),
+        }

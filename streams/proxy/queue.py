@@ -62,3 +62,37 @@ class DdTaskQueue:
             "active": None if self.active is None else {"name": self.active.name, "request_id": self.active.request_id},
             "done": self.done_count,
         }
+
+
+class DmTaskQueue:
+    """DML tasks run in parallel (seed 001: the dm queue schedules several tasks at once), at most
+    ``max_active`` at a time; each takes its timestamp when it enters its pchannels' statistics."""
+
+    def __init__(self, ids: IdAllocator, tso: TimestampOracle, max_active: int = 64) -> None:
+        self.ids = ids
+        self.tso = tso
+        self._slots = asyncio.Semaphore(max_active)
+        self._active: set[asyncio.Task[None]] = set()
+        self.done_count = 0
+
+    async def enqueue(self, task: Task[Any]) -> None:
+        await task.on_enqueue(self.ids, self.tso)
+        await self._slots.acquire()
+        runner = asyncio.create_task(self._run(task), name=f"dm-{task.name}-{task.request_id}")
+        self._active.add(runner)
+        runner.add_done_callback(self._active.discard)
+
+    async def _run(self, task: Task[Any]) -> None:
+        try:
+            await task.run()
+        finally:
+            self._slots.release()
+            self.done_count += 1
+
+    async def stop(self) -> None:
+        for runner in list(self._active):
+            runner.cancel()
+        await asyncio.gather(*self._active, return_exceptions=True)
+
+    def health(self) -> dict[str, Any]:
+        return {"active": len(self._active), "done": self.done_count}
