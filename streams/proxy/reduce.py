@@ -1,0 +1,61 @@
+"""The proxy's search reduce: merge per-shard (or per-segment) top-k results into the global top-k.
+
+Milvus semantics: per query, the best ``top_k`` hits over all parts, best first (L2 ascending,
+IP/COSINE descending), ties by PK ascending, each PK at most once (a PK found in two parts keeps
+its better distance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from schemas.errors import InvalidParameter
+from state.vector_index import SearchHits, check_top_k, normalize_metric, pk_sort_keys, scores_of
+
+
+def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) -> SearchHits:
+    """The global top ``top_k`` per query of ``parts`` (each (nq, k_i), same nq and PK type).
+
+    Vectorized over all queries: concatenate the parts (K = sum k_i columns), lexsort by
+    (pk, invalid, score) to drop duplicate PKs, lexsort by (invalid, score, pk) and cut at top_k.
+    O(nq * K log K) time, O(nq * K) memory. ``counts[i]`` = min(top_k, distinct PKs of query i).
+    """
+    metric = normalize_metric(metric)
+    top_k = check_top_k(top_k)
+    if not parts:
+        raise InvalidParameter("parts", "must hold at least one search result")
+    nq = parts[0].nq
+    varchar = parts[0].varchar_pks
+    for i, part in enumerate(parts):
+        if part.nq != nq or part.pks.shape != part.distances.shape or part.counts.shape != (nq,):
+            raise InvalidParameter(f"parts[{i}]", f"must have nq={nq} rows and matching pks/distances/counts")
+        if part.varchar_pks != varchar:
+            raise InvalidParameter(f"parts[{i}]", "all parts must have the same primary key type")
+    pks = np.concatenate([p.pks for p in parts], axis=1)
+    distances = np.concatenate([p.distances for p in parts], axis=1).astype(np.float32, copy=False)
+    scores = scores_of(distances, metric)
+    valid = np.concatenate([p.valid_mask() for p in parts], axis=1)
+    if pks.shape[1] == 0:
+        return SearchHits.empty(nq, top_k, metric, varchar)
+
+    keys = pk_sort_keys(pks, valid)
+    # Deduplicate: group equal PKs, the valid entry with the best score first; drop the rest.
+    by_pk = np.lexsort((scores, ~valid, keys), axis=1)
+    keys_sorted = np.take_along_axis(keys, by_pk, axis=1)
+    valid_sorted = np.take_along_axis(valid, by_pk, axis=1)
+    first = np.ones_like(valid_sorted)
+    first[:, 1:] = keys_sorted[:, 1:] != keys_sorted[:, :-1]
+    keep = np.zeros_like(valid)
+    np.put_along_axis(keep, by_pk, first & valid_sorted, axis=1)
+
+    order = np.lexsort((keys, scores, ~keep), axis=1)[:, :top_k]
+    kept = order.shape[1]
+    counts = np.minimum(keep.sum(axis=1), top_k).astype(np.int64)
+    out = SearchHits.empty(nq, top_k, metric, varchar)
+    real = np.arange(kept)[None, :] < counts[:, None]
+    chosen = np.take_along_axis(distances, order, axis=1)
+    out.distances[:, :kept] = np.where(real, chosen, out.distances[:, :kept])
+    out.pks[:, :kept] = np.where(real, np.take_along_axis(pks, order, axis=1), out.pks[:, :kept])
+    return SearchHits(out.pks, out.distances, counts)
