@@ -1,4 +1,5 @@
-"""The rootcoord Faust app: the DDL agent consuming ``dd`` in order, and the meta GC timer.
+"""The rootcoord Faust app: the DDL agent consuming ``dd`` in order, the meta GC timer, and the
+time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``).
 
 The agent processes one event at a time (concurrency 1); ``RootCoordRuntime`` holds the clients
 and the core, starts before the first event, and registers the node in the registry.
@@ -15,6 +16,7 @@ import faust
 
 from agents.rootcoord.checkpoint import DdCheckpoint
 from agents.rootcoord.core import RootCoord
+from agents.rootcoord.timetick import TimeTickAgent
 from agents.worker import make_app
 from schemas import ddl
 from schemas.config import OspreyConfig
@@ -39,6 +41,7 @@ class RootCoordRuntime:
         self.config = config
         self.topics = Topics.of(config)
         self.core: RootCoord | None = None
+        self.timetick: TimeTickAgent | None = None
         self._lock = asyncio.Lock()
         self._closers: list = []
 
@@ -70,6 +73,10 @@ class RootCoordRuntime:
                 ROLE, node_id, {"host": socket.gethostname(), "pid": os.getpid()}
             )
             self._closers.insert(0, lease.stop)
+            timetick = TimeTickAgent(config, redis, tso, NodeRegistry(redis, ns, config.node_lease_ttl_s), producer)
+            await timetick.start()
+            self._closers.insert(0, timetick.stop)  # before the producer and Redis close
+            self.timetick = timetick
             self.core = core
             return core
 
@@ -81,6 +88,7 @@ class RootCoordRuntime:
                 log.exception("rootcoord: error while stopping")
         self._closers.clear()
         self.core = None
+        self.timetick = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:
@@ -95,6 +103,17 @@ def create_app(config: OspreyConfig) -> faust.App:
         core = await runtime.start()
         async for event in stream.events():
             await core.handle(event.message.offset, event.value)
+
+    # Reports from earliest (no committed offset yet) are fine: a dead proxy's are dropped by
+    # liveness, a live proxy's old ones are superseded by its newer ones (ticks never go back).
+    proxy_tt_topic = app.topic(topics.proxy_tt, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=1)
+
+    @app.agent(proxy_tt_topic, name="timetick")
+    async def timetick_agent(stream: faust.StreamT) -> None:
+        await runtime.start()
+        async for value in stream:
+            if runtime.timetick is not None:
+                runtime.timetick.feed(value)
 
     @app.timer(config.meta_gc_interval_s)
     async def meta_gc() -> None:

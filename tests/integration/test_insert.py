@@ -3,7 +3,9 @@ publish nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from schemas.codec import decode
 from schemas.config import OspreyConfig
-from schemas.dml import DML_EVENT, MAX_EVENT_BYTES, InsertEvent
+from schemas.dml import DML_EVENT, MAX_EVENT_BYTES, InsertEvent, TimeTickEvent
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
 from streams.channels import pchannel_partition
 from streams.client import Client
@@ -49,19 +51,35 @@ def rows(n: int, seed: int = 0, **extra: Any) -> list[dict[str, Any]]:
     ]
 
 
-def insert_events(config: OspreyConfig, collection_id: int, dml_topic: str) -> list[tuple[int, int, InsertEvent]]:
-    """(partition, size in bytes, event) of every Insert event of a collection on dml."""
-    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False, consumer_timeout_ms=1500,
-                             max_partition_fetch_bytes=4 * 1024 * 1024)
-    parts = [TopicPartition(dml_topic, p) for p in range(config.dml_partitions)]
+async def insert_events(client: Client, collection_id: int, budget_s: float = 30.0) -> list[tuple[int, int, InsertEvent]]:
+    """(partition, size in bytes, event) of every Insert event of a collection acknowledged before
+    this call. Each dml partition is read until a time tick above a fresh TSO marker: by the tick
+    contract every earlier insert on that partition precedes it (dml never goes idle: ticks flow)."""
+    config, topic = client.config, client.proxy.topics.dml
+    marker = await client.now()
+    return await asyncio.to_thread(_read_until_ticks, config, topic, collection_id, marker, budget_s)
+
+
+def _read_until_ticks(config: OspreyConfig, topic: str, collection_id: int, marker: int, budget_s: float) -> list[tuple[int, int, InsertEvent]]:
+    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False, max_partition_fetch_bytes=4 * 1024 * 1024)
+    parts = [TopicPartition(topic, p) for p in range(config.dml_partitions)]
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
+    waiting = set(range(config.dml_partitions))
     out = []
-    for record in consumer:
-        event = decode(record.value, DML_EVENT)
-        if isinstance(event, InsertEvent) and event.collection_id == collection_id:
-            out.append((record.partition, len(record.value), event))
+    deadline = time.monotonic() + budget_s
+    while waiting and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=200).items():
+            for record in records:
+                event = decode(record.value, DML_EVENT)
+                if isinstance(event, InsertEvent) and event.collection_id == collection_id:
+                    out.append((record.partition, len(record.value), event))
+                elif isinstance(event, TimeTickEvent) and event.ts > marker:
+                    waiting.discard(tp.partition)
+            if tp.partition not in waiting:
+                consumer.pause(tp)
     consumer.close()
+    assert not waiting, f"no time tick above the marker on dml partitions {sorted(waiting)} within {budget_s} s"
     return out
 
 
@@ -73,7 +91,7 @@ async def test_insert_publishes_columnar_events_routed_by_pk(client: Client, mod
     result = await client.insert(coll, data)
     assert result.insert_count == 300 and len(set(result.primary_keys)) == 300 and result.timestamp > 0
 
-    events = insert_events(module_config, cid, client.proxy.topics.dml)
+    events = await insert_events(client, cid)
     got: dict[int, tuple[InsertEvent, int]] = {}
     for partition, _, event in events:
         assert event.ts == result.timestamp
@@ -105,7 +123,7 @@ async def test_large_insert_is_cut_into_events_under_1mb(client: Client, module_
         "embedding": rng.standard_normal((n, 128)).astype(np.float32),
     }
     result = await client.insert(coll, columns)
-    events = insert_events(module_config, cid, client.proxy.topics.dml)
+    events = await insert_events(client, cid)
     assert len(events) >= 3 and all(size < MAX_EVENT_BYTES for _, size, _ in events)
     assert sum(e.num_rows for _, _, e in events) == n
     assert len({e.identity for _, _, e in events}) == len(events)
@@ -118,7 +136,7 @@ async def test_varchar_keys_given_and_dynamic_fields(client: Client, module_conf
     data = [{**r, "id": f"k{i}", "color": "red" if i % 2 else "blue"} for i, r in enumerate(rows(50))]
     result = await client.insert(coll, data)
     assert result.primary_keys == [f"k{i}" for i in range(50)]
-    events = insert_events(module_config, cid, client.proxy.topics.dml)
+    events = await insert_events(client, cid)
     metas = {}
     for _, _, event in events:
         for pk, meta in zip(event.column("id").texts, event.column("$meta").texts):  # type: ignore[union-attr, arg-type]
@@ -132,7 +150,7 @@ async def test_insert_into_a_partition_by_alias(client: Client, module_config: O
     pid = await client.create_partition(coll, "p1")
     await client.create_alias(alias, coll)
     await client.insert(alias, rows(5), partition_name="p1")
-    events = insert_events(module_config, cid, client.proxy.topics.dml)
+    events = await insert_events(client, cid)
     assert {e.partition_id for _, _, e in events} == {pid}
 
 
@@ -164,11 +182,11 @@ async def test_bad_rows_fail_whole_request_and_publish_nothing(
     coll = name()
     cid = await client.create_collection(coll, schema())
     await client.insert(coll, rows(2))
-    before = len(insert_events(module_config, cid, client.proxy.topics.dml))
+    before = len(await insert_events(client, cid))
     with pytest.raises(error) as err:
         await client.insert(coll, data)
     assert err.value.code == 1100 and err.value.field == field and rule in err.value.rule, err.value.reason
-    assert len(insert_events(module_config, cid, client.proxy.topics.dml)) == before
+    assert len(await insert_events(client, cid)) == before
 
 
 async def test_unknown_collection_or_partition(client: Client) -> None:

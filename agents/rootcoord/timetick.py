@@ -1,0 +1,223 @@
+"""The rootcoord's time-tick agent (Milvus's timetickSync): per pchannel, the minimum over the live
+proxies of their latest reported tick, written as a :class:`TimeTickEvent` into that dml partition.
+
+Contract: every event on a dml partition with ``ts < tick`` precedes the TimeTick ``tick`` on that
+partition. Why it holds:
+
+- A proxy reports ``t`` for pchannel ``p`` (``ProxyTimeTick``, on ``proxy-tt``) only after every DML
+  event of its own on ``p`` with a timestamp below ``t`` was acknowledged by the broker (acks=all),
+  so those events are on the partition before any tick written later.
+- The agent writes, per pchannel, the minimum over the *live* proxies (node registry, role
+  ``proxy``) of their latest reports. A live proxy that has not reported ``p`` holds ``p``: no tick.
+- With no live proxy at all, every pchannel advances to ``tso_now``. The TSO is read *before* the
+  registry, so a proxy missing from that registry read registers after ``tso_now`` was issued; a
+  proxy registers before it takes any DML timestamp, so all its timestamps exceed ``tso_now``.
+- A proxy whose lease expired is dead: its reports are dropped. This rests on the lease (as
+  Milvus's rests on its session): a proxy that lost its lease must stop writing DML.
+
+Ticks per partition are strictly increasing: a tick ``<=`` the last one written for that pchannel is
+skipped. The last ticks are saved in Redis (``<cluster>:timetick``) *before* they are sent, so a
+restarted rootcoord, whose proxy-tt consumer may resume from an older committed offset (reports
+lower than those it used before), never writes a tick below or equal to one it may have written.
+A tick is only a lower bound, so skipping a round (errors, nothing advanced) is always safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Iterable
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaProducer
+from schemas.codec import decode, encode
+from schemas.config import OspreyConfig
+from schemas.dml import ProxyTimeTick, TimeTickEvent
+from state.registry import NodeRegistry
+from state.tso import TimestampOracle
+from streams.channels import pchannel_name, pchannel_partition
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+PROXY_ROLE = "proxy"
+BACKOFF_MIN_S = 0.1  # first pause after a failed round
+BACKOFF_MAX_S = 2.0  # pauses double up to this while rounds keep failing
+
+
+class TimeTickSync:
+    """Pure logic of the time-tick agent over a fixed set of pchannels.
+
+    ``feed`` keeps per (proxy, pchannel) the highest tick reported (a lower, later report is stale
+    and ignored); ``ticks(live, tso_now)`` is per pchannel the minimum over the live proxies of
+    those ticks (absent = held) and drops the reports of proxies not live; ``advanced`` keeps the
+    ticks above the last published ones and ``mark_published`` records what was published.
+    """
+
+    def __init__(self, pchannels: Iterable[str]) -> None:
+        self.pchannels: tuple[str, ...] = tuple(pchannels)
+        self._known = frozenset(self.pchannels)
+        self._reports: dict[int, dict[str, int]] = {}
+        self.last_published: dict[str, int] = {}
+        self.unknown_pchannels = 0  # report entries naming a pchannel outside the set (ignored)
+
+    def feed(self, report: ProxyTimeTick) -> None:
+        """Take one proxy report; per pchannel, ticks never go back."""
+        held = self._reports.setdefault(report.proxy_id, {})
+        for pchannel, ts in report.ticks.items():
+            if pchannel not in self._known:
+                self.unknown_pchannels += 1
+                continue
+            if ts > held.get(pchannel, 0):
+                held[pchannel] = ts
+
+    def ticks(self, live_proxies: set[int], tso_now: int) -> dict[str, int]:
+        """Per pchannel the minimum over ``live_proxies`` of their latest reports; a pchannel that
+        some live proxy has not reported is absent (held). With no live proxy every pchannel gets
+        ``tso_now`` (which must be read before the liveness). Reports of other proxies are dropped."""
+        for proxy_id in [p for p in self._reports if p not in live_proxies]:
+            del self._reports[proxy_id]
+        if not live_proxies:
+            return {p: tso_now for p in self.pchannels}
+        out: dict[str, int] = {}
+        for pchannel in self.pchannels:
+            values = [self._reports.get(proxy_id, {}).get(pchannel) for proxy_id in live_proxies]
+            if all(v is not None for v in values):
+                out[pchannel] = min(v for v in values if v is not None)
+        return out
+
+    def advanced(self, ticks: dict[str, int]) -> dict[str, int]:
+        """The entries of ``ticks`` strictly above the last published tick of their pchannel."""
+        return {p: ts for p, ts in ticks.items() if ts > self.last_published.get(p, 0)}
+
+    def mark_published(self, ticks: dict[str, int]) -> None:
+        """Record ``ticks`` as published (the last published tick never goes back)."""
+        for pchannel, ts in ticks.items():
+            if ts > self.last_published.get(pchannel, 0):
+                self.last_published[pchannel] = ts
+
+    def reports_held(self) -> dict[int, dict[str, int]]:
+        """A copy of the latest tick per proxy and pchannel."""
+        return {proxy_id: dict(ticks) for proxy_id, ticks in self._reports.items()}
+
+
+class TimeTickAgent:
+    """The runtime part: ``feed`` takes raw proxy-tt records; a background task runs
+    :meth:`publish_once` every ``config.time_tick_interval_ms`` (TSO now, then live proxies, then
+    the advanced ticks saved to Redis and written, acks=all, into their dml partitions).
+
+    A failed round (Redis, Kafka) is logged and retried after a backoff; the loop only ends on
+    ``stop``. ``start``/``stop`` are safe to call twice (a :class:`streams.lifecycle.Service`).
+    """
+
+    def __init__(
+        self,
+        config: OspreyConfig,
+        redis: aioredis.Redis,
+        tso: TimestampOracle,
+        registry: NodeRegistry,
+        producer: AIOKafkaProducer,
+    ) -> None:
+        self.config = config
+        self.topic = Topics.of(config).dml
+        self.key = f"{config.cluster}:timetick"
+        self.sync = TimeTickSync(pchannel_name(self.topic, i) for i in range(config.dml_partitions))
+        self._redis = redis
+        self._tso = tso
+        self._registry = registry
+        self._producer = producer
+        self._interval_s = config.time_tick_interval_ms / 1000
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._restored = False
+        self._live: set[int] = set()
+        self._rounds = 0
+        self._events_published = 0
+        self._errors = 0
+        self._bad_reports = 0
+        self._last_error: str | None = None
+        self._last_round_at: float | None = None
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._run(), name="rootcoord-time-tick")
+
+    async def stop(self) -> None:
+        self._stopping = True  # ends the loop even if a library swallows the cancellation
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def feed(self, value: bytes) -> None:
+        """Take one raw proxy-tt record (``encode(ProxyTimeTick)``); a malformed one is logged and skipped."""
+        try:
+            report = decode(value, ProxyTimeTick)
+        except Exception as err:  # a malformed record must not stop the agent
+            self._bad_reports += 1
+            log.warning("time tick: skipping a malformed proxy-tt record (%s)", err)
+            return
+        self.sync.feed(report)
+
+    async def publish_once(self) -> dict[str, int]:
+        """One round; returns the ticks written (pchannel -> ts). Raises on Redis/Kafka errors."""
+        if not self._restored:
+            saved = {k.decode(): int(v) for k, v in (await self._redis.hgetall(self.key)).items()}
+            self.sync.mark_published({p: ts for p, ts in saved.items() if p in self.sync.pchannels})
+            self._restored = True
+        tso_now = await self._tso.now()  # before the liveness read: see the module docstring
+        live = set(await self._registry.alive(PROXY_ROLE))
+        self._live = live
+        advanced = self.sync.advanced(self.sync.ticks(live, tso_now))
+        if advanced:
+            await self._redis.hset(self.key, mapping={p: str(ts) for p, ts in advanced.items()})
+            self.sync.mark_published(advanced)
+            futures = [
+                await self._producer.send(
+                    self.topic, encode(TimeTickEvent(pchannel=p, ts=ts)), partition=pchannel_partition(p)
+                )
+                for p, ts in advanced.items()
+            ]
+            failures = [r for r in await asyncio.gather(*futures, return_exceptions=True) if isinstance(r, BaseException)]
+            self._events_published += len(advanced) - len(failures)
+            if failures:
+                raise failures[0]
+        self._rounds += 1
+        self._last_round_at = time.monotonic()
+        return advanced
+
+    async def _run(self) -> None:
+        backoff_s = BACKOFF_MIN_S
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                await self.publish_once()
+            except Exception as err:  # transient Redis/Kafka trouble must not end the ticker
+                self._errors += 1
+                self._last_error = repr(err)
+                first = backoff_s == BACKOFF_MIN_S  # full traceback once per failing streak
+                log.warning("time tick: round failed (%r); retrying in %.1fs", err, backoff_s, exc_info=first)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                continue
+            backoff_s = BACKOFF_MIN_S
+            await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    def health(self) -> dict[str, Any]:
+        since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)
+        return {
+            "running": self._task is not None and not self._task.done(),
+            "interval_ms": self.config.time_tick_interval_ms,
+            "last_published": dict(self.sync.last_published),
+            "live_proxies": sorted(self._live),
+            "reports_held": {str(k): v for k, v in self.sync.reports_held().items()},
+            "rounds": self._rounds,
+            "events_published": self._events_published,
+            "since_last_round_s": since,
+            "errors": self._errors,
+            "last_error": self._last_error,
+            "malformed_reports": self._bad_reports,
+            "unknown_pchannels": self.sync.unknown_pchannels,
+        }
