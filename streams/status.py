@@ -11,6 +11,7 @@ from state.redis_client import connect
 from state.registry import NodeRegistry
 from state.snapshot import SnapshotKV
 from state.tso import TimestampOracle, parse_ts
+from streams.channels import pchannel_partition
 
 ROLES = ("rootcoord", "proxy")
 
@@ -26,11 +27,17 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         await checkpoint.load()
         view = MetaView.from_kvs(await store.load_with_prefix(META_PREFIX, 0))
         now = await tso.now()
+        ticks = {k.decode(): int(v) for k, v in (await redis.hgetall(f"{ns}:timetick")).items()}
+        now_ms = parse_ts(now)[0]
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
             "nodes": {role: await registry.alive(role) for role in ROLES},
             "rootcoord": {"dd_position": checkpoint.position, "publishers_seen": len(checkpoint.last_request)},
+            "pchannels": {
+                p: {"last_tick": ts, "lag_ms": now_ms - parse_ts(ts)[0]}
+                for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
+            },
             "meta": {
                 "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
                 "aliases": {a.alias: a.collection_id for a in view.aliases.values()},

@@ -41,6 +41,8 @@ def test_ddl_commands(module_config: OspreyConfig, rootcoord: WorkerProcess) -> 
     status = json.loads(osprey(module_config, "status").stdout.split("\n}\n", 1)[1])
     assert status["meta"]["aliases"][alias] == created_id(body)
     assert status["nodes"]["rootcoord"]
+    lags = [p["lag_ms"] for p in status["pchannels"].values()]
+    assert len(lags) == module_config.dml_partitions and all(lag >= 0 for lag in lags)
 
 
 def created_id(description: dict) -> int:
