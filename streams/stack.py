@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -59,10 +60,22 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies (Linux)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class EmbeddedProcess:
-    """A server process owned by Osprey: ``start`` (idempotent), ``stop``, ``kill``, ``running``."""
+    """A server process owned by Osprey: ``start`` (idempotent), ``stop``, ``kill``, ``running``.
+
+    It runs in a session of its own, so ``./osprey up`` can return and leave it running. Tests
+    set ``die_with_parent``: a test run that is killed takes its servers with it."""
 
     name = "process"
+    die_with_parent = False
 
     def __init__(self, host: str, port: int, data_dir: Path) -> None:
         self.host = host
@@ -115,6 +128,7 @@ class EmbeddedProcess:
             self._proc = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=cwd, env=env,
+                preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
             )
         self.pid_file.write_text(str(self._proc.pid))
 
@@ -238,8 +252,6 @@ class WorkerProcess(EmbeddedProcess):
         return self.data_dir / "logs" / f"{self.name}.log"
 
     def command(self) -> list[str]:
-        import sys
-
         return [sys.executable, "-m", self.module]
 
     def ready(self) -> bool:

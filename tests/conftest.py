@@ -16,10 +16,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from schemas.config import OspreyConfig
-from streams.stack import RedisServer, TansuBroker, WorkerProcess, free_port
+from streams.stack import EmbeddedProcess, RedisServer, TansuBroker, WorkerProcess, free_port
 from streams.client import Client  # noqa: E402  (type of the client fixture)
 
 LOOPBACK = "127.0.0.1"
+# Every server and worker a test starts dies with the test process, even if pytest is killed.
+EmbeddedProcess.die_with_parent = True
 
 
 @pytest.fixture(scope="session")
