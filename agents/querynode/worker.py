@@ -8,7 +8,6 @@ segments to ask and at which timestamp. Not thread-safe: one owner (the event lo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -71,16 +70,11 @@ def empty_query_result(schema: CollectionSchema, output_fields: Sequence[str]) -
 
 def _column_values(column: Column) -> Any:
     """An event column as GrowingSegment.insert takes it: numpy for fixed-width types (zero-copy),
-    the strings for VARCHAR, parsed values for JSON (one json.loads a row)."""
+    the texts otherwise. JSON texts are parsed by the segment, once (parsing here too would parse a
+    JSON string value a second time)."""
     if column.dtype in NUMPY_DTYPE:
         return column.array()
-    texts = column.texts or []
-    if column.dtype is DataType.JSON:
-        try:
-            return [json.loads(text) for text in texts]
-        except ValueError as exc:
-            raise InvalidParameter(column.name, "must hold valid JSON") from exc
-    return texts
+    return column.texts or []
 
 
 class Worker:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents.querynode import ShardDelegator, Worker
-from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
@@ -266,3 +266,22 @@ def test_worker_stop_and_missing_segment(info: CollectionInfo) -> None:
     assert not worker.is_healthy() and worker.health()["segments"] == {}
     with pytest.raises(ServiceUnavailable):
         worker.count([1], 10)
+
+
+def test_json_values_that_are_strings_survive_the_worker() -> None:
+    """JSON texts are parsed once (by the segment): a JSON string value stays a string."""
+    schema = CollectionSchema.model_validate({"fields": [
+        {"name": "id", "dtype": "INT64", "is_primary": True},
+        {"name": "tags", "dtype": "JSON"},
+        {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 2}]}).with_field_ids()
+    info = CollectionInfo(collection_id=77, collection_name="js", collection_schema=schema, shards_num=1,
+                          consistency_level="Bounded", vchannels=["77_0v"], pchannels=["x.dml_0"], created_ts=1)
+    worker = Worker()
+    worker.load_collection(info)
+    worker.insert(InsertEvent(
+        identity="js:1", request_id=1, proxy_id=1, ts=5, collection_id=77, partition_id=2, segment_id=3,
+        vchannel="77_0v", num_rows=2, columns=[
+            Column.of(100, "id", DataType.INT64, np.array([1, 2])),
+            Column.of(101, "tags", DataType.JSON, [json.dumps("red"), json.dumps({"k": "blue"})]),
+            Column.of(102, "v", DataType.FLOAT_VECTOR, np.zeros((2, 2)), dim=2)]))
+    assert worker.segment(3).column("tags").tolist() == ["red", {"k": "blue"}]
