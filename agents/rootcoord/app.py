@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 
 import faust
 
@@ -69,11 +67,10 @@ class RootCoordRuntime:
             core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, read_dd)
             await core.recover()
             node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
-            lease = await NodeRegistry(redis, ns, config.node_lease_ttl_s).register(
-                ROLE, node_id, {"host": socket.gethostname(), "pid": os.getpid()}
-            )
+            registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
+            lease = await registry.register_process(ROLE, node_id)
             self._closers.insert(0, lease.stop)
-            timetick = TimeTickAgent(config, redis, tso, NodeRegistry(redis, ns, config.node_lease_ttl_s), producer)
+            timetick = TimeTickAgent(config, redis, tso, registry, producer)
             await timetick.start()
             self._closers.insert(0, timetick.stop)  # before the producer and Redis close
             self.timetick = timetick

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import socket
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -100,9 +98,7 @@ class Proxy:
         for partition in range(config.dml_partitions):
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
         self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
-        self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register(
-            ROLE, self.proxy_id, {"host": socket.gethostname(), "pid": os.getpid()}
-        )
+        self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
         self._closers.insert(0, self.lease.stop)
 
     async def stop(self) -> None:
