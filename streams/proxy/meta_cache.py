@@ -18,14 +18,12 @@ class MetaCache:
     def __init__(self, store: SnapshotKV) -> None:
         self.store = store
         self._view: MetaView | None = None
-        self._stale: set[int] = set()
         self.loads = 0
 
     async def view(self) -> MetaView:
         """The cached meta; reloaded whole when any of it was invalidated (DDL is rare, reads are not)."""
-        if self._view is None or self._stale:
+        if self._view is None:
             self._view = MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, 0))
-            self._stale.clear()
             self.loads += 1
         return self._view
 
@@ -47,19 +45,14 @@ class MetaCache:
         return view.describe(info.collection_id)  # type: ignore[return-value]
 
     def invalidate_ids(self, collection_ids: list[int]) -> None:
-        if self._view is None:
-            return
-        self._stale.update(cid for cid in collection_ids)
-        if collection_ids and not set(collection_ids) <= set(self._view.collections):
-            self._view = None  # an id we have not seen (e.g. a new collection): reload
+        """A change touched these collections: the next use reloads the meta."""
+        if collection_ids:
+            self._view = None
 
     def invalidate_names(self, names: list[str]) -> None:
-        if self._view is None:
-            return
-        for name in names:
-            info = self._view.resolve(name)
-            if info is not None:
-                self._stale.add(info.collection_id)
+        """A DDL event names these collections or aliases: reload if any is cached."""
+        if self._view is not None and any(self._view.resolve(n) is not None for n in names):
+            self._view = None
 
     def health(self) -> dict[str, int]:
         return {"collections": 0 if self._view is None else len(self._view.collections), "loads": self.loads}
