@@ -41,6 +41,12 @@ class OspreyConfig(BaseModel):
     node_lease_ttl_s: float = Field(10.0, gt=0, description="node registry lease; a node missing keepalives this long is dead")
     time_tick_interval_ms: int = Field(50, ge=5, le=10_000, description="how often proxies report and the rootcoord writes time ticks")
     tso_window_ms: int = Field(3_000, ge=100, description="TSO persisted window lead over the last issued physical time")
+    graceful_time_ms: int = Field(5_000, ge=0, description="consistency level Bounded reads at now minus this many ms")
+    search_timeout_s: float = Field(10.0, gt=0, description="how long a search/query may wait for tsafe and for its results")
+    dq_path: str = Field("direct", pattern=r"^(direct|topic)$",
+                         description="how the proxy reaches delegators: 'direct' (TCP to the query node) or 'topic' "
+                         "(dq-request/dq-result); both have the same semantics")
+    querynode_host: str = Field("127.0.0.1", description="address a query node's direct search server binds and advertises")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "OspreyConfig":

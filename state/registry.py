@@ -190,10 +190,10 @@ class NodeRegistry:
     def lease_key(self, role: str, node_id: int) -> str:
         return f"{self._base}{role}:{node_id}"
 
-    async def register_process(self, role: str, node_id: int) -> Lease:
+    async def register_process(self, role: str, node_id: int, **extra: Any) -> Lease:
         """Register this process (info: host and pid, which ``streams.cluster`` uses to tell a
-        restarted worker from the lease of its dead predecessor)."""
-        return await self.register(role, node_id, {"host": socket.gethostname(), "pid": os.getpid()})
+        restarted worker from the lease of its dead predecessor, plus ``extra``, e.g. an address)."""
+        return await self.register(role, node_id, {"host": socket.gethostname(), "pid": os.getpid(), **extra})
 
     async def register(self, role: str, node_id: int, info: dict[str, Any]) -> Lease:
         """Create and start (``Lease.start``) a lease for ``node_id`` of ``role`` with JSON-able

@@ -8,6 +8,7 @@ Milvus code and a reason naming the field and the rule.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from schemas import ddl
@@ -119,6 +120,62 @@ class Client:
         broker acknowledged every event. A row breaking a rule fails the whole request, naming the
         field, the rule and the row, and nothing of it is published."""
         return await self.proxy.insert(collection_name, data, partition_name)
+
+    async def search(
+        self,
+        collection_name: str,
+        data: Any,
+        limit: int = 10,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        search_params: dict[str, Any] | None = None,
+        anns_field: str = "",
+        partition_names: Sequence[str] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[list[dict[str, Any]]]:
+        """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
+        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
+        best first (L2 ascending, IP/COSINE descending, ties by id). ``search_params`` is
+        ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``consistency_level``
+        overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
+        ``timeout`` in seconds bounds the wait for the shards' tsafe."""
+        return await self.proxy.search(
+            collection_name, data, limit, filter=filter, output_fields=output_fields, search_params=search_params,
+            anns_field=anns_field, partition_names=partition_names, consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+
+    async def query(
+        self,
+        collection_name: str,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        partition_names: Sequence[str] | None = None,
+        ids: Sequence[Any] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
+        ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
+        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+        return await self.proxy.query(
+            collection_name, filter=filter, output_fields=output_fields, limit=limit, offset=offset,
+            partition_names=partition_names, ids=ids, consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+
+    async def get(self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None,
+                  **options: Any) -> list[dict[str, Any]]:
+        """The rows with these primary keys (missing ones are simply absent), in PK order."""
+        return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
+
+    async def count(self, collection_name: str, filter: str = "", **options: Any) -> int:
+        """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
+        rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
+        return int(rows[0]["count(*)"])
 
     def health(self) -> dict[str, Any]:
         return self.proxy.health()

@@ -15,7 +15,7 @@ from state.registry import NodeRegistry
 from streams.stack import RedisServer, TansuBroker, WorkerProcess
 from streams.topics import ensure_topics
 
-WORKER_MODULES = {"rootcoord": "agents.rootcoord"}
+WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode"}
 
 
 def live_pids(config: OspreyConfig, role: str) -> set[int]:
@@ -41,10 +41,15 @@ class LocalCluster:
         self.servers = [TansuBroker(host, port, data_dir), RedisServer(rhost, rport, data_dir)] if embedded else []
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
 
-    def _worker(self, role: str) -> WorkerProcess:
+    def _worker(self, role: str, name: str = "") -> WorkerProcess:
         worker = WorkerProcess(role, WORKER_MODULES[role], self.config.to_env(), Path(self.config.data_dir))
+        worker.name = name or role
         worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
         return worker
+
+    def extra_worker(self, role: str, name: str) -> WorkerProcess:
+        """Another worker of ``role`` (e.g. a second querynode) with its own pid and log file."""
+        return self._worker(role, name)
 
     def up(self, *, workers: bool = True) -> None:
         for server in self.servers:

@@ -101,6 +101,17 @@ def rootcoord(module_config: OspreyConfig) -> Iterator["WorkerProcess"]:
     worker.stop()
 
 
+@pytest.fixture(scope="module")
+def querynode(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> Iterator["WorkerProcess"]:
+    """A real querynode Faust worker process for the module's cluster."""
+    from streams.cluster import LocalCluster
+
+    worker = LocalCluster(module_config, embedded=False).workers["querynode"]
+    worker.start()
+    yield worker
+    worker.stop()
+
+
 @pytest.fixture
 async def client(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> AsyncIterator["Client"]:
     from streams.client import Client

@@ -178,7 +178,7 @@ class ShardDelegator:
 
     # ------------------------------------------------------------------ search & query
 
-    def _segments(self, partition_ids: Sequence[int] | None) -> dict[Worker, list[int]]:
+    def segments_by_worker(self, partition_ids: Sequence[int] | None) -> dict[Worker, list[int]]:
         """Worker -> its segment ids in the distribution, restricted to ``partition_ids`` if given."""
         wanted = None if partition_ids is None else set(partition_ids)
         by_worker: dict[Worker, list[int]] = {}
@@ -197,7 +197,7 @@ class ShardDelegator:
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         parts = [worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef)
-                 for worker, ids in self._segments(partition_ids).items()]
+                 for worker, ids in self.segments_by_worker(partition_ids).items()]
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
             varchar = self.collection.collection_schema.primary_field.dtype is DataType.VARCHAR
@@ -215,7 +215,7 @@ class ShardDelegator:
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         parts = [worker.query(ids, ts, mask_of, output_fields, window, 0)
-                 for worker, ids in self._segments(partition_ids).items()]
+                 for worker, ids in self.segments_by_worker(partition_ids).items()]
         if not parts:
             return empty_query_result(self.collection.collection_schema, output_fields)
         return merge_query_results(parts, offset, limit)
@@ -225,7 +225,7 @@ class ShardDelegator:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``."""
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        return sum(worker.count(ids, ts, mask_of) for worker, ids in self._segments(partition_ids).items())
+        return sum(worker.count(ids, ts, mask_of) for worker, ids in self.segments_by_worker(partition_ids).items())
 
     # ------------------------------------------------------------------ health
 

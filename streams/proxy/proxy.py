@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -19,7 +20,8 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from schemas import ddl
-from schemas.codec import encode
+from schemas.codec import decode, encode
+from schemas.dq import DQ_RESULT
 from schemas.dml import ProxyTimeTick
 from schemas.config import OspreyConfig
 from schemas.errors import RequestTimeout
@@ -37,6 +39,10 @@ from streams.proxy.insert import PK_ID_BATCH, InsertResult, InsertTask
 from streams.proxy.queue import DdTaskQueue, DmTaskQueue
 from streams.proxy.segments import SegmentQuotas
 from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
+from streams.proxy.search import DqRouter, QueryTask, SearchTask
+from state.shard_owners import ShardOwners
+from state.status_board import StatusBoard
+from streams.direct import DirectPool
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,7 @@ ROLE = "proxy"
 REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
 ROUTER_RETRY_S = 0.5
+STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
 STOP_LOOP_TIMEOUT_S = 5.0
 
 
@@ -77,7 +84,8 @@ class Proxy:
         self.consumer = make_consumer(config)
         await self.consumer.start()
         self._closers.insert(0, self.consumer.stop)
-        partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0)]
+        partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0),
+                      TopicPartition(self.topics.dq_result, 0)]
         self.consumer.assign(partitions)
         # Only replies to requests published after this point matter; Tansu's end offset may be
         # short, which only replays a few old records (ignored). Resolve positions now, before
@@ -98,6 +106,14 @@ class Proxy:
         for partition in range(config.dml_partitions):
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
         self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
+        # the DQ side: searches and queries run in parallel, routed to the shards' delegators
+        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert
+        self.dq_queue = DmTaskQueue(self.ids, self.tso)
+        self.shard_owners = ShardOwners(self.redis, ns)
+        self.direct = DirectPool()
+        self._closers.insert(0, self.direct.close)
+        self.dq_router = DqRouter(self)
+        self.status_board = StatusBoard(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
         self._closers.insert(0, self.lease.stop)
 
@@ -112,6 +128,8 @@ class Proxy:
             self._ticking = None
         if hasattr(self, "dm_queue"):
             await self.dm_queue.stop()
+        if hasattr(self, "dq_queue"):
+            await self.dq_queue.stop()
         if self._router is not None:
             self._router.cancel()
             try:
@@ -139,18 +157,37 @@ class Proxy:
         was acknowledged by the broker, or its error (nothing published on a failed check)."""
         task = InsertTask(self, collection_name, data, partition_name)
         await self.dm_queue.enqueue(task)
+        result = await task.wait_to_finish()
+        self.last_write_ts = max(self.last_write_ts, result.timestamp)
+        return result
+
+    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[list[dict[str, Any]]]:
+        """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
+        its hits ``{"id", "distance", "entity"}``, best first."""
+        task = SearchTask(self, collection_name, data, limit, **options)
+        await self.dq_queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]:
+        """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
+        task = QueryTask(self, collection_name, **options)
+        await self.dq_queue.enqueue(task)
         return await task.wait_to_finish()
 
     async def _tick_loop(self) -> None:
         """channelsTimeTicker: every interval, report per pchannel the timestamp below which every
         DML task of this proxy was acknowledged, on proxy-tt."""
         interval_s = self.config.time_tick_interval_ms / 1000
+        next_status = 0.0
         while not self._closing.is_set():
             try:
                 now, stats = await self.dm_stats.snapshot()
                 ticks = self.ticker.tick(now, stats)
                 report = ProxyTimeTick(proxy_id=self.proxy_id, ticks=ticks)
                 await self.producer.send_and_wait(self.topics.proxy_tt, encode(report), key=str(self.proxy_id).encode())
+                if time.monotonic() >= next_status:
+                    next_status = time.monotonic() + STATUS_INTERVAL_S
+                    await self.status_board.publish(ROLE, self.proxy_id, self.health(), ttl_s=3 * STATUS_INTERVAL_S)
             except (KafkaError, RedisError) as err:
                 log.warning("proxy: time tick report failed (%r)", err)
             try:  # sleep, but wake at once on stop (cancellation alone is not enough: a client
@@ -188,7 +225,9 @@ class Proxy:
 
     def _route_one(self, record: Any) -> None:
         try:
-            if record.topic == self.topics.dd_reply:
+            if record.topic == self.topics.dq_result:
+                self.dq_router.on_result(decode(record.value, DQ_RESULT))
+            elif record.topic == self.topics.dd_reply:
                 self._on_reply(ddl.DDL_REPLY.validate_json(record.value))
             else:
                 self._on_dd_event(record.value)
@@ -215,6 +254,8 @@ class Proxy:
             "pending": len(self._pending),
             "dd_queue": self.queue.health(),
             "dm_queue": self.dm_queue.health(),
+            "dq_queue": self.dq_queue.health(),
+            "dq_router": self.dq_router.health(),
             "meta_cache": self.cache.health(),
             "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
             "last_ticks": self.ticker.get_min_ts_statistics(),

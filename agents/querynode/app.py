@@ -1,0 +1,151 @@
+"""The querynode Faust app: the ``dml`` agent (delegators and workers of the partitions the
+consumer group assigns), the direct and topic request servers, and the status timer.
+
+Several querynode processes share one consumer group, so they split the dml partitions and
+rebalance when one joins or leaves. Offsets are never committed (``osprey_commit_offsets``,
+see ``agents/transport.py``): growing segments are in memory, so a partition a process gets is
+consumed from its first record and the rows are rebuilt exactly (identities applied once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import faust
+
+from agents.querynode.node import QueryNode
+from agents.querynode.servers import DirectServer, TopicServer
+from agents.worker import make_app
+from schemas.config import OspreyConfig
+from state.idalloc import IdAllocator
+from state.redis_client import connect
+from state.registry import NodeRegistry
+from state.shard_owners import ShardOwners
+from state.snapshot import SnapshotKV
+from state.status_board import StatusBoard
+from state.tso import TimestampOracle
+from streams.kafka import make_producer
+from streams.proxy.meta_cache import MetaCache
+from streams.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+ROLE = "querynode"
+STATUS_INTERVAL_S = 1.0
+
+
+class QueryNodeRuntime:
+    """The process's clients, node and servers; ``start`` is idempotent, ``stop`` undoes it."""
+
+    def __init__(self, config: OspreyConfig) -> None:
+        self.config = config
+        self.topics = Topics.of(config)
+        self.node: QueryNode | None = None
+        self._lock = asyncio.Lock()
+        self._closers: list[Any] = []
+        self._assignment: set[int] | None = None
+
+    async def start(self) -> QueryNode:
+        async with self._lock:
+            if self.node is not None:
+                return self.node
+            config, ns = self.config, self.config.cluster
+            await ensure_topics(config)
+            self.redis = connect(config)
+            self._closers.append(self.redis.aclose)
+            tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
+            cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
+            node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
+            node = QueryNode(node_id, self.topics.dml, cache, tso, config.graceful_time_ms)
+            self.direct = DirectServer(node, config.querynode_host)
+            await self.direct.start()
+            self._closers.insert(0, self.direct.stop)
+            producer = make_producer(config)
+            await producer.start()
+            self._closers.insert(0, producer.stop)
+            self.topic_server = TopicServer(config, self.topics, node, producer)
+            await self.topic_server.start()
+            self._closers.insert(0, self.topic_server.stop)
+            self.owners = ShardOwners(self.redis, ns)
+            self.status = StatusBoard(self.redis, ns)
+            lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(
+                ROLE, node_id, address=self.direct.address)
+            self._closers.insert(0, lease.stop)
+            self._closers.insert(0, self._release_all)
+            self.node = node
+            if self._assignment is not None:  # the group assigned partitions before we were ready
+                await self._apply_assignment(node, self._assignment)
+            return node
+
+    async def on_assigned(self, partitions: set[int]) -> None:
+        """The consumer group's new assignment of dml partitions."""
+        self._assignment = set(partitions)
+        node = await self.start()
+        await self._apply_assignment(node, self._assignment)
+
+    async def _apply_assignment(self, node: QueryNode, partitions: set[int]) -> None:
+        added, removed = node.assign(partitions)
+        await self.owners.release(removed, node.node_id)
+        await self.owners.claim(sorted(node.pchannels), node.node_id, self.direct.address)
+        log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
+
+    async def _release_all(self) -> None:
+        if self.node is not None:
+            await self.owners.release(list(self.node.pchannels), self.node.node_id)
+            await self.status.remove(ROLE, self.node.node_id)
+
+    async def publish_status(self) -> None:
+        if self.node is not None:
+            doc = self.health()
+            await self.status.publish(ROLE, self.node.node_id, doc, ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
+
+    def health(self) -> dict[str, Any]:
+        if self.node is None:
+            return {"started": False}
+        return {**self.node.health(), "address": self.direct.address, "direct_served": self.direct.served,
+                "topic": self.topic_server.health(), "worker": self.node.worker.health()["rows"]}
+
+    async def stop(self) -> None:
+        for close in self._closers:
+            try:
+                await close()
+            except Exception:  # stopping goes on through every closer
+                log.exception("querynode: error while stopping")
+        self._closers.clear()
+        self.node = None
+
+
+def create_app(config: OspreyConfig) -> faust.App:
+    """The querynode app for ``config``."""
+    app = make_app(config, ROLE)
+    app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
+    topics = Topics.of(config)
+    runtime = QueryNodeRuntime(config)
+    dml_topic = app.topic(topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw",
+                          partitions=config.dml_partitions)
+
+    @app.agent(dml_topic, name="dml")
+    async def dml_agent(stream: faust.StreamT) -> None:
+        node = await runtime.start()
+        async for event in stream.events():
+            await node.apply(event.message.partition, event.message.offset, event.value)
+
+    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
+        await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
+
+    @app.timer(STATUS_INTERVAL_S)
+    async def status() -> None:
+        try:
+            await runtime.publish_status()
+        except Exception as err:  # status is best effort
+            log.warning("querynode: status not published (%r)", err)
+
+    @app.on_before_shutdown.connect  # type: ignore[misc]
+    async def close(app: faust.App, **_: object) -> None:
+        await runtime.stop()
+
+    app.osprey_runtime = runtime  # type: ignore[attr-defined]
+    return app

@@ -1,0 +1,310 @@
+"""The query node: delegators for the dml partitions (pchannels) it owns, one worker, and the
+request handler shared by the topic path and the direct path.
+
+Consumption (driven by the Faust agent in ``app.py``): :meth:`QueryNode.assign` is told the dml
+partitions the consumer group gave this process; every record of those partitions goes through
+:meth:`QueryNode.apply` in offset order. A time tick raises the pchannel's tsafe and every
+delegator's on it; an insert goes to the delegator of its vchannel (created on first use), which
+applies each event identity once. Growing segments live in memory only, so the group never
+commits offsets for this app: a partition newly assigned (after a restart, a kill -9 or a
+rebalance) is consumed from its first record, which rebuilds exactly the rows acknowledged on it.
+
+Serving (:meth:`QueryNode.serve`): check the request (:func:`streams.proxy.dq_checks.prepare`),
+derive its guarantee timestamp if the asker did not set one, and let the delegator of each
+addressed vchannel this node owns wait for tsafe and search/query; one result per vchannel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents.querynode.delegator import ShardDelegator
+from agents.querynode.worker import MaskOf, Worker
+from schemas.codec import decode
+from schemas.collection import DataType
+from schemas.dml import DML_EVENT, Column, InsertEvent, TimeTickEvent
+from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
+from schemas.errors import CollectionNotFound, OspreyError, ServiceUnavailable
+from schemas.meta import CollectionInfo
+from state.segment import GrowingSegment
+from state.tso import TimestampOracle
+from state.vector_index import SearchHits
+from streams.expr import Filter
+from streams.proxy.consistency import guarantee_ts, needs_now
+from streams.proxy.dq_checks import COUNT_STAR, Prepared, prepare
+from streams.proxy.meta_cache import MetaCache
+
+__all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PChannelState:
+    """One owned pchannel: its tsafe (last tick consumed), last offset, and delegators by vchannel."""
+
+    pchannel: str
+    tsafe: int = 0
+    position: int = -1
+    delegators: dict[str, ShardDelegator] = field(default_factory=dict)
+
+
+def mask_of_filter(flt: Filter | None) -> MaskOf | None:
+    """The per-segment row mask of a compiled filter (None: every row)."""
+    if flt is None:
+        return None
+
+    def mask_of(segment: GrowingSegment) -> np.ndarray:
+        n = segment.row_count
+        return flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
+
+    return mask_of
+
+
+async def guarantee_ts_of(request: SearchRequest | QueryRequest, info: CollectionInfo, tso: TimestampOracle,
+                          graceful_time_ms: int, session_ts: int = 0) -> int:
+    """The request's guarantee timestamp: as given, else from its consistency level (the
+    collection's default when unset), see :mod:`streams.proxy.consistency`."""
+    if request.guarantee_ts is not None:
+        return request.guarantee_ts
+    level = request.consistency_level or info.consistency_level
+    now = await tso.now() if needs_now(level) else 0
+    return guarantee_ts(level, now, graceful_time_ms, session_ts)
+
+
+class QueryNode:
+    """State and request handling of one query node process (see module doc). One event loop."""
+
+    def __init__(self, node_id: int, dml_topic: str, cache: MetaCache, tso: TimestampOracle,
+                 graceful_time_ms: int, worker: Worker | None = None) -> None:
+        self.node_id = node_id
+        self.dml_topic = dml_topic
+        self.cache = cache
+        self.tso = tso
+        self.graceful_time_ms = graceful_time_ms
+        self.worker = worker or Worker()
+        self.pchannels: dict[str, PChannelState] = {}
+        self.applied_events = 0
+        self.skipped_events = 0
+
+    # ------------------------------------------------------------------ ownership
+
+    def pchannel_of(self, partition: int) -> str:
+        return f"{self.dml_topic}_{partition}"
+
+    def assign(self, partitions: set[int]) -> tuple[list[str], list[str]]:
+        """The consumer group's new assignment: keep the pchannels still ours, drop the others with
+        their delegators and segments, start the new ones empty. Returns (added, removed)."""
+        wanted = {self.pchannel_of(p) for p in partitions}
+        removed = [p for p in self.pchannels if p not in wanted]
+        for name in removed:
+            state = self.pchannels.pop(name)
+            for delegator in state.delegators.values():
+                delegator.release_segments(list(delegator.distribution()))
+        added = sorted(p for p in wanted if p not in self.pchannels)
+        for name in added:
+            self.pchannels[name] = PChannelState(name)
+        return added, removed
+
+    # ------------------------------------------------------------------ consumption
+
+    async def apply(self, partition: int, offset: int, raw: bytes) -> None:
+        """Consume one dml record of ``partition`` at ``offset`` (records of a partition not owned
+        are ignored: they were fetched before a rebalance took it away)."""
+        state = self.pchannels.get(self.pchannel_of(partition))
+        if state is None:
+            return
+        try:
+            event = decode(raw, DML_EVENT)
+        except Exception:
+            log.exception("querynode: undecodable record at %s@%d skipped", state.pchannel, offset)
+            self.skipped_events += 1
+            return
+        state.position = max(state.position, offset)
+        if isinstance(event, TimeTickEvent):
+            if event.ts > state.tsafe:
+                state.tsafe = event.ts
+            for delegator in state.delegators.values():
+                delegator.update_tsafe(event.ts, offset)
+            return
+        delegator = await self._delegator(state, event.collection_id, event.vchannel)
+        if delegator is None:
+            self.skipped_events += 1  # the collection is dropped: its rows are never served
+            return
+        if delegator.process_insert(event, offset):
+            self.applied_events += 1
+
+    async def _collection(self, collection_id: int) -> CollectionInfo | None:
+        view = await self.cache.view()
+        info = view.collections.get(collection_id)
+        if info is None:
+            info = (await self.cache.refresh()).collections.get(collection_id)
+        return info
+
+    async def _delegator(self, state: PChannelState, collection_id: int, vchannel: str) -> ShardDelegator | None:
+        delegator = state.delegators.get(vchannel)
+        if delegator is not None:
+            return delegator
+        info = await self._collection(collection_id)
+        if info is None or vchannel not in info.vchannels:
+            return None
+        delegator = state.delegators.get(vchannel)  # another coroutine may have made it meanwhile
+        if delegator is None:
+            delegator = ShardDelegator(vchannel, info, self.worker)
+            delegator.update_tsafe(state.tsafe, state.position)
+            state.delegators[vchannel] = delegator
+        return delegator
+
+    # ------------------------------------------------------------------ serving
+
+    async def _prepare(self, request: SearchRequest | QueryRequest) -> Prepared:
+        try:
+            return prepare(request, await self.cache.view())
+        except CollectionNotFound:
+            return prepare(request, await self.cache.refresh())  # created after the cached view
+
+    async def serve(self, request: SearchRequest | QueryRequest, answer_unowned: bool,
+                    session_ts: int = 0) -> list[SearchResult | QueryResult]:
+        """One result per addressed vchannel this node owns (and, if ``answer_unowned``, an error
+        result for each one it does not own). An error about the whole request is one result
+        with an empty vchannel. Never raises an OspreyError: errors travel as results."""
+        try:
+            prepared = await self._prepare(request)
+            guarantee = await guarantee_ts_of(request, prepared.info, self.tso, self.graceful_time_ms, session_ts)
+        except OspreyError as err:
+            return [self._error(request, "", err)]
+        wanted = request.vchannels or prepared.info.vchannels
+        jobs = []
+        results: list[SearchResult | QueryResult] = []
+        for vchannel in wanted:
+            pchannel = prepared.info.pchannels[prepared.info.vchannels.index(vchannel)]
+            state = self.pchannels.get(pchannel)
+            if state is None:
+                if answer_unowned:
+                    results.append(self._error(request, vchannel, ServiceUnavailable(
+                        f"vchannel {vchannel} is not served by query node {self.node_id}")))
+                continue
+            jobs.append(self._serve_shard(prepared, state, vchannel, guarantee))
+        results.extend(await asyncio.gather(*jobs))
+        return results
+
+    async def _serve_shard(self, prepared: Prepared, state: PChannelState, vchannel: str,
+                           guarantee: int) -> SearchResult | QueryResult:
+        request = prepared.request
+        try:
+            delegator = await self._delegator(state, prepared.info.collection_id, vchannel)
+            if delegator is None:
+                raise CollectionNotFound(f"collection not found[database=default][collection={prepared.info.collection_id}]")
+            timeout_s = request.timeout_ms / 1000
+            mask_of = mask_of_filter(prepared.filter)
+            if isinstance(request, SearchRequest):
+                hits = await delegator.search(prepared.queries, prepared.field, prepared.metric, prepared.top_k,
+                                              guarantee, timeout_s, mask_of, prepared.ef, prepared.partition_ids)
+                fields = self._hit_fields(delegator, prepared, hits, guarantee)
+                return search_result(request, vchannel, self.node_id, hits, fields)
+            if request.count or COUNT_STAR in request.output_fields:
+                count = await delegator.count(guarantee, timeout_s, mask_of, prepared.partition_ids)
+                return QueryResult(request_id=request.request_id, origin=request.origin, vchannel=vchannel,
+                                   node_id=self.node_id, count=count)
+            # each shard returns its first offset+limit rows in PK order; the asker merges and cuts
+            window = None if request.limit is None else request.offset + request.limit
+            rows = await delegator.query(guarantee, timeout_s, mask_of, prepared.output_fields[1:], window, 0,
+                                         prepared.partition_ids)
+            columns = _columns(prepared.info, rows)
+            return QueryResult(request_id=request.request_id, origin=request.origin, vchannel=vchannel,
+                               node_id=self.node_id, count=len(next(iter(rows.values()), [])), fields=columns)
+        except OspreyError as err:
+            return self._error(request, vchannel, err)
+
+    def _hit_fields(self, delegator: ShardDelegator, prepared: Prepared, hits: SearchHits, guarantee: int) -> list[Column]:
+        """Output field values of the real hits, in slot order (primary key excluded)."""
+        names = prepared.output_fields[1:]
+        if not names:
+            return []
+        valid = hits.valid_mask()
+        pks = hits.pks[valid]
+        if len(pks) == 0:
+            return _columns(prepared.info, {n: [] for n in names}, allow_empty=True)
+        wanted = np.unique(pks) if pks.dtype != object else np.array(sorted(set(pks.tolist())), dtype=object)
+        ts = delegator.read_ts(guarantee)
+        rows: dict[str, Any] = {}
+        for worker, ids in delegator.segments_by_worker(prepared.partition_ids).items():
+            part = worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), wanted), names)
+            for name, values in part.items():
+                rows.setdefault(name, []).append(values)
+        pk_name = prepared.info.collection_schema.primary_field.name
+        merged = {name: (np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [v for p in parts for v in p])
+                  for name, parts in rows.items()}
+        found = merged.get(pk_name, [])
+        where = {pk: i for i, pk in reversed(list(enumerate(found.tolist() if isinstance(found, np.ndarray) else found)))}
+        picks = [where[pk] for pk in pks.tolist()]
+        out = {}
+        for name in names:
+            values = merged[name]
+            out[name] = values[picks] if isinstance(values, np.ndarray) else [values[i] for i in picks]
+        return _columns(prepared.info, out, allow_empty=True)
+
+    def _error(self, request: SearchRequest | QueryRequest, vchannel: str, err: OspreyError) -> SearchResult | QueryResult:
+        kind = SearchResult if isinstance(request, SearchRequest) else QueryResult
+        return kind(request_id=request.request_id, origin=request.origin, vchannel=vchannel, node_id=self.node_id,
+                    code=err.code, reason=err.reason)
+
+    # ------------------------------------------------------------------ health
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "applied_events": self.applied_events,
+            "skipped_events": self.skipped_events,
+            "pchannels": {
+                name: {"tsafe": s.tsafe, "position": s.position,
+                       "vchannels": {v: d.health() for v, d in s.delegators.items()}}
+                for name, s in sorted(self.pchannels.items())
+            },
+        }
+
+
+def search_result(request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits,
+                  fields: list[Column]) -> SearchResult:
+    """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes)."""
+    pks = hits.pks.reshape(-1)
+    common = dict(request_id=request.request_id, origin=request.origin, vchannel=vchannel, node_id=node_id,
+                  nq=hits.nq, top_k=hits.k, counts=hits.counts.astype("<i8").tobytes(),
+                  distances=hits.distances.astype("<f4").tobytes(), fields=fields)
+    if hits.varchar_pks:
+        return SearchResult(str_pks=[None if p is None else str(p) for p in pks.tolist()], **common)
+    return SearchResult(int_pks=pks.astype("<i8").tobytes(), **common)
+
+
+def hits_of(result: SearchResult) -> SearchHits:
+    """The inverse of :func:`search_result` (fields aside)."""
+    shape = (result.nq, result.top_k)
+    distances = np.frombuffer(result.distances, dtype="<f4").reshape(shape).astype(np.float32)
+    counts = np.frombuffer(result.counts, dtype="<i8").astype(np.int64)
+    if result.str_pks is not None:
+        pks = np.array(result.str_pks, dtype=object).reshape(shape)
+    else:
+        pks = np.frombuffer(result.int_pks or b"", dtype="<i8").reshape(shape).astype(np.int64)
+    return SearchHits(pks, distances, counts)
+
+
+def _columns(info: CollectionInfo, rows: dict[str, Any], allow_empty: bool = False) -> list[Column]:
+    """Query rows (field -> values as Worker.query returns them) as event columns; JSON values are
+    sent as JSON text."""
+    schema = info.collection_schema
+    columns = []
+    for name, values in rows.items():
+        f = schema.field(name)
+        assert f is not None
+        if f.dtype is DataType.JSON:
+            values = [json.dumps(v) for v in values]
+        if f.dtype is DataType.FLOAT_VECTOR and len(values) == 0:
+            values = np.empty((0, f.dim or 0), np.float32)
+        columns.append(Column.of(f.field_id or 0, name, f.dtype, values, dim=f.dim))
+    return columns

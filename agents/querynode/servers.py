@@ -1,0 +1,172 @@
+"""The two ways requests reach a query node, both answered by :meth:`QueryNode.serve`.
+
+- :class:`DirectServer`: TCP, framed as in :mod:`streams.direct`; answers every addressed
+  vchannel (an error result for those this node does not own, so the proxy re-routes).
+- :class:`TopicServer`: follows every partition of ``dq-request`` (no consumer group: each query
+  node sees each request) and publishes on ``dq-result`` one result per addressed vchannel it
+  owns; vchannels owned elsewhere are answered by their owners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from schemas.codec import decode, encode
+from schemas.dq import DQ_REQUEST, QueryRequest, ResultBatch, SearchRequest
+from state.tso import add_ms
+from streams.direct import read_frame, write_frame
+from streams.kafka import make_consumer
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
+
+    from agents.querynode.node import QueryNode
+    from schemas.config import OspreyConfig
+    from streams.topics import Topics
+
+__all__ = ["DirectServer", "TopicServer"]
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+
+
+class DirectServer:
+    """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started."""
+
+    def __init__(self, node: "QueryNode", host: str, port: int = 0) -> None:
+        self.node = node
+        self.host, self.port = host, port
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.served = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            while True:
+                frame = await read_frame(reader)
+                request = decode(frame, DQ_REQUEST)
+                answer = asyncio.create_task(self._answer(request, writer))
+                self._tasks.add(answer)
+                answer.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # an undecodable frame: this connection's framing cannot be trusted
+            log.exception("querynode: bad frame on the direct path; closing the connection")
+        finally:
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _answer(self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter) -> None:
+        results = await self.node.serve(request, answer_unowned=True)
+        self.served += 1
+        if not writer.is_closing():
+            write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.drain()
+
+
+class TopicServer:
+    """Answers ``dq-request`` on ``dq-result``. Requests whose deadline (``ts + timeout_ms``) passed
+    before this server started are skipped: their askers gave up (Tansu's end offsets can be short,
+    so a few old records may be read again at start)."""
+
+    def __init__(self, config: "OspreyConfig", topics: "Topics", node: "QueryNode", producer: "AIOKafkaProducer") -> None:
+        self.config = config
+        self.topics = topics
+        self.node = node
+        self.producer = producer
+        self._reader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started_ts = 0
+        self.served = 0
+        self.skipped = 0
+
+    async def start(self) -> None:
+        self._started_ts = await self.node.tso.now()
+        self.consumer = make_consumer(self.config)
+        await self.consumer.start()
+        partitions = [TopicPartition(self.topics.dq_request, p)
+                      for p in sorted(self.consumer.partitions_for_topic(self.topics.dq_request) or {0})]
+        self.consumer.assign(partitions)
+        await self.consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await self.consumer.position(tp)
+        self._reader = asyncio.create_task(self._read(), name="querynode-dq-request")
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.consumer.stop()
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                async for record in self.consumer:
+                    self._dispatch(record)
+            except KafkaError as err:
+                log.warning("querynode: reading %s failed (%r); retrying", self.topics.dq_request, err)
+                await asyncio.sleep(RETRY_S)
+
+    def _dispatch(self, record: Any) -> None:
+        try:
+            request = decode(record.value, DQ_REQUEST)
+        except Exception:
+            log.warning("querynode: undecodable request at %s@%s skipped", record.topic, record.offset)
+            self.skipped += 1
+            return
+        if request.ts and add_ms(request.ts, request.timeout_ms) < self._started_ts:
+            self.skipped += 1
+            return
+        task = asyncio.create_task(self._answer(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, request: SearchRequest | QueryRequest) -> None:
+        results = await self.node.serve(request, answer_unowned=False)
+        for result in results:
+            try:
+                await self.producer.send_and_wait(self.topics.dq_result, encode(result), key=request.origin.encode())
+            except KafkaError as err:
+                log.warning("querynode: result of request %s not published (%r)", request.request_id, err)
+        self.served += 1
+
+    def health(self) -> dict[str, int]:
+        return {"served": self.served, "skipped": self.skipped, "in_flight": len(self._tasks)}

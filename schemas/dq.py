@@ -1,0 +1,121 @@
+"""Search and query events: requests on ``dq-request``, per-shard results on ``dq-result``.
+
+A request names its collection (by id from the proxy; by name from anyone publishing on
+``dq-request`` directly, resolved once by the query node), the shards (vchannels) it wants
+answers from (empty: every shard of the collection) and either a guarantee timestamp or a
+consistency level to derive one from. Every delegator serving one of those shards answers with
+one result for its vchannel, echoing ``request_id`` and ``origin`` so the asker can pick its own
+answers from the topic. Vectors, primary keys and distances travel as raw little-endian bytes
+(framed by :mod:`schemas.codec`), never as JSON lists. The direct proxy→query node path carries
+the same models (:class:`ResultBatch` answers one request with every shard's result).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.collection import ConsistencyLevel
+from schemas.dml import Column
+
+DEFAULT_TIMEOUT_MS = 10_000  # a request published without timeout_ms waits at most this long
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Request(_Event):
+    request_id: int
+    origin: str = Field("", description="who asked; echoed in every result so a reader can pick its own")
+    ts: int = Field(0, ge=0, description="TSO timestamp of the request (0: not stamped)")
+    collection_id: int = Field(0, ge=0, description="set by the proxy; 0 means: resolve collection_name")
+    collection_name: str = Field("", description="collection name or alias, for requests published directly")
+    vchannels: list[str] = Field(default_factory=list, description="shards to answer for; empty = every shard")
+    partition_ids: list[int] = Field(default_factory=list, description="partitions to read; empty = all")
+    partition_names: list[str] = Field(default_factory=list, description="resolved to partition_ids by the query node")
+    filter: str = ""
+    output_fields: list[str] = Field(default_factory=list)
+    consistency_level: ConsistencyLevel | None = Field(None, description="used when guarantee_ts is None")
+    guarantee_ts: int | None = Field(None, ge=0, description="serve once every row with ts <= this is applied; 0 = no wait")
+    timeout_ms: int = Field(DEFAULT_TIMEOUT_MS, ge=1, description="how long a delegator may wait for tsafe")
+
+
+class SearchRequest(_Request):
+    """ANN search of ``nq`` vectors (``vectors``: nq*dim float32) for the ``top_k`` nearest rows."""
+
+    kind: Literal["Search"] = "Search"
+    anns_field: str = Field("", description="vector field to search; empty = the collection's only one")
+    metric_type: str = "L2"
+    top_k: int
+    nq: int
+    dim: int
+    vectors: bytes
+    params: dict[str, Any] = Field(default_factory=dict, description="search params, e.g. {'ef': 64}")
+
+    def queries(self) -> np.ndarray:
+        """The query vectors as an (nq, dim) float32 array (zero-copy)."""
+        return np.frombuffer(self.vectors, dtype="<f4").reshape(self.nq, self.dim)
+
+
+class QueryRequest(_Request):
+    """Rows kept by ``filter`` in primary-key order, ``offset``/``limit`` applied; ``count`` asks for
+    the number of such rows only (``count(*)``)."""
+
+    kind: Literal["Query"] = "Query"
+    limit: int | None = None
+    offset: int = 0
+    count: bool = False
+
+
+DqRequest = Annotated[Union[SearchRequest, QueryRequest], Field(discriminator="kind")]
+DQ_REQUEST: TypeAdapter[SearchRequest | QueryRequest] = TypeAdapter(DqRequest)
+
+
+class _Result(_Event):
+    request_id: int
+    origin: str = ""
+    vchannel: str = Field("", description="the shard answered; empty on an error about the whole request")
+    node_id: int = 0
+    code: int = Field(0, description="0 success; else an OspreyError code (schemas.errors.from_status)")
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+class SearchResult(_Result):
+    """One shard's top-k: ``nq * top_k`` slots, row-major; slot ``j`` of query ``i`` is real when
+    ``j < counts[i]``. ``fields`` hold the output fields of the real slots only, in slot order."""
+
+    kind: Literal["SearchResult"] = "SearchResult"
+    nq: int = 0
+    top_k: int = 0
+    counts: bytes = b""  # int64 (nq,)
+    int_pks: bytes | None = None  # int64 (nq * top_k), INT64 primary keys
+    str_pks: list[str | None] | None = None  # VARCHAR primary keys, None on padding slots
+    distances: bytes = b""  # float32 (nq * top_k)
+    fields: list[Column] = Field(default_factory=list)
+
+
+class QueryResult(_Result):
+    """One shard's rows in primary-key order (the primary key first), or its ``count``."""
+
+    kind: Literal["QueryResult"] = "QueryResult"
+    count: int = 0
+    fields: list[Column] = Field(default_factory=list)
+
+
+DqResult = Annotated[Union[SearchResult, QueryResult], Field(discriminator="kind")]
+DQ_RESULT: TypeAdapter[SearchResult | QueryResult] = TypeAdapter(DqResult)
+
+
+class ResultBatch(_Event):
+    """The direct path's answer to one request: every addressed shard's result."""
+
+    kind: Literal["ResultBatch"] = "ResultBatch"
+    request_id: int
+    results: list[DqResult]

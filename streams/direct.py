@@ -1,0 +1,137 @@
+"""The direct proxy→query node path: the dq events over one TCP connection per node.
+
+Frames are ``u32 length (big-endian) | payload``; a request frame holds an encoded
+:class:`~schemas.dq.SearchRequest`/:class:`~schemas.dq.QueryRequest` (:mod:`schemas.codec`), the
+answer frame an encoded :class:`~schemas.dq.ResultBatch`. Requests are multiplexed: several may
+be in flight on a connection and answers come back in any order, matched by ``request_id``.
+Same models and same handler as the topic path (``dq-request``/``dq-result``), one hop less.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+
+from schemas.codec import decode, encode
+from schemas.dq import QueryRequest, ResultBatch, SearchRequest
+from schemas.errors import ServiceUnavailable
+
+__all__ = ["DirectClient", "DirectPool", "MAX_FRAME_BYTES", "read_frame", "write_frame"]
+
+log = logging.getLogger(__name__)
+
+FRAME_HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # a frame larger than this is a protocol error
+CONNECT_TIMEOUT_S = 2.0
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    """The next frame's payload; IncompleteReadError at the end of the stream."""
+    (length,) = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
+    if length > MAX_FRAME_BYTES:
+        raise ConnectionError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+    return await reader.readexactly(length)
+
+
+def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
+    """Queue one frame (a single write, so frames of concurrent senders never interleave)."""
+    writer.write(FRAME_HEADER.pack(len(payload)) + payload)
+
+
+class DirectClient:
+    """One connection to one query node's direct server; :meth:`call` sends a request and waits for
+    its :class:`ResultBatch`. A broken connection fails every pending call with ServiceUnavailable."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future[ResultBatch]] = {}
+        self._reading: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def connect(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        try:
+            self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as err:
+            self.closed = True
+            raise ServiceUnavailable(f"query node at {self.address} is unreachable ({err!r})") from None
+        self._reading = asyncio.create_task(self._read_loop(), name=f"direct-{self.address}")
+
+    async def call(self, request: SearchRequest | QueryRequest, timeout_s: float) -> ResultBatch:
+        if self.closed or self._writer is None:
+            raise ServiceUnavailable(f"connection to query node {self.address} is closed")
+        future: asyncio.Future[ResultBatch] = asyncio.get_running_loop().create_future()
+        self._pending[request.request_id] = future
+        try:
+            write_frame(self._writer, encode(request))
+            await self._writer.drain()
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            raise ServiceUnavailable(
+                f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s") from None
+        except (ConnectionError, OSError) as err:
+            self._fail(err)
+            raise ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})") from None
+        finally:
+            self._pending.pop(request.request_id, None)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                batch = decode(await read_frame(self._reader), ResultBatch)
+                future = self._pending.get(batch.request_id)
+                if future is not None and not future.done():
+                    future.set_result(batch)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as err:
+            self._fail(err)
+        except Exception as err:  # a malformed frame: the connection is unusable
+            log.exception("direct: bad frame from %s", self.address)
+            self._fail(err)
+
+    def _fail(self, err: BaseException) -> None:
+        self.closed = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})"))
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self._fail(ConnectionError("closed"))
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+
+class DirectPool:
+    """One :class:`DirectClient` per address, reconnected on first use after a failure."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, DirectClient] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, address: str) -> DirectClient:
+        client = self._clients.get(address)
+        if client is not None and not client.closed:
+            return client
+        async with self._locks.setdefault(address, asyncio.Lock()):
+            client = self._clients.get(address)
+            if client is None or client.closed:
+                client = DirectClient(address)
+                await client.connect()
+                self._clients[address] = client
+            return client
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
