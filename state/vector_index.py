@@ -33,7 +33,9 @@ HNSW_RANDOM_SEED = 100  # fixed level assignment (batches added with 2 threads s
 INDEX_GROWTH_FACTOR = 2  # resize_index to max(needed, GROWTH * capacity): amortized O(1) per row
 PARALLEL_ADD_MIN_ROWS = 1_000  # batches at least this big are added with ADD_THREADS threads
 ADD_THREADS = 2  # hnswlib add_items threads for big batches (2 CPU cores)
-QUERY_THREADS = 1  # searches are small; keep the other core for the event loop
+QUERY_THREADS = 1  # small searches: keep the other core for the event loop
+BATCH_QUERY_THREADS = 2  # a batch of at least PARALLEL_QUERY_MIN_NQ queries uses both cores
+PARALLEL_QUERY_MIN_NQ = 8
 LANE_ROWS = 32  # select_candidates pre-filter: columns per lane
 LANE_MIN_FACTOR = 4  # ... used only when there are at least 4 * k lanes
 INT64_PAD_PK = -1  # pk of a padding slot for an INT64 primary key (None for VARCHAR)
@@ -253,7 +255,8 @@ class VectorIndex:
         if ef != self._ef:
             self._index.set_ef(ef)
             self._ef = ef
-        labels, distances = self._index.knn_query(queries, k=int(k), num_threads=QUERY_THREADS)
+        threads = BATCH_QUERY_THREADS if len(queries) >= PARALLEL_QUERY_MIN_NQ else QUERY_THREADS
+        labels, distances = self._index.knn_query(queries, k=int(k), num_threads=threads)
         distances = np.asarray(distances, dtype=np.float32)
         if self.metric != METRIC_L2:
             distances = np.float32(1.0) - distances

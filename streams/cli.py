@@ -83,13 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="topic/key prefix (OSPREY_CLUSTER)")
     p.add_argument("--data-dir", help="data directory (OSPREY_DATA_DIR)")
     sub = p.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start the embedded broker, redis-server and the rootcoord worker")
+    up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord and a querynode worker")
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
     sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
     sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
+    sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
     sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis"])
@@ -199,6 +200,12 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
 
         os.environ.update(config.to_env())
         rootcoord_main()
+        return 0
+    if cmd == "querynode":
+        from agents.querynode.__main__ import main as querynode_main
+
+        os.environ.update(config.to_env())
+        querynode_main()
         return 0
     if cmd == "proxy":
         from streams.proxy_main import main as proxy_main

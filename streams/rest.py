@@ -386,6 +386,77 @@ def _alias(desc: AliasDescription) -> dict[str, Any]:
     }
 
 
+# -- entities (Milvus RESTful v2: entities/insert, search, query, get)
+def _list(body: Body, key: str, default: list[Any] | None = None) -> list[Any]:
+    value = body.raw(key)
+    if value is None:
+        if default is None:
+            raise InvalidParameter(body.path(key), "is required")
+        return default
+    if not isinstance(value, list):
+        raise InvalidParameter(body.path(key), "must be a list", value)
+    return value
+
+
+def _read_options(body: Body) -> dict[str, Any]:
+    options: dict[str, Any] = {"filter": body.string("filter", default=""),
+                               "output_fields": _list(body, "outputFields", []),
+                               "partition_names": _list(body, "partitionNames", [])}
+    level = body.raw("consistencyLevel")
+    if level is not None:
+        options["consistency_level"] = level
+    if body.has("guaranteeTimestamp"):
+        options["guarantee_timestamp"] = body.integer("guaranteeTimestamp", default=0)
+    return options
+
+
+def _parse_insert(body: Body) -> Parsed:
+    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
+                   "partition_name": body.string("partitionName", default="")})
+
+
+def _parse_search(body: Body) -> Parsed:
+    params = body.obj("searchParams")
+    search_params = {"metric_type": params.string("metricType", default="L2"), "params": dict(params.obj("params").data)}
+    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
+                   "limit": body.integer("limit", default=10), "anns_field": body.string("annsField", default=""),
+                   "search_params": search_params, **_read_options(body)},
+                  {"top_k": "limit", "anns_field": "annsField", "output_fields": "outputFields", "expr": "filter"})
+
+
+def _parse_query(body: Body) -> Parsed:
+    limit = body.integer("limit", default=-1, minimum=-1)
+    return Parsed({"collection_name": body.string("collectionName"), "limit": None if limit < 0 else limit,
+                   "offset": body.integer("offset", default=0), **_read_options(body)},
+                  {"output_fields": "outputFields", "expr": "filter"})
+
+
+def _parse_get(body: Body) -> Parsed:
+    ids = body.raw("id")
+    ids = ids if isinstance(ids, list) else [ids]
+    options = _read_options(body)
+    options.pop("filter")
+    return Parsed({"collection_name": body.string("collectionName"), "ids": ids, **options},
+                  {"output_fields": "outputFields", "ids": "id"})
+
+
+def _inserted(result: Any) -> dict[str, Any]:
+    return {"insertCount": result.insert_count, "insertIds": result.primary_keys, "timestamp": result.timestamp}
+
+
+def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Search hits flattened as Milvus's REST API returns them: one object per hit, with the
+    entity's fields inline (and ``query`` = the index of its query vector when nq > 1)."""
+    flat = []
+    for q, hits in enumerate(result):
+        for hit in hits:
+            row = {"id": hit["id"], "distance": hit["distance"], **hit["entity"]}
+            if len(result) > 1:
+                row["query"] = q
+            flat.append(row)
+    return flat
+
+
 # -- the endpoint table
 @dataclass(frozen=True)
 class Endpoint:
@@ -418,6 +489,10 @@ ENDPOINTS: dict[str, Endpoint] = {
     "aliases/alter": Endpoint("alter_alias", (ALIAS, COLLECTION), _altered),
     "aliases/describe": Endpoint("describe_alias", (ALIAS, AS_OF), _alias),
     "aliases/list": Endpoint("list_aliases", (ANY_COLLECTION, AS_OF), _same),
+    "entities/insert": Endpoint("insert", render=_inserted, parse=_parse_insert),
+    "entities/search": Endpoint("search", render=_hits, parse=_parse_search),
+    "entities/query": Endpoint("query", render=_same, parse=_parse_query),
+    "entities/get": Endpoint("get", render=_same, parse=_parse_get),
 }
 
 

@@ -9,11 +9,13 @@ from schemas.config import OspreyConfig
 from state.meta_table import META_PREFIX, MetaView
 from state.redis_client import connect
 from state.registry import NodeRegistry
+from state.shard_owners import ShardOwners
 from state.snapshot import SnapshotKV
+from state.status_board import StatusBoard
 from state.tso import TimestampOracle, parse_ts
 from streams.channels import pchannel_partition
 
-ROLES = ("rootcoord", "proxy")
+ROLES = ("rootcoord", "proxy", "querynode")
 
 
 async def status(config: OspreyConfig) -> dict[str, Any]:
@@ -29,6 +31,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         now = await tso.now()
         ticks = {k.decode(): int(v) for k, v in (await redis.hgetall(f"{ns}:timetick")).items()}
         now_ms = parse_ts(now)[0]
+        board = StatusBoard(redis, ns)
+        owners = await ShardOwners(redis, ns).owners()
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
@@ -38,6 +42,13 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 p: {"last_tick": ts, "lag_ms": now_ms - parse_ts(ts)[0]}
                 for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
+            "vchannels": _vchannels(await board.read("querynode"), now_ms),
+            "pchannel_owners": {p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))},
+            "proxies": {
+                pid: {"pchan_stats": doc.get("pchan_stats", {}), "last_ticks": doc.get("last_ticks", {}),
+                      "dq_router": doc.get("dq_router", {})}
+                for pid, doc in (await board.read("proxy")).items()
+            },
             "meta": {
                 "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
                 "aliases": {a.alias: a.collection_id for a in view.aliases.values()},
@@ -46,3 +57,19 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         }
     finally:
         await redis.aclose()
+
+
+def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
+    """Per vchannel: the query node delegating it, its tsafe and lag, and its growing segments
+    with row counts (from the status documents the query nodes publish every second)."""
+    out: dict[str, Any] = {}
+    for node_id, doc in querynodes.items():
+        for pchannel in doc.get("pchannels", {}).values():
+            for vchannel, d in pchannel.get("vchannels", {}).items():
+                tsafe = int(d.get("tsafe", 0))
+                out[vchannel] = {
+                    "querynode": node_id, "pchannel": d.get("pchannel"), "tsafe": tsafe,
+                    "tsafe_lag_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
+                    "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
+                }
+    return dict(sorted(out.items()))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.collection import DataType
+from schemas.collection import DYNAMIC_FIELD_NAME, DataType
 from schemas.dq import QueryRequest, SearchRequest
 from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
 from schemas.meta import CollectionInfo
@@ -21,7 +21,7 @@ from state.meta_table import MetaView
 from state.vector_index import check_top_k, normalize_metric
 from streams.expr import Filter, compile_filter
 
-__all__ = ["COUNT_STAR", "Prepared", "prepare", "resolve_collection"]
+__all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
 
 COUNT_STAR = "count(*)"
 SEARCH_PARAMS = frozenset({"ef", "nprobe", "radius", "range_filter"})  # accepted keys; ef is used, others ignored
@@ -74,8 +74,22 @@ def _partitions(request: SearchRequest | QueryRequest, info: CollectionInfo, vie
     return sorted(ids) if ids else None
 
 
-def _output_fields(names: list[str], info: CollectionInfo, allow_count: bool) -> list[str]:
+def dynamic_keys(names: list[str], info: CollectionInfo) -> list[str] | None:
+    """The output names that are keys of the dynamic field (Milvus returns them inline from
+    ``$meta``); None means every key (``*`` or ``$meta`` itself was asked for)."""
     schema = info.collection_schema
+    if schema.dynamic_field is None:
+        return []
+    if "*" in names or DYNAMIC_FIELD_NAME in names:
+        return None
+    return [n for n in names if n != COUNT_STAR and schema.field(n) is None]
+
+
+def _output_fields(names: list[str], info: CollectionInfo, allow_count: bool) -> list[str]:
+    """The fields to read: the primary key, then the named ones; a name that is no field reads
+    ``$meta`` when the dynamic field is on (a dynamic key), else is an error."""
+    schema = info.collection_schema
+    dynamic = schema.dynamic_field
     out = [schema.primary_field.name]
     for name in names:
         if not isinstance(name, str) or not name:
@@ -87,7 +101,9 @@ def _output_fields(names: list[str], info: CollectionInfo, allow_count: bool) ->
         expanded = [f.name for f in schema.fields] if name == "*" else [name]
         for each in expanded:
             if schema.field(each) is None:
-                raise InvalidParameter("output_fields", f"field '{each}' does not exist in the collection schema", each)
+                if dynamic is None:
+                    raise InvalidParameter("output_fields", f"field '{each}' does not exist in the collection schema", each)
+                each = dynamic.name
             if each not in out:
                 out.append(each)
     return out

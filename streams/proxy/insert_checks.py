@@ -19,6 +19,7 @@ from schemas.dml import NUMPY_DTYPE
 from schemas.errors import InvalidParameter
 
 MAX_JSON_BYTES = 65_536  # Milvus common.JSONMaxLength
+RULE_AUTO_ID_GIVEN = "must not be given: the primary key is auto_id and assigned by Osprey"
 
 Columns = dict[str, Any]
 
@@ -34,7 +35,7 @@ def columns_of(data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: Co
             continue
         if f.auto_id:
             if f.name in raw:
-                raise InvalidParameter(f.name, "must not be given: the primary key is auto_id and assigned by Osprey")
+                raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
             continue
         if f.name not in raw:
             raise InvalidParameter(f.name, "is required: every field of the schema must have a value for every row")
@@ -76,6 +77,9 @@ def _as_columns(data: Any, schema: CollectionSchema) -> tuple[dict[str, Any], in
                     if field is None or field.is_dynamic:
                         values.append(_MISSING)
                         continue
+                    if field.auto_id:  # some row gives the key: that row is the one breaking a rule
+                        given = next(j for j, r in enumerate(data) if name in r)
+                        raise InvalidParameter(name, f"{RULE_AUTO_ID_GIVEN}: row {given} has a value for it")
                     raise InvalidParameter(name, f"is required: row {i} has no value for it")
                 values.append(row[name])
             columns[name] = values

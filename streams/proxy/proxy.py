@@ -29,7 +29,7 @@ from state.idalloc import IdAllocator
 from state.redis_client import connect
 from state.registry import Lease, NodeRegistry
 from state.snapshot import SnapshotKV
-from state.tso import TimestampOracle
+from state.tso import TimestampOracle, add_ms
 from streams.kafka import make_consumer, make_producer
 from streams.proxy.ddl_task import DdlTask
 from streams.proxy.meta_cache import MetaCache
@@ -66,6 +66,7 @@ class Proxy:
         self._router: asyncio.Task[None] | None = None
         self._closers: list[Any] = []
         self._closing = asyncio.Event()
+        self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
         self.lease: Lease | None = None
 
     async def start(self) -> None:
@@ -103,6 +104,7 @@ class Proxy:
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
         self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms)
         now = await self.tso.now()
+        self._last_now = (now, time.monotonic())
         for partition in range(config.dml_partitions):
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
         self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
@@ -119,6 +121,7 @@ class Proxy:
 
     async def stop(self) -> None:
         self._closing.set()
+        self._tick_soon.set()
         ticking = getattr(self, "_ticking", None)
         if ticking is not None:
             try:
@@ -161,6 +164,18 @@ class Proxy:
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
         return result
 
+    def request_tick(self) -> None:
+        """Report the time tick now instead of at the end of the interval: a Strong read's
+        guarantee timestamp is only served once a tick above it reaches the delegators."""
+        self._tick_soon.set()
+
+    def approx_now(self) -> int:
+        """An estimate of the TSO's now without a round trip: the last TSO timestamp this proxy
+        took (every tick interval) plus the time elapsed since on this process's monotonic clock.
+        Never used where a true TSO timestamp is needed (writes, Strong reads)."""
+        ts, taken = self._last_now
+        return add_ms(ts, int((time.monotonic() - taken) * 1000))
+
     async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[list[dict[str, Any]]]:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
@@ -182,6 +197,7 @@ class Proxy:
         while not self._closing.is_set():
             try:
                 now, stats = await self.dm_stats.snapshot()
+                self._last_now = (now, time.monotonic())
                 ticks = self.ticker.tick(now, stats)
                 report = ProxyTimeTick(proxy_id=self.proxy_id, ticks=ticks)
                 await self.producer.send_and_wait(self.topics.proxy_tt, encode(report), key=str(self.proxy_id).encode())
@@ -190,11 +206,13 @@ class Proxy:
                     await self.status_board.publish(ROLE, self.proxy_id, self.health(), ttl_s=3 * STATUS_INTERVAL_S)
             except (KafkaError, RedisError) as err:
                 log.warning("proxy: time tick report failed (%r)", err)
-            try:  # sleep, but wake at once on stop (cancellation alone is not enough: a client
-                # library that swallows CancelledError would keep this loop alive)
-                await asyncio.wait_for(self._closing.wait(), interval_s)
+            try:  # sleep, but wake at once on stop or when a Strong read asks for a tick
+                # (cancellation alone is not enough: a client library that swallows
+                # CancelledError would keep this loop alive)
+                await asyncio.wait_for(self._tick_soon.wait(), interval_s)
             except asyncio.TimeoutError:
                 pass
+            self._tick_soon.clear()
 
     async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
         """Publish ``event`` on dd (acks=all) and wait for its reply, at most ``ddl_timeout_s``."""

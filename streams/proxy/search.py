@@ -23,14 +23,14 @@ import numpy as np
 from agents.querynode.node import hits_of
 from agents.querynode.worker import merge_query_results
 from schemas.codec import encode
-from schemas.collection import ConsistencyLevel, DataType
+from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, ServiceUnavailable, from_status
 from schemas.meta import CollectionInfo
 from state.shard_owners import ShardOwner
 from streams.proxy.consistency import guarantee_ts
-from streams.proxy.dq_checks import COUNT_STAR, Prepared, prepare
+from streams.proxy.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
 from streams.proxy.reduce import reduce_search_results
 from streams.proxy.task import Task
 
@@ -208,6 +208,17 @@ def _values(column: Column) -> Any:
     return column.array() if column.data is not None else list(column.texts or [])
 
 
+def _inline_dynamic(row: dict[str, Any], keys: list[str] | None) -> dict[str, Any]:
+    """``row`` with its ``$meta`` document replaced by the asked dynamic keys inline (all of them
+    for None), as Milvus returns dynamic fields; static fields win over same-named keys."""
+    meta = row.pop(DYNAMIC_FIELD_NAME, None)
+    if isinstance(meta, dict):
+        for key, value in meta.items():
+            if (keys is None or key in keys) and key not in row:
+                row[key] = value
+    return row
+
+
 def _py(value: Any) -> Any:
     return value.tolist() if isinstance(value, np.ndarray) else (value.item() if isinstance(value, np.generic) else value)
 
@@ -227,9 +238,21 @@ class _ReadTask(Task[Any]):
         self.given_guarantee = guarantee_timestamp
         self.timeout_ms = _timeout_ms(timeout, proxy.config.search_timeout_s)
 
+    async def on_enqueue(self, ids: Any, tso: Any) -> None:
+        """Only the request id: the timestamp depends on the consistency level (``_resolve``)."""
+        self.request_id = await ids.alloc()
+
     async def _resolve(self) -> CollectionInfo:
-        desc = await self.proxy.cache.get(self.collection_name)
-        return desc.info
+        """The collection (resolved once, by id from here on), and the request's timestamp: a fresh
+        TSO timestamp for Strong (it must follow every acknowledged write); otherwise the proxy's
+        estimate of now, which costs no round trip and only feeds Bounded's "now - graceful time"."""
+        info = (await self.proxy.cache.get(self.collection_name)).info
+        if self.given_guarantee is None and (self.level or info.consistency_level) is ConsistencyLevel.Strong:
+            self.ts = await self.proxy.tso.now()
+            self.proxy.request_tick()
+        else:
+            self.ts = self.proxy.approx_now()
+        return info
 
     def _guarantee(self, info: CollectionInfo) -> int:
         if self.given_guarantee is not None:
@@ -301,12 +324,14 @@ class SearchTask(_ReadTask):
                         pk = _py(part.pks[q, slot])
                         lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
                         row += 1
+        keys = dynamic_keys(self.output_fields, prepared.info)
         out = []
         for q in range(hits.nq):
             n = int(hits.counts[q])
             pks = hits.pks[q, :n].tolist()
             distances = hits.distances[q, :n].tolist()
-            out.append([{"id": pk, "distance": d, "entity": lookup[q].get(pk, {}) if names else {}}
+            out.append([{"id": pk, "distance": d,
+                         "entity": _inline_dynamic(dict(lookup[q].get(pk, {})), keys) if names else {}}
                         for pk, d in zip(pks, distances)])
         self.result = out
 
@@ -361,7 +386,8 @@ class QueryTask(_ReadTask):
             return
         merged = merge_query_results(parts, self.offset, self.limit)
         rows = len(merged[names[0]])
-        self.result = [{n: _py(merged[n][i]) for n in names} for i in range(rows)]
+        keys = dynamic_keys(self.output_fields, self.prepared.info)
+        self.result = [_inline_dynamic({n: _py(merged[n][i]) for n in names}, keys) for i in range(rows)]
 
 
 def _ids_filter(info: CollectionInfo, ids: Sequence[Any], expr: str) -> str:

@@ -1,4 +1,4 @@
-"""``honcho start`` runs every Procfile process (broker, redis, rootcoord, proxy) in the foreground:
+"""``honcho start`` runs every Procfile process (broker, redis, rootcoord, querynode, proxy) in the foreground:
 the REST front end answers DDL, and a SIGTERM to honcho's process group stops every child."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 HONCHO = ROOT / ".venv" / "bin" / "honcho"
-PROCFILE_NAMES = {"broker", "redis", "rootcoord", "proxy"}
+PROCFILE_NAMES = {"broker", "redis", "rootcoord", "querynode", "proxy"}
 READY_TIMEOUT_S = 60.0  # honcho start until the REST front end answers a DDL read
 POLL_INTERVAL_S = 0.5
 REQUEST_TIMEOUT_S = 40.0  # one REST call (a DDL waits for the rootcoord, ddl_timeout_s = 30 s)
@@ -147,6 +147,16 @@ def test_honcho_runs_the_procfile_and_stops_every_child(tmp_path: Path) -> None:
         assert post(url, "aliases/create", {"aliasName": alias, "collectionName": coll})["code"] == 0
         described = post(url, "collections/describe", {"collectionName": alias})
         assert described["data"]["collectionName"] == coll and described["data"]["aliases"] == [alias], described
+        rows = [{"id": i, "vector": [float(i)] * 8, "color": "red" if i % 2 else "blue"} for i in range(20)]
+        inserted = post(url, "entities/insert", {"collectionName": alias, "data": rows})
+        assert inserted["code"] == 0 and inserted["data"]["insertCount"] == 20, inserted
+        found = post(url, "entities/search", {"collectionName": alias, "data": [[7.0] * 8], "limit": 3,
+                                               "outputFields": ["color"], "consistencyLevel": "Strong"})
+        assert found["code"] == 0 and [h["id"] for h in found["data"]] == [7, 6, 8], found
+        assert found["data"][0]["color"] == "red", found
+        queried = post(url, "entities/query", {"collectionName": coll, "filter": 'color == "blue" and id < 6',
+                                               "consistencyLevel": "Strong"})
+        assert queried["code"] == 0 and [r["id"] for r in queried["data"]] == [0, 2, 4], queried
 
         children = descendants(honcho.pid)
         started = {m["name"]: int(m["pid"]) for m in STARTED.finditer(log.read_text(errors="replace"))}

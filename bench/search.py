@@ -1,0 +1,206 @@
+"""Search benchmark on the standard workload, against raw hnswlib and numpy in the same run.
+
+    .venv/bin/python -m bench.search              # 100,000 x 128, 1,000 queries (issue 3)
+    .venv/bin/python -m bench.search --rows 20000 # a quicker run
+
+Starts a private embedded stack (broker, redis-server, rootcoord, one querynode), inserts the
+workload through ``Client.insert``, and measures: insert rows/s to acknowledged and to
+searchable under Strong; sequential (nq=1) QPS with p50/p99 latency (Bounded, the Milvus default,
+and Strong); batched (nq=100) QPS; recall@10 against numpy's exact top-10; freshness (insert
+acknowledged -> visible to a Strong search) p50/p99. The same queries run against raw hnswlib
+(M16, efC200, ef64) in this process; Osprey's figures are printed as ratios to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import hnswlib
+import numpy as np
+
+from bench.common import Workload, embedded_stack, gaussian_mixture, percentile_ms, recall_at_k, write_results
+from schemas.config import OspreyConfig
+from streams.client import Client
+
+TOP_K = 10
+EF = 64
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 200
+BATCH_NQ = 100
+INSERT_BATCH_ROWS = 10_000
+FRESHNESS_TRIALS = 100
+SHARDS = 1  # the Milvus default (shards_num=1); one querynode serves it
+
+
+def bench_hnswlib(w: Workload, sequential: int) -> dict[str, Any]:
+    """Raw hnswlib in process: build rate, sequential and batched QPS, recall@10."""
+    dim = w.base.shape[1]
+    index = hnswlib.Index(space="l2", dim=dim)
+    index.init_index(max_elements=len(w.base), M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, random_seed=100)
+    started = time.perf_counter()
+    index.add_items(w.base, np.arange(len(w.base)))
+    build_s = time.perf_counter() - started
+    index.set_ef(EF)
+    latencies = []
+    for q in w.queries[:sequential]:
+        t = time.perf_counter()
+        index.knn_query(q[None, :], k=TOP_K)
+        latencies.append(time.perf_counter() - t)
+    started = time.perf_counter()
+    found = []
+    for lo in range(0, len(w.queries), BATCH_NQ):
+        labels, _ = index.knn_query(w.queries[lo : lo + BATCH_NQ], k=TOP_K)
+        found.extend(labels.tolist())
+    batched_s = time.perf_counter() - started
+    return {
+        "build_rows_per_s": len(w.base) / build_s,
+        "sequential_qps": len(latencies) / sum(latencies),
+        "sequential_p50_ms": percentile_ms(latencies, 50), "sequential_p99_ms": percentile_ms(latencies, 99),
+        "batched_qps": len(w.queries) / batched_s,
+        "recall_at_10": recall_at_k(found, w.truth),
+    }
+
+
+def bench_numpy(w: Workload, sequential: int) -> dict[str, Any]:
+    """numpy brute force: the exact reference's own speed."""
+    norms = (w.base * w.base).sum(axis=1)
+    latencies = []
+    for q in w.queries[: max(1, sequential // 10)]:
+        t = time.perf_counter()
+        d = norms - 2.0 * (w.base @ q)
+        np.argpartition(d, TOP_K)[:TOP_K]
+        latencies.append(time.perf_counter() - t)
+    return {"sequential_qps": len(latencies) / sum(latencies)}
+
+
+async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    schema = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
+                         {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": w.base.shape[1]}]}
+    async with Client(config) as client:
+        await client.create_collection("bench", schema, shards_num=SHARDS)
+        n = len(w.base)
+        started = time.perf_counter()
+        for lo in range(0, n, INSERT_BATCH_ROWS):
+            hi = min(n, lo + INSERT_BATCH_ROWS)
+            await client.insert("bench", {"id": np.arange(lo, hi), "vec": w.base[lo:hi]})
+        acked_s = time.perf_counter() - started
+        while await client.count("bench", consistency_level="Strong", timeout=60) < n:
+            await asyncio.sleep(0.05)
+        searchable_s = time.perf_counter() - started
+        out["insert_rows_per_s_acked"] = n / acked_s
+        out["insert_rows_per_s_searchable"] = n / searchable_s
+        print(f"  inserted {n} rows: {n / acked_s:,.0f} rows/s acknowledged, {n / searchable_s:,.0f} rows/s searchable")
+
+        params = {"metric_type": "L2", "params": {"ef": EF}}
+        for level in ("Bounded", "Strong"):
+            count = sequential if level == "Bounded" else max(20, sequential // 10)
+            for q in w.queries[:20]:  # warm the connections and caches
+                await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
+            latencies = []
+            for q in w.queries[:count]:
+                t = time.perf_counter()
+                await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
+                latencies.append(time.perf_counter() - t)
+            key = level.lower()
+            out[f"sequential_qps_{key}"] = len(latencies) / sum(latencies)
+            out[f"sequential_p50_ms_{key}"] = percentile_ms(latencies, 50)
+            out[f"sequential_p99_ms_{key}"] = percentile_ms(latencies, 99)
+            print(f"  sequential nq=1 {level}: {out[f'sequential_qps_{key}']:,.0f} QPS, "
+                  f"p50 {out[f'sequential_p50_ms_{key}']:.2f} ms, p99 {out[f'sequential_p99_ms_{key}']:.2f} ms")
+
+        found: list[list[int]] = []
+        started = time.perf_counter()
+        for lo in range(0, len(w.queries), BATCH_NQ):
+            hits = await client.search("bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params,
+                                       consistency_level="Bounded")
+            found.extend([h["id"] for h in per_query] for per_query in hits)
+        out["batched_qps"] = len(w.queries) / (time.perf_counter() - started)
+        out["recall_at_10"] = recall_at_k(found, w.truth)
+        print(f"  batched nq={BATCH_NQ}: {out['batched_qps']:,.0f} QPS, recall@10 {out['recall_at_10']:.4f}")
+
+        fresh = []
+        rng = np.random.default_rng(7)
+        for i in range(FRESHNESS_TRIALS):
+            vec = rng.normal(0, 1, (1, w.base.shape[1])).astype(np.float32)
+            pk = n + i
+            await client.insert("bench", {"id": [pk], "vec": vec})
+            acked = time.perf_counter()
+            while True:
+                hits = await client.search("bench", vec, limit=1, search_params=params, consistency_level="Strong")
+                if hits[0] and hits[0][0]["id"] == pk:
+                    break
+            fresh.append(time.perf_counter() - acked)
+        out["freshness_p50_ms"] = percentile_ms(fresh, 50)
+        out["freshness_p99_ms"] = percentile_ms(fresh, 99)
+        out["time_tick_interval_ms"] = config.time_tick_interval_ms
+        print(f"  freshness (ack -> visible, Strong): p50 {out['freshness_p50_ms']:.1f} ms, "
+              f"p99 {out['freshness_p99_ms']:.1f} ms (tick {config.time_tick_interval_ms} ms)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--queries", type=int, default=1_000)
+    parser.add_argument("--sequential", type=int, default=1_000, help="nq=1 searches timed per consistency level")
+    parser.add_argument("--dq-path", choices=("direct", "topic"), default="direct")
+    args = parser.parse_args(argv)
+
+    print(f"workload: {args.rows} x {args.dim} Gaussian mixture (seed 42, 256 centres), {args.queries} queries")
+    w = gaussian_mixture(args.rows, args.dim, args.queries, TOP_K)
+    print("raw hnswlib (M16, efC200, ef64), in process")
+    ref = bench_hnswlib(w, args.sequential)
+    print(f"  build {ref['build_rows_per_s']:,.0f} rows/s, sequential {ref['sequential_qps']:,.0f} QPS, "
+          f"batched {ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}")
+    brute = bench_numpy(w, args.sequential)
+    print(f"numpy brute force: {brute['sequential_qps']:,.0f} QPS (nq=1)")
+    print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode)")
+    with embedded_stack("search", dq_path=args.dq_path) as config:
+        osp = asyncio.run(bench_osprey(config, w, args.sequential))
+
+    ratios = {
+        "insert_acked_vs_hnswlib_build": osp["insert_rows_per_s_acked"] / ref["build_rows_per_s"],
+        "insert_searchable_vs_hnswlib_build": osp["insert_rows_per_s_searchable"] / ref["build_rows_per_s"],
+        "sequential_bounded_vs_hnswlib": osp["sequential_qps_bounded"] / ref["sequential_qps"],
+        "sequential_bounded_vs_numpy": osp["sequential_qps_bounded"] / brute["sequential_qps"],
+        "batched_vs_hnswlib": osp["batched_qps"] / ref["batched_qps"],
+        "recall_vs_hnswlib": osp["recall_at_10"] / ref["recall_at_10"],
+    }
+    print("ratios (osprey / reference)")
+    for name, value in ratios.items():
+        print(f"  {name:<38} {value:.3f}")
+    goals = {
+        "insert_acked_rows_per_s>=60000": osp["insert_rows_per_s_acked"] >= 60_000,
+        "sequential_qps>=600": osp["sequential_qps_bounded"] >= 600,
+        "batched>=0.8x_hnswlib": ratios["batched_vs_hnswlib"] >= 0.8,
+        "freshness_p99<=2_ticks": osp["freshness_p99_ms"] <= 2 * osp["time_tick_interval_ms"],
+    }
+    print("goals", goals)
+    results = {"args": vars(args), "hnswlib": ref, "numpy": brute, "osprey": osp, "ratios": ratios, "goals": goals}
+
+    def plot(plt: Any) -> Any:
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+        axes[0].bar(["osprey\nbounded", "osprey\nstrong", "hnswlib"],
+                    [osp["sequential_qps_bounded"], osp["sequential_qps_strong"], ref["sequential_qps"]])
+        axes[0].set_title("sequential QPS (nq=1)")
+        axes[0].set_yscale("log")
+        axes[1].bar(["osprey", "hnswlib"], [osp["batched_qps"], ref["batched_qps"]])
+        axes[1].set_title(f"batched QPS (nq={BATCH_NQ})")
+        axes[2].bar(["acked", "searchable", "hnswlib build"],
+                    [osp["insert_rows_per_s_acked"], osp["insert_rows_per_s_searchable"], ref["build_rows_per_s"]])
+        axes[2].set_title("insert rows/s")
+        fig.suptitle(f"bench.search: {args.rows} x {args.dim}, recall@10 osprey {osp['recall_at_10']:.3f} "
+                     f"/ hnswlib {ref['recall_at_10']:.3f}")
+        return fig
+
+    json_path, png_path = write_results("search", results, plot)
+    print(f"results: {json_path} {png_path}")
+
+
+if __name__ == "__main__":
+    main()
