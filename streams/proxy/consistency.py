@@ -11,7 +11,7 @@ A search or query is served once every row with ``ts <= guarantee`` is applied o
 from __future__ import annotations
 
 from schemas.collection import ConsistencyLevel
-from state.tso import add_ms
+from state.tso import add_ms, physical_ms
 
 __all__ = ["EVENTUALLY_TS", "guarantee_ts", "needs_now"]
 
@@ -28,7 +28,9 @@ def guarantee_ts(level: ConsistencyLevel, now_ts: int, graceful_time_ms: int, se
     if level is ConsistencyLevel.Strong:
         return now_ts
     if level is ConsistencyLevel.Bounded:
-        return max(add_ms(now_ts, -graceful_time_ms), 1)
+        if physical_ms(now_ts) <= graceful_time_ms:
+            return 1  # the lowest guarantee that still waits (0 means Eventually)
+        return add_ms(now_ts, -graceful_time_ms)
     if level is ConsistencyLevel.Session:
         return session_ts
     return EVENTUALLY_TS

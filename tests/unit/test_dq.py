@@ -1,0 +1,165 @@
+"""Search/query events and their shared checks without a broker: the wire round trip (codec and
+direct-path framing), guarantee timestamps per consistency level, and prepare()'s rules."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from schemas.codec import decode, encode
+from schemas.collection import ConsistencyLevel
+from schemas.dq import DQ_REQUEST, DQ_RESULT, QueryRequest, QueryResult, ResultBatch, SearchRequest
+from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
+from schemas.meta import PartitionInfo
+from state.meta_table import MetaView
+from state.tso import add_ms, compose_ts
+from state.vector_index import SearchHits
+from streams.direct import read_frame, write_frame
+from streams.proxy.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
+from streams.proxy.dq_checks import dynamic_keys, prepare
+from tests.unit.test_delegator import DIM, make_collection
+
+from agents.querynode.node import hits_of, search_result
+
+
+def view() -> MetaView:
+    info = make_collection()
+    v = MetaView()
+    v.collections[info.collection_id] = info
+    v.names[info.collection_name] = info.collection_id
+    v.partitions[info.collection_id] = {11: PartitionInfo(partition_id=11, partition_name="_default",
+                                                          collection_id=info.collection_id, created_ts=1)}
+    return v
+
+
+def search(**overrides: object) -> SearchRequest:
+    q = np.arange(2 * DIM, dtype=np.float32).reshape(2, DIM)
+    fields: dict[str, object] = dict(request_id=1, collection_id=9, top_k=5, nq=2, dim=DIM, vectors=q.tobytes())
+    fields.update(overrides)
+    return SearchRequest(**fields)  # type: ignore[arg-type]
+
+
+# -- wire
+
+
+def test_search_request_round_trips_with_raw_vectors() -> None:
+    request = search(filter="age > 3", output_fields=["tag"], params={"ef": 32}, consistency_level="Strong")
+    raw = encode(request)
+    assert request.vectors in raw  # the float32 bytes travel as they are, not as a JSON list
+    back = decode(raw, DQ_REQUEST)
+    assert back == request and isinstance(back, SearchRequest)
+    assert np.array_equal(back.queries(), np.arange(2 * DIM, dtype=np.float32).reshape(2, DIM))
+
+
+def test_search_result_round_trips_hits_int_and_varchar() -> None:
+    hits = SearchHits(np.array([[3, 1, -1]], np.int64), np.array([[0.5, 0.75, np.inf]], np.float32), np.array([2]))
+    result = decode(encode(search_result(search(), "v0", 4, hits, [])), DQ_RESULT)
+    assert isinstance(result, type(search_result(search(), "v0", 4, hits, [])))
+    back = hits_of(result)  # type: ignore[arg-type]
+    assert back.pks.tolist() == [[3, 1, -1]] and back.counts.tolist() == [2]
+    assert back.distances[0, :2].tolist() == [0.5, 0.75]
+    strs = SearchHits(np.array([["b", None]], dtype=object), np.array([[1.0, np.inf]], np.float32), np.array([1]))
+    back = hits_of(decode(encode(search_result(search(), "v0", 4, strs, [])), DQ_RESULT))  # type: ignore[arg-type]
+    assert back.pks.tolist() == [["b", None]]
+
+
+async def test_direct_frames_keep_their_boundaries() -> None:
+    got: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(3):
+            got.append(await read_frame(reader))
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    batch = ResultBatch(request_id=7, results=[QueryResult(request_id=7, vchannel="v", count=3)])
+    for payload in (b"", encode(batch), b"x" * 100_000):
+        write_frame(writer, payload)
+    await writer.drain()
+    for _ in range(100):
+        if len(got) == 3:
+            break
+        await asyncio.sleep(0.01)
+    writer.close()
+    server.close()
+    assert got[0] == b"" and decode(got[1], ResultBatch) == batch and got[2] == b"x" * 100_000
+
+
+# -- consistency
+
+
+def test_guarantee_timestamps_follow_the_level_definitions() -> None:
+    now = compose_ts(1_700_000_000_000, 5)
+    assert guarantee_ts(ConsistencyLevel.Strong, now, 5_000) == now
+    assert guarantee_ts(ConsistencyLevel.Bounded, now, 5_000) == add_ms(now, -5_000)
+    assert guarantee_ts(ConsistencyLevel.Session, now, 5_000, session_ts=123) == 123
+    assert guarantee_ts(ConsistencyLevel.Session, now, 5_000) == EVENTUALLY_TS  # no write yet: no wait
+    assert guarantee_ts(ConsistencyLevel.Eventually, now, 5_000, session_ts=9) == EVENTUALLY_TS
+    assert guarantee_ts(ConsistencyLevel.Bounded, compose_ts(10, 0), 5_000) == 1  # never 0 (= Eventually)
+    assert [needs_now(level) for level in ConsistencyLevel] == [True, True, False, False]
+
+
+# -- checks
+
+
+def test_prepare_search_resolves_by_name_or_id_and_keeps_ids_only() -> None:
+    by_id = prepare(search(), view())
+    by_name = prepare(search(collection_id=0, collection_name="c"), view())
+    assert by_id.info == by_name.info and by_id.field == "vec" and by_id.metric == "L2" and by_id.top_k == 5
+    assert prepare(search(partition_names=["_default"]), view()).partition_ids == [11]
+    assert prepare(search(output_fields=["*"]), view()).output_fields == ["id", "vec", "age", "tag", "doc", "$meta"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"dim": DIM + 1}, "data"),
+        ({"nq": 0, "vectors": b""}, "nq"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 16_385}, "top_k"),
+        ({"metric_type": "HAMMING"}, "metric_type"),
+        ({"anns_field": "age"}, "anns_field"),
+        ({"filter": "age >"}, "expr"),
+        ({"filter": "nope > 1 and"}, "expr"),
+        ({"params": {"ef": 0}}, "params.ef"),
+        ({"params": {"bogus": 1}}, "params.bogus"),
+        ({"output_fields": [""]}, "output_fields"),
+        ({"output_fields": ["count(*)"]}, "output_fields"),
+        ({"vchannels": ["other_0v"]}, "vchannels"),
+        ({"vectors": b"\x00" * 8}, "vectors"),
+        ({"vectors": np.full((2, DIM), np.nan, np.float32).tobytes()}, "data"),
+        ({"collection_id": 0, "collection_name": ""}, "collection_name"),
+    ],
+)
+def test_prepare_refuses_bad_searches_naming_field_and_rule(overrides: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidParameter) as info:
+        prepare(search(**overrides), view())
+    assert info.value.field == field and info.value.rule
+
+
+def test_prepare_refuses_unknown_collection_and_partition() -> None:
+    with pytest.raises(CollectionNotFound):
+        prepare(search(collection_id=404), view())
+    with pytest.raises(CollectionNotFound):
+        prepare(search(collection_id=0, collection_name="nope"), view())
+    with pytest.raises(PartitionNotFound):
+        prepare(search(partition_names=["nope"]), view())
+    with pytest.raises(PartitionNotFound):
+        prepare(search(partition_ids=[12345]), view())
+
+
+def test_output_fields_name_dynamic_keys_when_the_dynamic_field_is_on() -> None:
+    prepared = prepare(QueryRequest(request_id=1, collection_id=9, output_fields=["color", "age"]), view())
+    assert prepared.output_fields == ["id", "$meta", "age"]
+    info = view().collections[9]
+    assert dynamic_keys(["color", "age"], info) == ["color"]
+    assert dynamic_keys(["*"], info) is None
+    query = QueryRequest(request_id=1, collection_id=9, output_fields=["count(*)"], count=True)
+    assert prepare(query, view()).output_fields == ["id"]
+    with pytest.raises(InvalidParameter) as bad:
+        prepare(QueryRequest(request_id=1, collection_id=9, offset=-1), view())
+    assert bad.value.field == "offset"
