@@ -167,7 +167,8 @@ class Worker:
         parts = [self.segment(sid).search(queries, field, metric, top_k, ts,
                                           self._masks(self.segment(sid), mask_of), ef)
                  for sid in segment_ids]
-        return parts[0] if len(parts) == 1 else reduce_search_results(parts, top_k, metric)
+        # reduced even when there is one segment: a PK inserted twice is twice in its segment
+        return reduce_search_results(parts, top_k, metric)
 
     def query(self, segment_ids: Sequence[int], ts: int, mask_of: MaskOf | None = None,
               output_fields: Sequence[str] = (), limit: int | None = None, offset: int = 0) -> QueryResult:

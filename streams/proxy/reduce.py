@@ -33,6 +33,8 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
             raise InvalidParameter(f"parts[{i}]", f"must have nq={nq} rows and matching pks/distances/counts")
         if part.varchar_pks != varchar:
             raise InvalidParameter(f"parts[{i}]", "all parts must have the same primary key type")
+    if len(parts) == 1 and parts[0].k == top_k and _distinct_int_pks(parts[0]):
+        return parts[0]  # already the top-k, each PK once: nothing to merge (the common nq=1 case)
     pks = np.concatenate([p.pks for p in parts], axis=1)
     distances = np.concatenate([p.distances for p in parts], axis=1).astype(np.float32, copy=False)
     scores = scores_of(distances, metric)
@@ -59,3 +61,13 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
     out.distances[:, :kept] = np.where(real, chosen, out.distances[:, :kept])
     out.pks[:, :kept] = np.where(real, np.take_along_axis(pks, order, axis=1), out.pks[:, :kept])
     return SearchHits(out.pks, out.distances, counts)
+
+
+def _distinct_int_pks(hits: SearchHits) -> bool:
+    """True if ``hits`` has INT64 PKs and no query holds a PK twice (padding never counts). A real
+    PK equal to a padding sentinel only makes this False, which sends the caller the full way."""
+    if hits.varchar_pks:
+        return False
+    sentinels = np.iinfo(np.int64).min + np.arange(hits.k, dtype=np.int64)[None, :]
+    keys = np.sort(np.where(hits.valid_mask(), hits.pks, sentinels), axis=1)
+    return not bool((keys[:, 1:] == keys[:, :-1]).any())

@@ -171,3 +171,11 @@ def test_reduce_property(metric: str, top_k: int, parts: list[list[list[tuple[in
         built.append(hits_from_lists(rows, top_k, metric, False))
     got = reduce_search_results(built, top_k, metric)
     assert_reduced(got, [top(union[q], top_k, metric) for q in range(2)], top_k, metric)
+
+
+def test_one_part_with_a_repeated_pk_is_deduplicated_and_a_clean_one_returned_as_is() -> None:
+    dup = SearchHits(np.array([[5, 5, 7]], np.int64), np.array([[0.1, 0.2, 0.3]], np.float32), np.array([3]))
+    out = reduce_search_results([dup], 3, "L2")
+    assert out.pks[0, :2].tolist() == [5, 7] and out.counts.tolist() == [2]
+    clean = SearchHits(np.array([[5, 7, -1]], np.int64), np.array([[0.1, 0.3, np.inf]], np.float32), np.array([2]))
+    assert reduce_search_results([clean], 3, "L2") is clean
