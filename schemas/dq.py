@@ -81,6 +81,7 @@ class _Result(_Event):
     node_id: int = 0
     code: int = Field(0, description="0 success; else an OspreyError code (schemas.errors.from_status)")
     reason: str = ""
+    moved: bool = Field(False, description="this node does not serve the vchannel: ask its current owner")
 
     @property
     def ok(self) -> bool:

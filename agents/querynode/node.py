@@ -187,8 +187,9 @@ class QueryNode:
             state = self.pchannels.get(pchannel)
             if state is None:
                 if answer_unowned:
-                    results.append(self._error(request, vchannel, ServiceUnavailable(
-                        f"vchannel {vchannel} is not served by query node {self.node_id}")))
+                    moved = self._error(request, vchannel, ServiceUnavailable(
+                        f"vchannel {vchannel} is not served by query node {self.node_id}"))
+                    results.append(moved.model_copy(update={"moved": True}))
                 continue
             jobs.append(self._serve_shard(prepared, state, vchannel, guarantee))
         results.extend(await asyncio.gather(*jobs))

@@ -26,7 +26,7 @@ from schemas.codec import encode
 from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
-from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, ServiceUnavailable, from_status
+from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, from_status
 from schemas.meta import CollectionInfo
 from state.shard_owners import ShardOwner
 from streams.proxy.consistency import guarantee_ts
@@ -145,8 +145,8 @@ class DqRouter:
                 for result in outcome:
                     if not result.vchannel:  # the whole request was refused
                         raise from_status(result.code, result.reason)
-                    if result.code == ServiceUnavailable.code and time.monotonic() < deadline:
-                        last_error = result.reason  # not (or no longer) its owner, or waiting: ask again
+                    if result.moved:
+                        last_error = result.reason  # not (or no longer) its owner: ask the new one
                         continue
                     results[result.vchannel] = result
             pending = [v for v in info.vchannels if v not in results]

@@ -1,0 +1,70 @@
+"""Consistency levels when the time ticks stop (the rootcoord, which writes them, is stopped):
+Eventually answers at once from what is applied, Strong ends in the clear timeout error, Bounded
+answers until tsafe falls more than the graceful time behind, Session waits for the client's own
+last write. Ticks resume with the rootcoord and the waiting reads succeed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from schemas.errors import ServiceUnavailable
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DIM = 8
+SCHEMA = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
+                     {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM}]}
+SHORT_TIMEOUT_S = 1.5  # how long a read may wait for tsafe in this test
+GRACEFUL_S = 5.0  # OspreyConfig.graceful_time_ms default
+
+
+def vectors(ids: list[int]) -> np.ndarray:
+    return np.array([[float(i)] * DIM for i in ids], np.float32)
+
+
+async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
+    await client.create_collection("ticks", SCHEMA, shards_num=2, consistency_level="Strong")
+    await client.insert("ticks", {"id": [1, 2, 3], "vec": vectors([1, 2, 3])})
+    assert await client.count("ticks") == 3  # Strong: ticks flow
+
+    await asyncio.to_thread(rootcoord.stop)  # no more time ticks on any pchannel
+    stopped_at = time.monotonic()
+    await asyncio.sleep(0.3)  # the last ticks reach the querynode
+
+    started = time.monotonic()
+    assert await client.count("ticks", consistency_level="Eventually") == 3
+    assert time.monotonic() - started < 0.5, "Eventually must not wait"
+
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable) as err:
+        await client.search("ticks", vectors([1]), limit=1, consistency_level="Strong", timeout=SHORT_TIMEOUT_S)
+    waited = time.monotonic() - started
+    assert "tsafe" in err.value.reason and "time ticks may be stopped" in err.value.reason, err.value.reason
+    assert SHORT_TIMEOUT_S * 0.9 <= waited < SHORT_TIMEOUT_S + 3, waited
+
+    # Bounded reads at now - 5 s: served at once while tsafe is less than 5 s old ...
+    assert time.monotonic() - stopped_at < GRACEFUL_S - 1
+    assert await client.count("ticks", consistency_level="Bounded", timeout=SHORT_TIMEOUT_S) == 3
+
+    # ... Session waits for this client's last write, which no tick has covered yet
+    await client.insert("ticks", {"id": [4], "vec": vectors([4])})
+    with pytest.raises(ServiceUnavailable):
+        await client.count("ticks", consistency_level="Session", timeout=SHORT_TIMEOUT_S)
+    assert await client.count("ticks", consistency_level="Eventually") == 3  # row 4 is past tsafe
+
+    # ... and once tsafe is more than the graceful time old, Bounded waits too
+    pause = GRACEFUL_S + 0.5 - (time.monotonic() - stopped_at)
+    if pause > 0:
+        await asyncio.sleep(pause)
+    with pytest.raises(ServiceUnavailable):
+        await client.count("ticks", consistency_level="Bounded", timeout=SHORT_TIMEOUT_S)
+
+    await asyncio.to_thread(rootcoord.start)  # ticks resume: every level is served again, row 4 included
+    assert await client.count("ticks", consistency_level="Strong", timeout=30) == 4
+    assert await client.count("ticks", consistency_level="Session") == 4
+    hits = await client.search("ticks", vectors([4]), limit=1, consistency_level="Strong")
+    assert hits[0][0]["id"] == 4
