@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError
 
@@ -193,7 +195,12 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
             from streams.status import status
 
             _print(cluster.status())
-            _print(asyncio.run(status(config)))
+            try:
+                _print(asyncio.run(status(config)))
+            except (OSError, RedisConnectionError) as err:
+                print(f"osprey status: Redis at {config.redis} is not reachable ({err}); is the stack up? (./osprey up)",
+                      file=sys.stderr)
+                return 1
         return 0
     if cmd == "rootcoord":
         from agents.rootcoord.__main__ import main as rootcoord_main

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
+
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError
 from streams.client import Client
 from streams.cluster import LocalCluster
+from streams.status import status
 
 DIM = 8
 SCHEMA = {
@@ -64,6 +67,32 @@ async def walkthrough(client: Client) -> None:
     say(f"describe {a}: aliases", (await client.describe_collection(a)).aliases)
     say(f"describe {b}: aliases", (await client.describe_collection(b)).aliases)
     say(f"describe {z} as of before the flip", (await client.describe_alias(z, as_of=before_flip)).collection_name)
+
+    print("data path: insert, time tick, search and query through the alias")
+    rng = np.random.default_rng(42)
+    titles = ["dune", "emma", "ulysses", "beloved", "dracula", "walden"]
+    vecs = rng.standard_normal((len(titles), DIM)).astype(np.float32)
+    rows = [{"title": t, "embedding": v, "year": 1800 + 37 * i} for i, (t, v) in enumerate(zip(titles, vecs))]
+    inserted = await client.insert(z, rows)
+    say(f"insert {len(rows)} rows into {z} (auto id)", f"ids {inserted.primary_keys[0]}..; ts {inserted.timestamp}")
+    hits = await client.search(z, vecs[2:3], limit=3, output_fields=["title", "year"], consistency_level="Strong")
+    say("search Strong for ulysses' vector, top 3", [(h["entity"]["title"], round(h["distance"], 3)) for h in hits[0]])
+    rows_found = await client.query(z, filter='year > 1850 and title like "d%"', output_fields=["title", "year"],
+                                    consistency_level="Strong")
+    say('query year > 1850 and title like "d%"', [(r["title"], r["year"]) for r in rows_found])
+    say("count(*) Strong / Eventually", (await client.count(z, consistency_level="Strong"),
+                                         await client.count(z, consistency_level="Eventually")))
+    await asyncio.sleep(1.2)  # query nodes publish their status every second
+    cluster_status = await status(client.config)
+    cid_b = (await client.describe_collection(b)).info.collection_id
+    for vchannel, shard in cluster_status["vchannels"].items():
+        if vchannel.startswith(f"{cid_b}_"):
+            say(f"  ./osprey status: {vchannel}", f"querynode {shard['querynode']}, tsafe age {shard['tsafe_age_ms']} ms, "
+                f"growing segments {shard['growing_segments']}")
+    try:
+        await client.search(z, [[0.0] * (DIM + 1)], limit=3)
+    except OspreyError as err:
+        say("search with a wrong dim", f"refused ({err.code}): {err.reason}")
 
     print("rules")
     for what, call in (

@@ -60,8 +60,9 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
 
 
 def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
-    """Per vchannel: the query node delegating it, its tsafe and lag, and its growing segments
-    with row counts (from the status documents the query nodes publish every second)."""
+    """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
+    nodes publish these documents every second, so the age includes up to a second of staleness),
+    and its growing segments with row counts."""
     out: dict[str, Any] = {}
     for node_id, doc in querynodes.items():
         for pchannel in doc.get("pchannels", {}).values():
@@ -69,7 +70,7 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
                 tsafe = int(d.get("tsafe", 0))
                 out[vchannel] = {
                     "querynode": node_id, "pchannel": d.get("pchannel"), "tsafe": tsafe,
-                    "tsafe_lag_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
+                    "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
                     "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
                 }
     return dict(sorted(out.items()))
