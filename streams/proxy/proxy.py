@@ -102,7 +102,7 @@ class Proxy:
         self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns))
         self.dm_stats = DmTaskStats(self.tso.now)
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
-        self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms)
+        self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms, idle_reports_now=True)
         now = await self.tso.now()
         self._last_now = (now, time.monotonic())
         for partition in range(config.dml_partitions):

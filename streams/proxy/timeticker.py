@@ -25,6 +25,12 @@ One clamp beyond the seed: with no task in flight, the seed reports ``current``,
 previous round's ``now + interval``; if rounds come faster than the interval that exceeds this
 round's ``now``, and a task entering right after the snapshot could get a smaller timestamp. So the
 report is ``min(current, now)``, never above a timestamp every later task exceeds.
+
+And one option (``idle_reports_now``, which the proxy uses): an idle pchannel reports ``now``
+itself. The seed's ``current`` is the previous round's ``now``, so a tick above a timestamp
+``g`` (what a Strong read waits for) needed two rounds after ``g``; with the shared lock a task
+missing from the snapshot takes its timestamp after ``now``, so ``now`` is already safe, and the
+tick comes one round (up to one interval) earlier.
 """
 
 from __future__ import annotations
@@ -130,8 +136,12 @@ class ChannelsTimeTicker:
     """channelsTimeTicker (seed 001 §6.6.3): per pchannel the tick that can be reported
     (``min_ts_statistics``) and the next candidate (``currents``)."""
 
-    def __init__(self, interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, idle_reports_now: bool = False) -> None:
+        """``idle_reports_now``: a pchannel with no task in flight reports this round's ``now``
+        rather than the seed's ``current`` (the previous round's). Safe only with
+        :class:`DmTaskStats` (module doc); it makes a tick above a given timestamp one round earlier."""
         self.interval_ms = interval_ms
+        self.idle_reports_now = idle_reports_now
         self.currents: dict[str, int] = {}
         self.min_ts_statistics: dict[str, int] = {}
 
@@ -154,7 +164,7 @@ class ChannelsTimeTicker:
         for pchannel, current in list(self.currents.items()):
             stat = stats.get(pchannel)
             if stat is None:
-                self.min_ts_statistics[pchannel] = min(current, now)
+                self.min_ts_statistics[pchannel] = now if self.idle_reports_now else min(current, now)
                 self.currents[pchannel] = now
             elif stat.min_ts > current:
                 self.min_ts_statistics[pchannel] = min(stat.min_ts, now)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from state.tso import ts_from_ms as ts
 from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats, PChanStatistics, PChanStats
 
@@ -46,6 +48,16 @@ def test_idle_channel_reports_the_previous_candidate_then_follows_now() -> None:
     assert ticker.currents[A] == ts(1050)
     # step 2: still idle -> report 1050 (the previous now)
     assert ticker.tick(ts(1100), {}) == {A: ts(1050)}
+
+
+def test_idle_channel_reports_now_when_asked_to() -> None:
+    """The proxy's option: an idle pchannel reports this round's now (safe with DmTaskStats' lock)."""
+    ticker = ChannelsTimeTicker(INTERVAL_MS, idle_reports_now=True)
+    ticker.add_pchan(A, ts(1000))
+    assert ticker.tick(ts(1050), {}) == {A: ts(1050)}
+    # a task at 1055 in flight: minTs 1055 > current 1050 -> min(minTs, now) = 1055
+    assert ticker.tick(ts(1060), {A: PChanStatistics(ts(1055), ts(1055))}) == {A: ts(1055)}
+    assert ticker.tick(ts(1100), {}) == {A: ts(1100)}
 
 
 def test_in_flight_task_holds_the_tick_below_its_timestamp() -> None:
@@ -89,7 +101,8 @@ def test_channels_are_independent_and_removable() -> None:
     assert ticker.tick(ts(1100), {}) == {B: ts(1000)}
 
 
-async def test_reported_tick_never_passes_an_unacknowledged_task() -> None:
+@pytest.mark.parametrize("idle_reports_now", [False, True])
+async def test_reported_tick_never_passes_an_unacknowledged_task(idle_reports_now: bool) -> None:
     """Tasks enter (taking a timestamp) and leave while the ticker runs: at every report, every
     task still in flight on the pchannel has a timestamp >= the reported tick. A task counts as in
     flight from the moment the oracle issues its timestamp, while the reply is still on its way."""
@@ -107,7 +120,7 @@ async def test_reported_tick_never_passes_an_unacknowledged_task() -> None:
         return value
 
     stats = DmTaskStats(now)
-    ticker = ChannelsTimeTicker(INTERVAL_MS)
+    ticker = ChannelsTimeTicker(INTERVAL_MS, idle_reports_now=idle_reports_now)
     ticker.add_pchan(A, ts(999))
     violations: list[tuple[int, int]] = []
 
