@@ -105,6 +105,7 @@ class QueryNodeRuntime:
         if self.node is None:
             return {"started": False}
         return {**self.node.health(), "address": self.direct.address, "direct_served": self.direct.served,
+                "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
                 "topic": self.topic_server.health(), "worker": self.node.worker.health()["rows"]}
 
     async def stop(self) -> None:

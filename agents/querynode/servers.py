@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import TopicPartition
@@ -46,6 +47,7 @@ class DirectServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.served = 0
+        self.serve_s = 0.0  # total seconds from a request's frame read to its answer written
 
     @property
     def address(self) -> str:
@@ -73,7 +75,7 @@ class DirectServer:
             while True:
                 frame = await read_frame(reader)
                 request = decode(frame, DQ_REQUEST)
-                answer = asyncio.create_task(self._answer(request, writer))
+                answer = asyncio.create_task(self._answer(request, writer, time.perf_counter()))
                 self._tasks.add(answer)
                 answer.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -87,11 +89,12 @@ class DirectServer:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _answer(self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float) -> None:
         results = await self.node.serve(request, answer_unowned=True)
-        self.served += 1
         if not writer.is_closing():
             write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
+            self.served += 1
+            self.serve_s += time.perf_counter() - read_at
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
 

@@ -70,7 +70,8 @@ class RootCoordRuntime:
             registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
             lease = await registry.register_process(ROLE, node_id)
             self._closers.insert(0, lease.stop)
-            timetick = TimeTickAgent(config, redis, tso, registry, producer)
+            timetick = TimeTickAgent(config, redis, tso, registry, producer,
+                                     in_use=lambda: core.view.pchannels_in_use())
             await timetick.start()
             self._closers.insert(0, timetick.stop)  # before the producer and Redis close
             self.timetick = timetick

@@ -20,6 +20,11 @@ skipped. The last ticks are saved in Redis (``<cluster>:timetick``) *before* the
 restarted rootcoord, whose proxy-tt consumer may resume from an older committed offset (reports
 lower than those it used before), never writes a tick below or equal to one it may have written.
 A tick is only a lower bound, so skipping a round (errors, nothing advanced) is always safe.
+
+Only pchannels in use (some collection's vchannel maps to them) get ticks, as Milvus's rootcoord
+sends ticks to the dml channels collections hold: an unused pchannel has no reader, and ticking
+all of them (16 x 20/s by default) costs every process CPU for nothing. A pchannel that comes into
+use gets the current minimum at the next round, above anything written before.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
@@ -121,8 +126,11 @@ class TimeTickAgent:
         tso: TimestampOracle,
         registry: NodeRegistry,
         producer: AIOKafkaProducer,
+        in_use: Callable[[], Collection[str]] | None = None,
     ) -> None:
+        """``in_use``: the pchannels that get ticks (None: all of them)."""
         self.config = config
+        self._in_use = in_use
         self.topic = Topics.of(config).dml
         self.key = f"{config.cluster}:timetick"
         self.sync = TimeTickSync(pchannel_name(self.topic, i) for i in range(config.dml_partitions))
@@ -176,6 +184,9 @@ class TimeTickAgent:
         live = set(await self._registry.alive(PROXY_ROLE))
         self._live = live
         advanced = self.sync.advanced(self.sync.ticks(live, tso_now))
+        if self._in_use is not None:
+            wanted = set(self._in_use())
+            advanced = {p: ts for p, ts in advanced.items() if p in wanted}
         if advanced:
             await self._redis.hset(self.key, mapping={p: str(ts) for p, ts in advanced.items()})
             self.sync.mark_published(advanced)

@@ -53,19 +53,23 @@ def rows(n: int, seed: int = 0, **extra: Any) -> list[dict[str, Any]]:
 
 async def insert_events(client: Client, collection_id: int, budget_s: float = 30.0) -> list[tuple[int, int, InsertEvent]]:
     """(partition, size in bytes, event) of every Insert event of a collection acknowledged before
-    this call. Each dml partition is read until a time tick above a fresh TSO marker: by the tick
-    contract every earlier insert on that partition precedes it (dml never goes idle: ticks flow)."""
+    this call. Each dml partition the collection uses is read until a time tick above a fresh TSO
+    marker: by the tick contract every earlier insert on that partition precedes it (a pchannel in
+    use never goes idle: ticks flow)."""
     config, topic = client.config, client.proxy.topics.dml
     marker = await client.now()
-    return await asyncio.to_thread(_read_until_ticks, config, topic, collection_id, marker, budget_s)
+    info = (await client.proxy.cache.refresh()).collections[collection_id]
+    partitions = sorted({pchannel_partition(p) for p in info.pchannels})
+    return await asyncio.to_thread(_read_until_ticks, config, topic, collection_id, marker, budget_s, partitions)
 
 
-def _read_until_ticks(config: OspreyConfig, topic: str, collection_id: int, marker: int, budget_s: float) -> list[tuple[int, int, InsertEvent]]:
+def _read_until_ticks(config: OspreyConfig, topic: str, collection_id: int, marker: int, budget_s: float,
+                      partitions: list[int]) -> list[tuple[int, int, InsertEvent]]:
     consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False, max_partition_fetch_bytes=4 * 1024 * 1024)
-    parts = [TopicPartition(topic, p) for p in range(config.dml_partitions)]
+    parts = [TopicPartition(topic, p) for p in partitions]
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
-    waiting = set(range(config.dml_partitions))
+    waiting = set(partitions)
     out = []
     deadline = time.monotonic() + budget_s
     while waiting and time.monotonic() < deadline:

@@ -2,7 +2,8 @@
 proxy reports published on proxy-tt with a plain producer, and the dml partitions read back from
 the beginning with a plain consumer.
 
-What is checked: with no live proxy every partition gets TimeTicks that advance from the TSO; with
+What is checked (every partition in use by a collection; unused ones get no ticks): with no live
+proxy every partition gets TimeTicks that advance from the TSO; with
 live proxies each partition's tick is the min of their latest reports and never passes it; a
 pchannel some live proxy has not reported is held; a dead proxy's reports stop counting; after the
 last lease stops, ticks advance from the TSO again. Ticks per partition are strictly increasing.
@@ -93,8 +94,21 @@ async def cluster_redis(module_config: OspreyConfig, rootcoord: WorkerProcess) -
     await client.aclose()
 
 
+EVERYWHERE = "ticks_everywhere"
+
+
 @pytest.fixture
-def dml_ticks(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator[DmlTicks]:
+async def every_pchannel_in_use(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
+    """Ticks go to the pchannels in use only: one collection with a shard on every dml partition."""
+    async with Client(module_config) as client:
+        if not await client.has_collection(EVERYWHERE):
+            await client.create_collection(EVERYWHERE, schema(), shards_num=module_config.dml_partitions)
+        pchannels = (await client.describe_collection(EVERYWHERE)).info.pchannels
+    assert len(set(pchannels)) == module_config.dml_partitions
+
+
+@pytest.fixture
+def dml_ticks(module_config: OspreyConfig, rootcoord: WorkerProcess, every_pchannel_in_use: None) -> Iterator[DmlTicks]:
     reader = DmlTicks(module_config)
     yield reader
     reader.close()
