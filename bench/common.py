@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -80,6 +81,11 @@ def embedded_stack(name: str, **overrides: Any) -> Iterator[OspreyConfig]:
         try:
             cluster.up()
             yield config
+        except BaseException:
+            kept = Path(tempfile.gettempdir()) / f"osprey-bench-{name}-logs-{time.strftime('%H%M%S')}"
+            shutil.copytree(Path(tmp) / "logs", kept, dirs_exist_ok=True)
+            print(f"benchmark failed; the processes' logs are in {kept}")
+            raise
         finally:
             cluster.down()
 
