@@ -21,7 +21,7 @@ import numpy as np
 
 from schemas.config import OspreyConfig
 from streams.cluster import LocalCluster
-from streams.stack import free_port
+from streams.stack import EmbeddedProcess, free_port
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SEED = 42
@@ -69,7 +69,9 @@ def percentile_ms(samples_s: list[float], p: float) -> float:
 
 @contextmanager
 def embedded_stack(name: str, **overrides: Any) -> Iterator[OspreyConfig]:
-    """A private broker, redis-server, rootcoord and querynode on free loopback ports; stopped after."""
+    """A private broker, redis-server, rootcoord and querynode on free loopback ports; stopped after
+    (and killed with the benchmark process if it is killed: no orphan skews the next run)."""
+    EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
             "kafka": f"127.0.0.1:{free_port()}", "redis": f"redis://127.0.0.1:{free_port()}/0",

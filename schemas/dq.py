@@ -103,7 +103,9 @@ class SearchResult(_Result):
 
 
 class QueryResult(_Result):
-    """One shard's rows in primary-key order (the primary key first), or its ``count``."""
+    """One shard's rows in primary-key order (the primary key first), or its ``count``. With a
+    ``limit``, each shard returns its first ``offset + limit`` rows: the asker merges the shards'
+    rows by primary key, then skips ``offset`` and keeps ``limit`` (the proxy does)."""
 
     kind: Literal["QueryResult"] = "QueryResult"
     count: int = 0

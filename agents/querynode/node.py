@@ -195,6 +195,16 @@ class QueryNode:
         results.extend(await asyncio.gather(*jobs))
         return results
 
+    async def serve_safely(self, request: SearchRequest | QueryRequest, answer_unowned: bool,
+                           session_ts: int = 0) -> list[SearchResult | QueryResult]:
+        """:meth:`serve`, with an unexpected failure (a bug) answered as an internal error (code 5)
+        naming the request instead of leaving the asker waiting until its deadline."""
+        try:
+            return await self.serve(request, answer_unowned, session_ts)
+        except Exception as exc:
+            log.exception("querynode: request %s failed", request.request_id)
+            return [self._error(request, "", OspreyError(f"internal error in query node {self.node_id}: {exc!r}"))]
+
     async def _serve_shard(self, prepared: Prepared, state: PChannelState, vchannel: str,
                            guarantee: int) -> SearchResult | QueryResult:
         request = prepared.request

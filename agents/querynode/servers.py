@@ -90,7 +90,7 @@ class DirectServer:
                 self._tasks.discard(task)
 
     async def _answer(self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float) -> None:
-        results = await self.node.serve(request, answer_unowned=True)
+        results = await self.node.serve_safely(request, answer_unowned=True)
         if not writer.is_closing():
             write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
             self.served += 1
@@ -163,7 +163,7 @@ class TopicServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, request: SearchRequest | QueryRequest) -> None:
-        results = await self.node.serve(request, answer_unowned=False)
+        results = await self.node.serve_safely(request, answer_unowned=False)
         for result in results:
             try:
                 await self.producer.send_and_wait(self.topics.dq_result, encode(result), key=request.origin.encode())

@@ -12,6 +12,7 @@ offset/limit (or a sum for ``count(*)``) for a query.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -300,11 +301,10 @@ class SearchTask(_ReadTask):
             metric_type=str(self.metric), top_k=self.limit, nq=self.queries.shape[0], dim=self.queries.shape[1],
             vectors=self.queries.astype("<f4", copy=False).tobytes(), params=self.params,
         )
-        self.prepared = await self._check(request)
-        request = request.model_copy(update={"partition_ids": self.prepared.partition_ids or [], "partition_names": []})
-        self.prepared = Prepared(request, *[getattr(self.prepared, f) for f in
-                                            ("info", "partition_ids", "filter", "output_fields", "field", "metric",
-                                             "top_k", "queries", "ef")])
+        prepared = await self._check(request)
+        # partitions travel as ids (resolved here, once)
+        request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
+        self.prepared = dataclasses.replace(prepared, request=request)
 
     async def post_execute(self) -> None:
         prepared = self.prepared
@@ -372,7 +372,7 @@ class QueryTask(_ReadTask):
         )
         prepared = await self._check(request)
         request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
-        self.prepared = Prepared(request, prepared.info, prepared.partition_ids, prepared.filter, prepared.output_fields)
+        self.prepared = dataclasses.replace(prepared, request=request)
 
     async def post_execute(self) -> None:
         if self.count_only:
