@@ -21,7 +21,7 @@ from agents.worker import make_app
 from schemas.config import OspreyConfig
 from state.idalloc import IdAllocator
 from state.redis_client import connect
-from state.registry import NodeRegistry
+from state.registry import Lease, NodeRegistry
 from state.shard_owners import ShardOwners
 from state.snapshot import SnapshotKV
 from state.status_board import StatusBoard
@@ -37,7 +37,9 @@ STATUS_INTERVAL_S = 1.0
 
 
 class QueryNodeRuntime:
-    """The process's clients, node and servers; ``start`` is idempotent, ``stop`` undoes it."""
+    """The process's clients, node and servers; ``start`` is idempotent, ``stop`` undoes it. The
+    node registers in the node registry (which is what "ready" means to ``./osprey up``) after its
+    first partition assignment, so a ready querynode serves the pchannels it owns."""
 
     def __init__(self, config: OspreyConfig) -> None:
         self.config = config
@@ -46,6 +48,7 @@ class QueryNodeRuntime:
         self._lock = asyncio.Lock()
         self._closers: list[Any] = []
         self._assignment: set[int] | None = None
+        self._lease: Lease | None = None
 
     async def start(self) -> QueryNode:
         async with self._lock:
@@ -70,9 +73,7 @@ class QueryNodeRuntime:
             self._closers.insert(0, self.topic_server.stop)
             self.owners = ShardOwners(self.redis, ns)
             self.status = StatusBoard(self.redis, ns)
-            lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(
-                ROLE, node_id, address=self.direct.address)
-            self._closers.insert(0, lease.stop)
+            self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
             self._closers.insert(0, self._release_all)
             self.node = node
             if self._assignment is not None:  # the group assigned partitions before we were ready
@@ -90,6 +91,9 @@ class QueryNodeRuntime:
         await self.owners.release(removed, node.node_id)
         await self.owners.claim(sorted(node.pchannels), node.node_id, self.direct.address)
         log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
+        if self._lease is None:  # registered (live, "ready") once it knows what it serves
+            self._lease = await self.registry.register_process(ROLE, node.node_id, address=self.direct.address)
+            self._closers.insert(0, self._lease.stop)
 
     async def _release_all(self) -> None:
         if self.node is not None:
@@ -116,6 +120,7 @@ class QueryNodeRuntime:
                 log.exception("querynode: error while stopping")
         self._closers.clear()
         self.node = None
+        self._lease = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:

@@ -42,7 +42,8 @@ __all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"
 
 OWNERS_TTL_S = 1.0  # how long the proxy trusts its copy of the pchannel -> query node map
 RETRY_PAUSE_S = 0.05  # pause before asking again for a shard whose owner is unknown or moving
-ROUTER_SLACK_S = 1.0  # the proxy waits this much longer than a delegator may wait for tsafe
+ROUTER_SLACK_S = 1.0
+TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner  # the proxy waits this much longer than a delegator may wait for tsafe
 
 Result = SearchResult | QueryResult
 
@@ -167,23 +168,42 @@ class DqRouter:
     # -- topic path
 
     async def _via_topic(self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float) -> dict[str, Result]:
+        """Publish on dq-request and collect one result per vchannel from dq-result. Only the owner
+        of a shard answers for it, so a shard whose owner changes while the request is out (a
+        rebalance, a querynode just starting) would never answer: such vchannels are asked again,
+        in a request naming just them, whenever the pchannel owner map shows a new owner."""
         request = request.model_copy(update={"origin": self.origin, "vchannels": []})
         collector = _Collector(set(info.vchannels))
         self._collectors[request.request_id] = collector
+        pchannel_of = dict(zip(info.vchannels, info.pchannels))
         try:
-            await self.proxy.producer.send_and_wait(self.proxy.topics.dq_request, encode(request), key=self.origin.encode())
-            try:
-                await asyncio.wait_for(collector.done.wait(), max(0.001, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                missing = sorted(collector.expected - set(collector.results))
-                raise RequestTimeout(f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
-                                     f"collection {info.collection_name} (request_id={request.request_id}); "
-                                     "is a querynode running? see ./osprey status") from None
+            asked = await self._owner_map(refresh=True)
+            await self._publish(request)
+            while not collector.done.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(collector.expected - set(collector.results))
+                    raise RequestTimeout(f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
+                                         f"collection {info.collection_name} (request_id={request.request_id}); "
+                                         "is a querynode running? see ./osprey status")
+                try:
+                    await asyncio.wait_for(collector.done.wait(), min(left, TOPIC_OWNER_CHECK_S))
+                except asyncio.TimeoutError:
+                    owners = await self._owner_map(refresh=True)
+                    moved = [v for v in sorted(collector.expected - set(collector.results))
+                             if owners.get(pchannel_of[v]) is not None
+                             and owners.get(pchannel_of[v]) != asked.get(pchannel_of[v])]
+                    if moved:
+                        asked = owners
+                        await self._publish(request.model_copy(update={"vchannels": moved}))
         finally:
             self._collectors.pop(request.request_id, None)
         if collector.error is not None:
             raise from_status(collector.error.code, collector.error.reason)
         return collector.results
+
+    async def _publish(self, request: SearchRequest | QueryRequest) -> None:
+        await self.proxy.producer.send_and_wait(self.proxy.topics.dq_request, encode(request), key=self.origin.encode())
 
     def on_result(self, result: Result) -> None:
         """A result read from dq-result (the proxy's router calls this)."""
