@@ -14,9 +14,6 @@ DEPENDENCY_WAIT_S = 60.0
 
 def main() -> None:
     config = OspreyConfig.from_env()
-    if os.environ.get("OSPREY_SWITCH_INTERVAL"):
-        import sys
-        sys.setswitchinterval(float(os.environ["OSPREY_SWITCH_INTERVAL"]))
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     run_worker(create_app(config), loglevel=os.environ.get("OSPREY_LOG_LEVEL", "info"))
