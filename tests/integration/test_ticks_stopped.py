@@ -30,6 +30,7 @@ async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
     await client.create_collection("ticks", SCHEMA, shards_num=2, consistency_level="Strong")
     await client.insert("ticks", {"id": [1, 2, 3], "vec": vectors([1, 2, 3])})
     assert await client.count("ticks") == 3  # Strong: ticks flow
+    await asyncio.sleep(GRACEFUL_S + 0.5)  # the rows are older than Bounded's window before ticks stop
 
     await asyncio.to_thread(rootcoord.stop)  # no more time ticks on any pchannel
     stopped_at = time.monotonic()
@@ -46,7 +47,8 @@ async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
     assert "tsafe" in err.value.reason and "time ticks may be stopped" in err.value.reason, err.value.reason
     assert SHORT_TIMEOUT_S * 0.9 <= waited < SHORT_TIMEOUT_S + 3, waited
 
-    # Bounded reads at now - 5 s: served at once while tsafe is less than 5 s old ...
+    # Bounded reads at now - 5 s: served at once while tsafe is less than 5 s old (and sees the
+    # rows, inserted more than 5 s ago) ...
     assert time.monotonic() - stopped_at < GRACEFUL_S - 1
     assert await client.count("ticks", consistency_level="Bounded", timeout=SHORT_TIMEOUT_S) == 3
 
