@@ -38,7 +38,8 @@ async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
 
     started = time.monotonic()
     assert await client.count("ticks", consistency_level="Eventually") == 3
-    assert time.monotonic() - started < 0.5, "Eventually must not wait"
+    # not a speed figure: a read that waited for tsafe would take its whole timeout (10 s default)
+    assert time.monotonic() - started < 3.0, "Eventually must not wait for tsafe"
 
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable) as err:
