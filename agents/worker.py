@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import faust
 from faust.worker import Worker
 
 from schemas.config import OspreyConfig
+from streams.stack import wait_for_port
 
 # Tansu: a consumer-group join waits about half the session timeout (DESIGN field notes).
 SESSION_TIMEOUT_S = 6.0
@@ -39,3 +41,16 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
 def run_worker(app: faust.App, loglevel: str = "info") -> None:
     """Run ``app`` until SIGTERM/SIGINT; blocks."""
     Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+
+DEPENDENCY_WAIT_S = 60.0  # how long a worker waits for the broker and Redis to accept connections
+
+
+def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
+    """A worker process's main: the ``OSPREY_*`` config, wait for the broker and Redis, run the
+    app ``create_app`` builds (log level from ``OSPREY_LOG_LEVEL``)."""
+
+    config = OspreyConfig.from_env()
+    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
+    run_worker(create_app(config), loglevel=os.environ.get("OSPREY_LOG_LEVEL", "info"))
