@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from agents.querynode.worker import MaskOf, QueryResult, Worker, check_window, empty_query_result, merge_query_results
+from agents.querynode.worker import MaskOf, QueryResult, Worker, check_window, empty_query_result
 from schemas.collection import DataType
 from schemas.dml import InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.vector_index import SearchHits, check_top_k, normalize_metric
-from streams.proxy.reduce import reduce_search_results
+from streams.proxy.reduce import merge_query_results, reduce_search_results
 
 __all__ = ["DEFAULT_TSAFE_TIMEOUT_S", "EVENTUALLY_TS", "SegmentEntry", "ShardDelegator"]
 

@@ -39,6 +39,7 @@ from streams.expr import Filter
 from streams.proxy.consistency import guarantee_ts, needs_now
 from streams.proxy.dq_checks import COUNT_STAR, Prepared, prepare
 from streams.proxy.meta_cache import MetaCache
+from streams.proxy.search_hits import search_result
 
 __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 
@@ -279,30 +280,6 @@ class QueryNode:
                 for name, s in sorted(self.pchannels.items())
             },
         }
-
-
-def search_result(request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits,
-                  fields: list[Column]) -> SearchResult:
-    """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes)."""
-    pks = hits.pks.reshape(-1)
-    common = dict(request_id=request.request_id, origin=request.origin, vchannel=vchannel, node_id=node_id,
-                  nq=hits.nq, top_k=hits.k, counts=hits.counts.astype("<i8").tobytes(),
-                  distances=hits.distances.astype("<f4").tobytes(), fields=fields)
-    if hits.varchar_pks:
-        return SearchResult(str_pks=[None if p is None else str(p) for p in pks.tolist()], **common)
-    return SearchResult(int_pks=pks.astype("<i8").tobytes(), **common)
-
-
-def hits_of(result: SearchResult) -> SearchHits:
-    """The inverse of :func:`search_result` (fields aside)."""
-    shape = (result.nq, result.top_k)
-    distances = np.frombuffer(result.distances, dtype="<f4").reshape(shape).astype(np.float32)
-    counts = np.frombuffer(result.counts, dtype="<i8").astype(np.int64)
-    if result.str_pks is not None:
-        pks = np.array(result.str_pks, dtype=object).reshape(shape)
-    else:
-        pks = np.frombuffer(result.int_pks or b"", dtype="<i8").reshape(shape).astype(np.int64)
-    return SearchHits(pks, distances, counts)
 
 
 def _columns(info: CollectionInfo, rows: dict[str, Any], allow_empty: bool = False) -> list[Column]:

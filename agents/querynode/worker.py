@@ -19,9 +19,9 @@ from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavail
 from schemas.meta import CollectionInfo
 from state.segment import INTERIM_INDEX_ROWS, GrowingSegment
 from state.vector_index import SearchHits
-from streams.proxy.reduce import reduce_search_results
+from streams.proxy.reduce import merge_query_results, reduce_search_results
 
-__all__ = ["MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "merge_query_results", "output_names"]
+__all__ = ["MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
 
 MaskOf = Callable[[GrowingSegment], "np.ndarray | None"]
 """Per-segment row filter: (n,) bool mask over the segment's rows, or None for all rows."""
@@ -209,24 +209,3 @@ class Worker:
             "rows": sum(s["rows"] for s in segments.values()),
             "memory_bytes": sum(s["memory_bytes"] for s in segments.values()),
         }
-
-
-def merge_query_results(parts: Sequence[QueryResult], offset: int = 0, limit: int | None = None) -> QueryResult:
-    """Rows of ``parts`` (each in PK order, the primary key first, same fields) in PK order over all
-    parts, skipping ``offset`` then keeping at most ``limit``; ``{}`` for no parts. O(m log m)."""
-    stop = None if limit is None else offset + limit
-    if not parts:
-        return {}
-    if len(parts) == 1:
-        return {name: values[offset:stop] for name, values in parts[0].items()}
-    merged: QueryResult = {}
-    for name, first in parts[0].items():
-        if isinstance(first, np.ndarray):
-            merged[name] = np.concatenate([p[name] for p in parts])  # type: ignore[misc]
-        else:
-            merged[name] = [v for p in parts for v in p[name]]
-    pks = next(iter(merged.values()))
-    keys = pks if isinstance(pks, np.ndarray) else np.array(pks, dtype=object)
-    chosen = np.argsort(keys, kind="stable")[offset:stop]
-    return {name: (values[chosen] if isinstance(values, np.ndarray) else [values[i] for i in chosen])
-            for name, values in merged.items()}

@@ -1,4 +1,5 @@
-"""The proxy's search reduce: merge per-shard (or per-segment) top-k results into the global top-k.
+"""The reduces: per-shard (or per-segment) top-k results into the global top-k, and query rows
+merged in primary-key order (:func:`merge_query_results`).
 
 Milvus semantics: per query, the best ``top_k`` hits over all parts, best first (L2 ascending,
 IP/COSINE descending), ties by PK ascending, each PK at most once (a PK found in two parts keeps
@@ -8,11 +9,14 @@ its better distance).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from schemas.errors import InvalidParameter
 from state.vector_index import SearchHits, check_top_k, normalize_metric, pk_sort_keys, scores_of
+
+QueryRows = dict[str, "list[Any] | np.ndarray"]  # field -> values, primary key first, in PK order
 
 
 def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) -> SearchHits:
@@ -71,3 +75,24 @@ def _distinct_int_pks(hits: SearchHits) -> bool:
     sentinels = np.iinfo(np.int64).min + np.arange(hits.k, dtype=np.int64)[None, :]
     keys = np.sort(np.where(hits.valid_mask(), hits.pks, sentinels), axis=1)
     return not bool((keys[:, 1:] == keys[:, :-1]).any())
+
+
+def merge_query_results(parts: Sequence[QueryRows], offset: int = 0, limit: int | None = None) -> QueryRows:
+    """Rows of ``parts`` (each in PK order, the primary key first, same fields) in PK order over all
+    parts, skipping ``offset`` then keeping at most ``limit``; ``{}`` for no parts. O(m log m)."""
+    stop = None if limit is None else offset + limit
+    if not parts:
+        return {}
+    if len(parts) == 1:
+        return {name: values[offset:stop] for name, values in parts[0].items()}
+    merged: QueryRows = {}
+    for name, first in parts[0].items():
+        if isinstance(first, np.ndarray):
+            merged[name] = np.concatenate([p[name] for p in parts])  # type: ignore[misc]
+        else:
+            merged[name] = [v for p in parts for v in p[name]]
+    pks = next(iter(merged.values()))
+    keys = pks if isinstance(pks, np.ndarray) else np.array(pks, dtype=object)
+    chosen = np.argsort(keys, kind="stable")[offset:stop]
+    return {name: (values[chosen] if isinstance(values, np.ndarray) else [values[i] for i in chosen])
+            for name, values in merged.items()}

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.querynode.node import hits_of
-from agents.querynode.worker import merge_query_results
 from schemas.codec import encode
 from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.dml import Column
@@ -32,7 +30,8 @@ from schemas.meta import CollectionInfo
 from state.shard_owners import ShardOwner
 from streams.proxy.consistency import guarantee_ts
 from streams.proxy.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
-from streams.proxy.reduce import reduce_search_results
+from streams.proxy.reduce import merge_query_results, reduce_search_results
+from streams.proxy.search_hits import hits_of
 from streams.proxy.task import Task
 
 if TYPE_CHECKING:

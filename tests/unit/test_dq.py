@@ -19,9 +19,8 @@ from state.vector_index import SearchHits
 from streams.direct import read_frame, write_frame
 from streams.proxy.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
 from streams.proxy.dq_checks import dynamic_keys, prepare
+from streams.proxy.search_hits import hits_of, search_result
 from tests.unit.test_delegator import DIM, make_collection
-
-from agents.querynode.node import hits_of, search_result
 
 
 def view() -> MetaView:
