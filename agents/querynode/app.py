@@ -28,6 +28,7 @@ from state.status_board import StatusBoard
 from state.tso import TimestampOracle
 from streams.kafka import make_producer
 from streams.proxy.meta_cache import MetaCache
+from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -113,12 +114,7 @@ class QueryNodeRuntime:
                 "topic": self.topic_server.health(), "worker": self.node.worker.health()["rows"]}
 
     async def stop(self) -> None:
-        for close in self._closers:
-            try:
-                await close()
-            except Exception:  # stopping goes on through every closer
-                log.exception("querynode: error while stopping")
-        self._closers.clear()
+        await close_all(self._closers, log, "querynode")
         self.node = None
         self._lease = None
 

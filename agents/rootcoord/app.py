@@ -24,6 +24,7 @@ from state.registry import NodeRegistry
 from state.snapshot import SnapshotKV
 from state.tso import TimestampOracle
 from streams.kafka import make_producer, read_record
+from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,7 @@ class RootCoordRuntime:
             return core
 
     async def stop(self) -> None:
-        for close in self._closers:
-            try:
-                await close()
-            except Exception:  # stopping must go on through every closer
-                log.exception("rootcoord: error while stopping")
-        self._closers.clear()
+        await close_all(self._closers, log, "rootcoord")
         self.core = None
         self.timetick = None
 

@@ -43,6 +43,7 @@ from streams.proxy.search import DqRouter, QueryTask, SearchTask
 from state.shard_owners import ShardOwners
 from state.status_board import StatusBoard
 from streams.direct import DirectPool
+from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -142,12 +143,7 @@ class Proxy:
             self._router = None
         if hasattr(self, "queue"):
             await self.queue.stop()
-        for close in self._closers:
-            try:
-                await close()
-            except Exception:
-                log.exception("proxy: error while stopping")
-        self._closers.clear()
+        await close_all(self._closers, log, "proxy")
 
     async def submit(self, kind: type[ddl.DdlEvent], **fields: Any) -> ddl.DdlReply:
         """Run a DDL request through the dd queue; its reply, or its error raised."""
