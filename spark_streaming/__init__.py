@@ -1,1 +1,3 @@
-"""Spark Structured Streaming: the ``osprey`` streaming sink and ingest jobs (issue 4)."""
+"""Spark Structured Streaming into Osprey: the ``osprey`` sink (:mod:`spark_streaming.sink`), a
+checked ``writeStream`` and a ``foreachBatch`` writer (:mod:`spark_streaming.stream`), a light
+local session (:mod:`spark_streaming.session`) and jobs (:mod:`spark_streaming.jobs`)."""

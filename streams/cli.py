@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="topic/key prefix (OSPREY_CLUSTER)")
     p.add_argument("--data-dir", help="data directory (OSPREY_DATA_DIR)")
     sub = p.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord and a querynode worker")
+    up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord, a querynode and a proxy")
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
@@ -93,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
+    sub.add_parser("ingest", help="stream a directory of Parquet/JSON files into a collection with Spark "
+                   "(DIR --collection NAME [--follow] ...; `ingest --help` for more)", add_help=False)
     sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis"])
@@ -147,12 +149,16 @@ def _parser() -> argparse.ArgumentParser:
 GLOBAL_FLAGS = ("--kafka", "--redis", "--cluster", "--data-dir")
 
 
+PASS_THROUGH = ("test", "ingest")  # commands whose own arguments are parsed by what they run
+
+
 def _split_test_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Everything after ``test`` goes to pytest untouched (argparse would reject ``-m``, ``-k`` ...)."""
+    """Everything after ``test`` goes to pytest untouched (argparse would reject ``-m``, ``-k`` ...),
+    and everything after ``ingest`` to the ingest job's own parser."""
     i = 0
     while i < len(argv) and argv[i].split("=", 1)[0] in GLOBAL_FLAGS:
         i += 1 if "=" in argv[i] else 2
-    if i < len(argv) and argv[i] == "test":
+    if i < len(argv) and argv[i] in PASS_THROUGH:
         return argv[: i + 1], argv[i + 1 :]
     return argv, []
 
@@ -178,13 +184,18 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
         extra = args.pytest_args
         os.chdir(ROOT)
         os.execv(sys.executable, [sys.executable, "-m", "pytest", *extra])
+    if cmd == "ingest":
+        from spark_streaming.jobs import ingest_files
+
+        return ingest_files.main(args.pytest_args, config)
     if cmd in ("up", "down", "status", "serve"):
         from streams.cluster import LocalCluster
 
         cluster = LocalCluster(config)
         if cmd == "up":
-            cluster.up(workers=not args.no_workers)
-            print(f"osprey up: kafka={config.kafka} redis={config.redis} data={Path(config.data_dir).resolve()}")
+            cluster.up(workers=not args.no_workers, proxy=not args.no_workers)
+            print(f"osprey up: kafka={config.kafka} redis={config.redis} proxy=http://{config.proxy_http} "
+                  f"data={Path(config.data_dir).resolve()}")
         elif cmd == "down":
             cluster.down()
             print("osprey down")

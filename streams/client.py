@@ -15,6 +15,7 @@ from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from streams.proxy.insert import InsertResult
 from streams.proxy.proxy import Proxy
 
@@ -120,6 +121,24 @@ class Client:
         broker acknowledged every event. A row breaking a rule fails the whole request, naming the
         field, the rule and the row, and nothing of it is published."""
         return await self.proxy.insert(collection_name, data, partition_name)
+
+    # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
+    async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        """Resolve the target collection once and check the writer's Arrow schema against it."""
+        return await self.proxy.ingest_open(request)
+
+    async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
+        """Insert an Arrow chunk row by row: good rows under the chunk's identity (a repeat is
+        skipped downstream), bad rows to the dead-letter topic; the counts."""
+        return await self.proxy.ingest(chunk)
+
+    async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
+        """Record a committed micro-batch's counts; the query's totals after it."""
+        return await self.proxy.ingest_commit(commit)
+
+    async def ingest_progress(self, query_id: str) -> dict[str, Any]:
+        """A streaming query's totals: batches, rows, written, rejected, last batch."""
+        return await self.proxy.ingest_progress(query_id)
 
     async def search(
         self,

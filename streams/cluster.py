@@ -16,6 +16,7 @@ from streams.stack import RedisServer, TansuBroker, WorkerProcess
 from streams.topics import ensure_topics
 
 WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode"}
+PROXY_MODULE = "streams.proxy_main"  # the proxy process with its REST front end on proxy_http
 
 
 def live_pids(config: OspreyConfig, role: str) -> set[int]:
@@ -40,9 +41,11 @@ class LocalCluster:
         rhost, rport = config.redis_host_port
         self.servers = [TansuBroker(host, port, data_dir), RedisServer(rhost, rport, data_dir)] if embedded else []
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
+        self.proxy = self._worker("proxy")
 
     def _worker(self, role: str, name: str = "") -> WorkerProcess:
-        worker = WorkerProcess(role, WORKER_MODULES[role], self.config.to_env(), Path(self.config.data_dir))
+        module = PROXY_MODULE if role == "proxy" else WORKER_MODULES[role]
+        worker = WorkerProcess(role, module, self.config.to_env(), Path(self.config.data_dir))
         worker.name = name or role
         worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
         return worker
@@ -51,15 +54,20 @@ class LocalCluster:
         """Another worker of ``role`` (e.g. a second querynode) with its own pid and log file."""
         return self._worker(role, name)
 
-    def up(self, *, workers: bool = True) -> None:
+    def up(self, *, workers: bool = True, proxy: bool = False) -> None:
+        """Start the servers, then (``workers``) the rootcoord and a querynode, then (``proxy``)
+        a proxy process serving REST and the stream writers on ``proxy_http``."""
         for server in self.servers:
             server.start()
         asyncio.run(ensure_topics(self.config))
         if workers:
             for worker in self.workers.values():
                 worker.start()
+        if proxy:
+            self.proxy.start()
 
     def down(self) -> None:
+        self.proxy.stop()
         for worker in self.workers.values():
             worker.stop()
         for server in reversed(self.servers):
@@ -67,5 +75,5 @@ class LocalCluster:
 
     def status(self) -> dict[str, bool]:
         parts = {s.name: s.running() and s.ready() for s in self.servers}
-        parts.update({w.name: w.running() for w in self.workers.values()})
+        parts.update({w.name: w.running() for w in (*self.workers.values(), self.proxy)})
         return parts

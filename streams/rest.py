@@ -29,6 +29,9 @@ from schemas.collection import DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.meta import AliasDescription, CollectionDescription
 from streams.client import Client
+from schemas.codec import decode
+from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen
+from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -537,6 +540,20 @@ def failure(err: OspreyError) -> dict[str, Any]:
 
 
 # -- the front end
+class IngestProgressRequest(BaseModel):
+    query_id: str
+
+
+# Osprey's stream-writer routes (the Spark sink): path -> (request model, Client method). Bodies are
+# codec frames (schemas/codec.py; Arrow bytes travel raw) or JSON, up to MAX_CHUNK_BYTES.
+INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
+    "ingest/open": (IngestOpen, "ingest_open"),
+    "ingest/write": (IngestChunk, "ingest"),
+    "ingest/commit": (IngestCommit, "ingest_commit"),
+    "ingest/progress": (IngestProgressRequest, "ingest_progress"),
+}
+
+
 class RestFrontEnd:
     """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
     ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine."""
@@ -550,11 +567,46 @@ class RestFrontEnd:
         self.errors = 0
 
     def app(self) -> web.Application:
-        """The aiohttp application: one POST route per :data:`ENDPOINTS` entry."""
+        """The aiohttp application: one POST route per :data:`ENDPOINTS` entry, and the stream
+        writers' routes (:data:`INGEST_ENDPOINTS`)."""
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         for path, endpoint in ENDPOINTS.items():
             app.router.add_post(f"{API_PREFIX}/{path}", self._handler(endpoint))
+        for path, (model, method) in INGEST_ENDPOINTS.items():
+            app.router.add_post(f"{API_PREFIX}/{path}", self._ingest_handler(model, method))
         return app
+
+    def _ingest_handler(self, model: Any, method: str) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            length = request.content_length
+            if length is None or length > MAX_CHUNK_BYTES:
+                return web.json_response(failure(InvalidParameter(
+                    "body", f"must have a Content-Length of at most {MAX_CHUNK_BYTES} bytes", length)), status=413)
+            raw = await request.content.readexactly(length)
+            return web.json_response(await self.serve_ingest(model, method, raw))
+
+        return handle
+
+    async def serve_ingest(self, model: Any, method: str, raw: bytes) -> dict[str, Any]:
+        """One stream-writer request: the body is the model (codec frame or JSON), the answer
+        ``{"code": 0, "data": <reply as JSON>}`` or the error's code and message."""
+        self.requests += 1
+        try:
+            try:
+                request = decode(raw, model)
+            except ValidationError as err:
+                first = err.errors()[0]
+                raise InvalidParameter(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+            argument = request.query_id if method == "ingest_progress" else request
+            result = await getattr(self.client, method)(argument)
+            return success(result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
+        except OspreyError as err:
+            self.errors += 1
+            return failure(err)
+        except Exception as exc:
+            self.errors += 1
+            log.exception("rest: %s failed", method)
+            return failure(OspreyError(f"internal error in {method}: {exc!r}"))
 
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:

@@ -55,6 +55,11 @@ class Topics:
     def dq_result(self) -> str:
         return self._name("dq-result")
 
+    @property
+    def dead_letter(self) -> str:
+        """Rows a stream writer sent that could not be inserted, with the reason (schemas/ingest.py)."""
+        return self._name("dead-letter")
+
     def partitions(self) -> dict[str, int]:
         """Topic name -> partition count."""
         return {
@@ -64,6 +69,7 @@ class Topics:
             self.proxy_tt: 1,
             self.dq_request: 1,
             self.dq_result: 1,
+            self.dead_letter: 1,
         }
 
 

@@ -44,6 +44,16 @@ class MetaCache:
             raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
         return view.describe(info.collection_id)  # type: ignore[return-value]
 
+    async def get_by_id(self, collection_id: int) -> CollectionDescription:
+        """The collection with id ``collection_id``; CollectionNotFound if it does not exist (any
+        more). A miss reloads once. Names resolved at an ingress are followed by id from then on."""
+        desc = (await self.view()).describe(collection_id)
+        if desc is None:
+            desc = (await self.refresh()).describe(collection_id)
+        if desc is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection_id={collection_id}]")
+        return desc
+
     def invalidate_ids(self, collection_ids: list[int]) -> None:
         """A change touched these collections: the next use reloads the meta."""
         if collection_ids:

@@ -36,6 +36,9 @@ from streams.proxy.meta_cache import MetaCache
 from state.segments import SegmentAssigner
 from streams.channels import pchannel_name
 from streams.proxy.insert import PK_ID_BATCH, InsertResult, InsertTask
+from streams.proxy.ingest import IngestTask, open_target
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
+from state.ingest_log import IngestLog
 from streams.proxy.queue import DdTaskQueue, DmTaskQueue
 from streams.proxy.segments import SegmentQuotas
 from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
@@ -117,6 +120,7 @@ class Proxy:
         self._closers.insert(0, self.direct.close)
         self.dq_router = DqRouter(self)
         self.status_board = StatusBoard(self.redis, ns)
+        self.ingest_log = IngestLog(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
         self._closers.insert(0, self.lease.stop)
 
@@ -159,6 +163,24 @@ class Proxy:
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
         return result
+
+    async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        """Resolve a stream writer's collection and check its Arrow schema (see streams/proxy/ingest.py)."""
+        return await open_target(self, request)
+
+    async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
+        """Run one writer chunk through the dm queue: good rows inserted under the chunk's
+        identity, bad rows on the dead-letter topic; returns the counts once all are acknowledged."""
+        task = IngestTask(self, chunk)
+        await self.dm_queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
+        """Record a committed micro-batch in the sink's commit log; the query's totals after it."""
+        return await self.ingest_log.record(commit, await self.tso.now())
+
+    async def ingest_progress(self, query_id: str) -> dict[str, Any]:
+        return await self.ingest_log.progress(query_id)
 
     def request_tick(self) -> None:
         """Report the time tick now instead of at the end of the interval: a Strong read's

@@ -1,5 +1,6 @@
 """The proxy's pre-allocated segment quotas: rows are granted from Redis in batches of at least
-``QUOTA_BATCH_ROWS`` per (collection, partition, vchannel), then handed out locally."""
+``QUOTA_BATCH_ROWS`` per (collection, partition, vchannel), then handed out locally, either as
+consecutive runs (:meth:`SegmentQuotas.take`) or one segment per event (:meth:`SegmentQuotas.take_whole`)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,25 @@ class SegmentQuotas:
                 if head[1] == 0:
                     quota.popleft()
             return out
+
+    async def take_whole(self, collection_id: int, partition_id: int, vchannel: str, rows: int, max_rows: int) -> int:
+        """One segment with room for all ``rows`` (an event is never split across segments, so
+        how rows are cut into events does not depend on the quotas). A quota left over that is
+        too small is given up: its segment just ends a little below its row budget."""
+        key = (collection_id, partition_id, vchannel)
+        rows = min(rows, max_rows)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            quota = self._quotas.setdefault(key, deque())
+            while quota and quota[0][1] < rows:
+                quota.popleft()
+            if not quota:
+                granted = await self.assigner.assign(collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows)
+                quota.extend([sid, n] for sid, n in granted if n >= rows)
+                if not quota:  # the open segment had less room than one event: ask once more
+                    granted = await self.assigner.assign(collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows)
+                    quota.extend([sid, n] for sid, n in granted if n >= rows)
+            head = quota[0]
+            head[1] -= rows
+            if head[1] == 0:
+                quota.popleft()
+            return int(head[0])

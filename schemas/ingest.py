@@ -1,0 +1,115 @@
+"""Bulk ingest from stream processors (the Spark sink): requests to the proxy and dead letters.
+
+A writer (a Spark task) sends its rows to a proxy as Arrow record batches, each one an
+:class:`IngestChunk` with a deterministic ``identity`` (for Spark: query id, batch id, Spark
+partition and the chunk's first row). The proxy checks every row, turns the good ones into
+columnar :class:`~schemas.dml.InsertEvent`\\ s exactly as an insert request (identities
+``<chunk identity>:<n>``, so a replayed chunk is skipped by the delegators), and publishes each
+bad row as a :class:`DeadLetter` on the ``dead-letter`` topic with the reason and the original
+values. Framed by :mod:`schemas.codec` (the Arrow bytes travel raw).
+
+- :class:`IngestChunk` / :class:`IngestChunkReply`: one chunk and what became of it.
+- :class:`IngestOpen` / :class:`IngestTarget`: resolve the collection once, check the writer's
+  Arrow schema against it before any row is sent.
+- :class:`IngestCommit`: per micro-batch counts, recorded in the sink's commit log (Redis).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.collection import CollectionSchema
+
+IDENTITY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$"  # no spaces; ':' separates the parts
+MAX_CHUNK_BYTES = 64 * 1024 * 1024  # an ingest request body larger than this is refused
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IngestOpen(_Model):
+    """A writer asks to ingest into ``collection_name`` (name or alias) with rows shaped like
+    ``arrow_schema`` (an Arrow IPC schema message)."""
+
+    collection_name: str
+    partition_name: str = ""
+    arrow_schema: bytes
+
+
+class IngestTarget(_Model):
+    """The resolved target: ids to send chunks to, and the schema the rows were checked against."""
+
+    collection_id: int
+    collection_name: str
+    partition_id: int
+    partition_name: str
+    collection_schema: CollectionSchema
+
+
+class IngestChunk(_Model):
+    """Rows for one (collection, partition), as an Arrow IPC stream (one or more record batches).
+    The same ``identity`` must always carry the same rows: a repeat is recognised downstream."""
+
+    identity: str = Field(pattern=IDENTITY_PATTERN)
+    collection_id: int
+    partition_id: int
+    origin: str = Field("", max_length=256, description="who wrote it, e.g. spark:<query name>")
+    arrow: bytes
+
+
+class IngestChunkReply(_Model):
+    identity: str
+    rows: int
+    written: int
+    rejected: int
+    ts: int = 0
+
+
+class DeadLetter(_Model):
+    """One row a sink could not insert: where it came from, which field broke which rule, and the
+    row itself as a one-row Arrow IPC stream in the writer's own schema (nothing converted).
+    Keyed on the topic by ``identity`` (``<chunk identity>:<row>``): a replayed chunk publishes
+    the same dead letters again under the same keys."""
+
+    kind: Literal["DeadLetter"] = "DeadLetter"
+    identity: str
+    chunk_identity: str
+    row: int = Field(ge=0, description="offset of the row in its chunk")
+    origin: str
+    collection_id: int
+    partition_id: int
+    ts: int = Field(ge=1)
+    field: str
+    rule: str
+    reason: str
+    values_arrow: bytes
+
+    def values(self) -> dict[str, Any]:
+        """The original row as Python values (pyarrow needed)."""
+        import pyarrow as pa
+
+        return pa.ipc.open_stream(self.values_arrow).read_all().to_pylist()[0]
+
+
+class PartitionCounts(_Model):
+    """What one writer task of a micro-batch did."""
+
+    partition: int
+    rows: int
+    written: int
+    rejected: int
+    seconds: float = 0.0
+
+
+class IngestCommit(_Model):
+    """A micro-batch of a streaming query committed by Spark: its per-task counts. Recording the
+    same batch again (a replay) replaces the earlier record, so totals never double count."""
+
+    query_id: str = Field(pattern=IDENTITY_PATTERN)
+    query_name: str = ""
+    collection_id: int
+    batch_id: int = Field(ge=0)
+    tasks: list[PartitionCounts]

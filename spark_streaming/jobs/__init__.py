@@ -1,0 +1,1 @@
+"""Spark jobs that feed Osprey (run with ``python -m spark_streaming.jobs.<name>``)."""

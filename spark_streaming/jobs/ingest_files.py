@@ -1,0 +1,137 @@
+"""Stream a directory of Parquet or JSON files into a collection (``./osprey ingest DIR --collection NAME``).
+
+The files' schema is read from the files present (every file must share it), checked against the
+collection, and the directory is streamed through the ``osprey`` sink. By default the job takes
+the files there now and stops when they are in (``availableNow``); ``--follow`` keeps watching
+the directory for new files (and waits for the collection to exist). The checkpoint (default
+``<data dir>/checkpoints/ingest-<collection>-<hash of DIR>``) makes a restart go on where the last
+run stopped: files already committed are not read again, and a batch interrupted midway is sent
+again and skipped by Osprey where it had already landed.
+
+A progress line on stderr every ``PROGRESS_INTERVAL_S``: rows read, rows/s, written and rejected
+(from the sink's commit log). At the end the totals are printed as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from schemas.config import OspreyConfig
+from schemas.errors import CollectionNotFound, OspreyError
+
+PROGRESS_INTERVAL_S = 1.0
+FOLLOW_TRIGGER = "1 second"  # --follow: look for new files every second
+QUIET_LINE_S = 10.0  # with nothing new, a progress line this often (the first batch may take a while)
+COLLECTION_WAIT_S = 2.0  # --follow: how often to look for a collection that does not exist yet
+FORMATS = ("parquet", "json")
+
+
+def default_checkpoint(config: OspreyConfig, directory: Path, collection: str) -> Path:
+    digest = hashlib.sha1(str(directory.resolve()).encode()).hexdigest()[:8]
+    return config.data_dir / "checkpoints" / f"ingest-{collection}-{digest}"
+
+
+def detect_format(directory: Path) -> str:
+    for fmt, patterns in (("parquet", ("*.parquet",)), ("json", ("*.json", "*.jsonl"))):
+        if any(next(directory.glob(p), None) for p in patterns):
+            return fmt
+    raise OspreyError(f"no .parquet or .json files in {directory}: give --format with --follow to wait for files")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="osprey ingest", description=__doc__.split("\n\n")[0])
+    p.add_argument("directory", type=Path)
+    p.add_argument("--collection", required=True, help="collection name or alias")
+    p.add_argument("--partition", default="", help="partition name (default _default)")
+    p.add_argument("--format", choices=FORMATS, help="file format (default: from the files present)")
+    p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory (see module doc)")
+    p.add_argument("--follow", action="store_true", help="keep watching the directory for new files")
+    p.add_argument("--max-files-per-trigger", type=int, default=0, help="files per micro-batch (0: Spark's default)")
+    p.add_argument("--proxy", default="", help="proxy REST address (default OSPREY_PROXY_HTTP)")
+    p.add_argument("--query-name", default="", help="Spark query name (default ingest_<collection>)")
+    return p
+
+
+def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
+    """Run the job to its end (or until interrupted with --follow); returns the totals."""
+    from spark_streaming.session import spark_session
+    from spark_streaming.ingest_client import IngestClient
+    from spark_streaming.stream import write_stream
+
+    directory: Path = args.directory.resolve()
+    if not directory.is_dir():
+        raise OspreyError(f"{directory} is not a directory")
+    fmt = args.format or detect_format(directory)
+    proxy = args.proxy or config.proxy_http
+    checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection)
+    spark = spark_session("osprey-ingest")
+    schema = spark.read.format(fmt).load(str(directory)).schema
+    reader = spark.readStream.format(fmt).schema(schema)
+    if args.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
+    df = reader.load(str(directory))
+    trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
+    name = args.query_name or f"ingest_{args.collection}".replace("-", "_")
+    while True:
+        try:
+            query = write_stream(df, args.collection, str(checkpoint), partition=args.partition, proxy=proxy,
+                                 query_name=name, trigger=trigger)
+            break
+        except CollectionNotFound:
+            if not args.follow:
+                raise
+            print(f"ingest: waiting for collection {args.collection} to exist", file=sys.stderr, flush=True)
+            time.sleep(COLLECTION_WAIT_S)
+    client = IngestClient(proxy)
+    started = time.monotonic()
+    shown: tuple[Any, ...] = ()
+    last_line = 0.0
+    try:
+        while query.isActive:
+            query.awaitTermination(PROGRESS_INTERVAL_S)
+            progress = client.progress(query.id)
+            now = time.monotonic()
+            key = (progress.get("rows"), progress.get("batches"))
+            if key != shown or now - last_line >= QUIET_LINE_S:  # a line per change, else now and then
+                shown, last_line = key, now
+                _progress_line(args.collection, progress, now - started)
+        if query.exception() is not None:
+            raise query.exception()  # type: ignore[misc]
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        totals = client.progress(query.id)
+        client.close()
+    seconds = time.monotonic() - started
+    totals.update(collection=args.collection, seconds=round(seconds, 3),
+                  rows_per_s=round(totals.get("rows", 0) / seconds, 1) if seconds else 0.0, checkpoint=str(checkpoint))
+    return totals
+
+
+def _progress_line(collection: str, progress: dict[str, Any], seconds: float) -> None:
+    rows = progress.get("rows", 0)
+    rate = rows / seconds if seconds > 0 else 0.0
+    print(f"ingest {collection}: {rows:,} rows in {progress.get('batches', 0)} batches, {rate:,.0f} rows/s, "
+          f"written {progress.get('written', 0):,}, rejected {progress.get('rejected', 0):,}",
+          file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None, config: OspreyConfig | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        totals = run(args, config or OspreyConfig.from_env())
+    except OspreyError as err:
+        print(f"ingest: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(totals, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""A Spark session sized for a small machine, with the ``osprey`` sink registered.
+
+Settings (docs/spark.md explains each): ``local[2]`` (the machine's two cores), the UI off,
+2 shuffle partitions (Spark's 200 would be 200 tiny tasks per batch), a bounded driver heap,
+Arrow batches of ``ARROW_BATCH_ROWS`` rows, and Python workers on this interpreter (the one with
+pyarrow and Osprey installed). Anything can be overridden through ``conf``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+ARROW_BATCH_ROWS = 10_000  # rows per Arrow record batch handed to the sink (about 5 MiB at 128-d)
+DRIVER_MEMORY = "1g"  # local mode: the driver is the executor too
+LIGHT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": DRIVER_MEMORY,
+    "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+    "spark.sql.streaming.schemaInference": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+def spark_session(app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None) -> Any:
+    """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from spark_streaming.sink import OspreyDataSource
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**LIGHT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, str(value))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(OspreyDataSource)
+    return spark

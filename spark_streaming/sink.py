@@ -1,0 +1,205 @@
+"""The ``osprey`` Structured Streaming sink: a PySpark Python data source writing into a collection.
+
+    df.writeStream.format("osprey").option("collection", "docs")
+      .option("checkpointLocation", "/ckpt/docs").start()
+
+Register it first (``spark.dataSource.register(OspreyDataSource)``, done by
+:func:`spark_streaming.session.spark_session`). Options:
+
+- ``collection`` (required): collection name or alias, resolved to its id once, when the query
+  plans its writer; ``partition``: partition name (default ``_default``);
+- ``proxy``: the proxy's REST address (default ``OSPREY_PROXY_HTTP``, else 127.0.0.1:19121);
+- ``chunkBytes``: largest Arrow chunk sent in one request (default 8 MiB);
+  ``inFlight``: chunks a task keeps in flight (default 2).
+
+How a micro-batch is written (``DataSourceStreamArrowWriter``): each Spark task sends its Arrow
+record batches to the proxy as chunks with the identity
+``spark:<query id>:<batch id>:<partition>:<first row>``. The query id survives restarts from the
+same checkpoint, and Spark replays an uncommitted batch with the same rows in the same
+partitions, so a replayed chunk has the same identity and the delegators skip it: effectively
+exactly once. The proxy checks each row, inserts the good ones through the insert path and puts
+the bad ones on the dead-letter topic. On commit, the driver records the batch's per-task counts
+in the sink's commit log (``./osprey status``). The Spark schema is checked against the collection
+when the writer is planned, before any row is sent (InvalidParameter naming the field).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from schemas.config import OspreyConfig
+from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
+from spark_streaming.ingest_client import IngestClient
+
+SOURCE_NAME = "osprey"
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024  # one ingest request; the proxy refuses bodies over 64 MiB
+DEFAULT_IN_FLIGHT = 2  # chunks a Spark task has sent and not yet had answered
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local properties, visible to every task
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def arrow_schema_bytes(schema: StructType) -> bytes:
+    """The Arrow IPC schema message of a Spark schema (how its rows reach the writer)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema).serialize().to_pybytes()
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    collection: str
+    partition: str
+    proxy: str
+    chunk_bytes: int
+    in_flight: int
+
+    @classmethod
+    def of(cls, options: Any) -> "SinkOptions":
+        collection = options.get("collection")
+        if not collection:
+            raise ValueError("invalid parameter[field=collection][rule=the osprey sink needs .option('collection', NAME)]")
+        proxy = options.get("proxy") or OspreyConfig.from_env().proxy_http
+        return cls(collection=collection, partition=options.get("partition", ""), proxy=proxy,
+                   chunk_bytes=int(options.get("chunkBytes", DEFAULT_CHUNK_BYTES)),
+                   in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))))
+
+
+def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
+    """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
+    InvalidParameter naming the field and the rule)."""
+    client = IngestClient(options.proxy)
+    try:
+        return client.open(IngestOpen(collection_name=options.collection, partition_name=options.partition,
+                                      arrow_schema=arrow_schema_bytes(schema)))
+    finally:
+        client.close()
+
+
+class OspreyCommitMessage(WriterCommitMessage):
+    """One task's counts, sent from the executor to the driver's commit."""
+
+    def __init__(self, query_id: str, counts: PartitionCounts) -> None:
+        self.query_id = query_id
+        self.counts = counts
+
+
+class ChunkSender:
+    """Sends Arrow chunks of one Spark task with up to ``in_flight`` requests outstanding, one
+    proxy connection per sending thread; ``counts`` adds up the replies."""
+
+    def __init__(self, options: SinkOptions, target: IngestTarget, identity_prefix: str, origin: str) -> None:
+        self.options, self.target = options, target
+        self.prefix, self.origin = identity_prefix, origin
+        self.rows = self.written = self.rejected = 0
+        self._pool = ThreadPoolExecutor(max_workers=options.in_flight, thread_name_prefix="osprey-sink")
+        self._clients: list[IngestClient] = []
+        self._pending: deque[Future[Any]] = deque()
+        self._local = threading.local()
+
+    def _client(self) -> IngestClient:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = IngestClient(self.options.proxy)
+            self._clients.append(client)
+        return client
+
+    def send_batches(self, batches: Iterator[Any]) -> None:
+        """Cut each record batch into chunks of at most ``chunk_bytes`` and send them in order of
+        their first row (the identity's last part)."""
+        import pyarrow as pa
+
+        first_row = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            rows_per_chunk = max(1, int(self.options.chunk_bytes * batch.num_rows // max(1, batch.nbytes)))
+            for lo in range(0, batch.num_rows, rows_per_chunk):
+                piece = batch.slice(lo, rows_per_chunk)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, piece.schema) as writer:
+                    writer.write_batch(piece)
+                chunk = IngestChunk(identity=f"{self.prefix}:{first_row}", collection_id=self.target.collection_id,
+                                    partition_id=self.target.partition_id, origin=self.origin,
+                                    arrow=sink.getvalue().to_pybytes())
+                first_row += piece.num_rows
+                while len(self._pending) >= self.options.in_flight:
+                    self._settle(self._pending.popleft())
+                self._pending.append(self._pool.submit(lambda c=chunk: self._client().write(c)))
+        while self._pending:
+            self._settle(self._pending.popleft())
+
+    def _settle(self, future: Future[Any]) -> None:
+        reply = future.result()
+        self.rows += reply.rows
+        self.written += reply.written
+        self.rejected += reply.rejected
+
+    def close(self) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+        for client in self._clients:
+            client.close()
+
+
+class OspreyStreamWriter(DataSourceStreamArrowWriter):
+    """Planned on the driver (target resolved, schema checked), pickled to every task."""
+
+    def __init__(self, options: SinkOptions, target: IngestTarget) -> None:
+        self.options = options
+        self.target = target
+
+    def write(self, iterator: Iterator[Any]) -> OspreyCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) or "batch"
+        batch_id = int(context.getLocalProperty(BATCH_ID_PROPERTY) or 0)
+        partition = context.partitionId()
+        started = time.monotonic()
+        sender = ChunkSender(self.options, self.target, f"spark:{query_id}:{batch_id}:{partition}", f"spark:{query_id}")
+        try:
+            sender.send_batches(iterator)
+        finally:
+            sender.close()
+        return OspreyCommitMessage(query_id, PartitionCounts(
+            partition=partition, rows=sender.rows, written=sender.written, rejected=sender.rejected,
+            seconds=round(time.monotonic() - started, 3)))
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        done = [m for m in messages if isinstance(m, OspreyCommitMessage)]
+        if not done:
+            return
+        client = IngestClient(self.options.proxy)
+        try:
+            client.commit(IngestCommit(query_id=done[0].query_id, collection_id=self.target.collection_id,
+                                       batch_id=batchId, tasks=[m.counts for m in done]))
+        finally:
+            client.close()
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        """Nothing to undo: rows already sent are skipped when Spark runs the batch again."""
+
+
+class OspreyDataSource(DataSource):
+    """``format("osprey")``: see the module doc."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OspreyStreamWriter:
+        options = SinkOptions.of(self.options)
+        return OspreyStreamWriter(options, open_target(options, schema))
+
+
+__all__ = ["OspreyDataSource", "OspreyStreamWriter", "SinkOptions", "arrow_schema_bytes", "open_target",
+           "ChunkSender", "SOURCE_NAME"]
