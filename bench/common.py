@@ -1,8 +1,7 @@
 """What every benchmark shares: a private embedded stack, the standard workload, result files.
 
-The standard workload (issue 3): a Gaussian mixture of ``rows`` x ``dim`` float32 vectors around
-256 centres, seed 42, and ``queries`` query vectors drawn from the same mixture; exact L2 ground
-truth by numpy. Results go to ``bench/results/<name>-<timestamp>.json`` plus a PNG plot.
+The standard workload (issue 3) lives in :mod:`streams.workload` (the demo uses it too).
+Results go to ``bench/results/<name>-<timestamp>.json`` plus a PNG plot.
 """
 
 from __future__ import annotations
@@ -22,45 +21,9 @@ import numpy as np
 from schemas.config import OspreyConfig
 from streams.cluster import LocalCluster
 from streams.stack import EmbeddedProcess, free_port
+from streams.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k  # noqa: F401 (re-exported)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-SEED = 42
-CENTRES = 256
-CENTRE_SPREAD = 1.0  # standard deviation of the centres
-CLUSTER_SPREAD = 0.25  # standard deviation of points around their centre
-
-
-@dataclass(frozen=True)
-class Workload:
-    base: np.ndarray  # (rows, dim) float32
-    queries: np.ndarray  # (queries, dim) float32
-    truth: np.ndarray  # (queries, k) int64: exact L2 top-k row ids
-
-
-def gaussian_mixture(rows: int, dim: int, queries: int, k: int = 10, seed: int = SEED) -> Workload:
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(0.0, CENTRE_SPREAD, (CENTRES, dim)).astype(np.float32)
-    base = (centres[rng.integers(0, CENTRES, rows)] + rng.normal(0.0, CLUSTER_SPREAD, (rows, dim))).astype(np.float32)
-    q = (centres[rng.integers(0, CENTRES, queries)] + rng.normal(0.0, CLUSTER_SPREAD, (queries, dim))).astype(np.float32)
-    return Workload(base, q, exact_top_k(base, q, k))
-
-
-def exact_top_k(base: np.ndarray, queries: np.ndarray, k: int, block: int = 100) -> np.ndarray:
-    """Exact L2 top-k row ids per query (numpy brute force, blocks of ``block`` queries)."""
-    norms = (base * base).sum(axis=1)
-    out = np.empty((len(queries), k), np.int64)
-    for lo in range(0, len(queries), block):
-        q = queries[lo : lo + block]
-        d = norms[None, :] - 2.0 * (q @ base.T)
-        part = np.argpartition(d, k, axis=1)[:, :k]
-        order = np.take_along_axis(d, part, axis=1).argsort(axis=1, kind="stable")
-        out[lo : lo + block] = np.take_along_axis(part, order, axis=1)
-    return out
-
-
-def recall_at_k(found: list[list[int]] | np.ndarray, truth: np.ndarray) -> float:
-    k = truth.shape[1]
-    return float(np.mean([len(set(list(f)[:k]) & set(t.tolist())) / k for f, t in zip(found, truth)]))
 
 
 def percentile_ms(samples_s: list[float], p: float) -> float:
@@ -68,9 +31,10 @@ def percentile_ms(samples_s: list[float], p: float) -> float:
 
 
 @contextmanager
-def embedded_stack(name: str, **overrides: Any) -> Iterator[OspreyConfig]:
-    """A private broker, redis-server, rootcoord and querynode on free loopback ports; stopped after
-    (and killed with the benchmark process if it is killed: no orphan skews the next run)."""
+def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator[OspreyConfig]:
+    """A private broker, redis-server, rootcoord and querynode (and with ``proxy`` a proxy process
+    serving REST on ``proxy_http``) on free loopback ports; stopped after (and killed with the
+    benchmark process if it is killed: no orphan skews the next run)."""
     EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
@@ -81,7 +45,7 @@ def embedded_stack(name: str, **overrides: Any) -> Iterator[OspreyConfig]:
         config = OspreyConfig(**values)
         cluster = LocalCluster(config)
         try:
-            cluster.up()
+            cluster.up(proxy=proxy)
             yield config
         except BaseException:
             kept = Path(tempfile.gettempdir()) / f"osprey-bench-{name}-logs-{time.strftime('%H%M%S')}"

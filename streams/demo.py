@@ -1,14 +1,20 @@
 """``./osprey demo``: the main job on the embedded stack.
 
-Brings up what is not running (broker, redis-server, rootcoord), then walks through collections,
-partitions, time travel and the alias hot reload of seed 000 (Z -> A, create B, alter Z -> B),
-printing each step, and finally stops what it started.
+Brings up what is not running (broker, redis-server, rootcoord, querynode, proxy), then walks
+through collections, partitions, time travel and the alias hot reload of seed 000 (Z -> A, create
+B, alter Z -> B), the data path (insert, search, query), and the Spark ingest of the standard
+workload from Parquet files (``./osprey ingest``) followed by searches over it, printing each
+step, and finally stops what it started.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -17,6 +23,12 @@ from schemas.errors import OspreyError
 from streams.client import Client
 from streams.cluster import LocalCluster
 from streams.status import status
+from streams.workload import gaussian_mixture, recall_at_k, write_parquet_files
+
+INGEST_ROWS = 50_000  # the standard workload (128-d Gaussian mixture), scaled to a demo
+INGEST_DIM = 128
+INGEST_FILES = 5
+INGEST_QUERIES = 20
 
 DIM = 8
 SCHEMA = {
@@ -94,6 +106,8 @@ async def walkthrough(client: Client) -> None:
     except OspreyError as err:
         say("search with a wrong dim", f"refused ({err.code}): {err.reason}")
 
+    await spark_ingest(client, suffix)
+
     print("rules")
     for what, call in (
         (f"drop {b} while {z} points at it", client.drop_collection(b)),
@@ -119,11 +133,52 @@ async def walkthrough(client: Client) -> None:
     say(f"as of before the drop: has {a}", await client.has_collection(a, as_of=before_drop))
 
 
+async def spark_ingest(client: Client, suffix: str) -> None:
+    """Parquet files -> the Spark job (a process of its own, like ./osprey ingest) -> search."""
+    config = client.config
+    print(f"Spark ingest: the standard workload, {INGEST_ROWS:,} x {INGEST_DIM} in {INGEST_FILES} Parquet files")
+    w = gaussian_mixture(INGEST_ROWS, INGEST_DIM, INGEST_QUERIES)
+    directory = Path(config.data_dir).resolve() / f"demo-ingest-{suffix}"
+    write_parquet_files(directory, w.base, INGEST_FILES)
+    name = f"docs_{suffix}"
+    await client.create_collection(name, {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
+                                                     {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": INGEST_DIM}]})
+    say(f"create {name}; files in", directory)
+    say(f"./osprey ingest {directory.name} --collection {name}", "(Spark local[2]: ~10 s to start)")
+    job = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory), "--collection", name,
+        "--checkpoint", str(directory.parent / f"demo-checkpoint-{suffix}"),
+        env={**os.environ, **config.to_env()}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert job.stderr is not None and job.stdout is not None
+    errors: list[str] = []
+    async for raw in job.stderr:
+        line = raw.decode(errors="replace").rstrip()
+        if line.startswith("ingest"):
+            say("  " + line)
+        else:
+            errors.append(line)
+    out = (await job.stdout.read()).decode()
+    if await job.wait() != 0:
+        say("ingest job failed", "\n".join(errors[-20:]))
+        return
+    totals = json.loads(out)
+    say("  done", f"{totals['written']:,} written, {totals['rejected']:,} rejected in {totals['seconds']:.1f} s "
+        f"({totals['rows_per_s']:,.0f} rows/s, Spark start included)")
+    say("count(*) Strong", await client.count(name, consistency_level="Strong"))
+    hits = await client.search(name, w.queries, limit=10, consistency_level="Strong")
+    say(f"search {INGEST_QUERIES} queries Strong: recall@10 vs numpy",
+        round(recall_at_k([[h["id"] for h in q] for q in hits], w.truth), 3))
+    say("  first query's top 3", [(h["id"], round(h["distance"], 3)) for h in hits[0][:3]])
+    ingest = (await status(config))["ingest"].get(totals["query_id"], {})
+    say("  ./osprey status: ingest", {k: ingest.get(k) for k in ("batches", "written", "rejected", "last_batch")})
+    await client.drop_collection(name)
+
+
 def run_demo(config: OspreyConfig) -> int:
     cluster = LocalCluster(config)
     already = cluster.status()
     print(f"bringing up the embedded stack (kafka {config.kafka}, redis {config.redis})", flush=True)
-    cluster.up()
+    cluster.up(proxy=True)
     try:
 
         async def main() -> None:
@@ -132,7 +187,7 @@ def run_demo(config: OspreyConfig) -> int:
 
         asyncio.run(main())
     finally:
-        for part in cluster.workers.values():
+        for part in (cluster.proxy, *cluster.workers.values()):
             if not already.get(part.name):
                 part.stop()
         for server in reversed(cluster.servers):

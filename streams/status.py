@@ -6,6 +6,7 @@ from typing import Any
 
 from agents.rootcoord.checkpoint import DdCheckpoint
 from schemas.config import OspreyConfig
+from state.ingest_log import IngestLog
 from state.meta_table import META_PREFIX, MetaView
 from state.redis_client import connect
 from state.registry import NodeRegistry
@@ -49,6 +50,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                       "dq_router": doc.get("dq_router", {})}
                 for pid, doc in (await board.read("proxy")).items()
             },
+            "ingest": {q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}
+                       for q in await IngestLog(redis, ns).queries()},
             "meta": {
                 "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
                 "aliases": {a.alias: a.collection_id for a in view.aliases.values()},

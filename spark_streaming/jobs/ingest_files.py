@@ -28,7 +28,7 @@ from schemas.errors import CollectionNotFound, OspreyError
 PROGRESS_INTERVAL_S = 1.0
 FOLLOW_TRIGGER = "1 second"  # --follow: look for new files every second
 QUIET_LINE_S = 10.0  # with nothing new, a progress line this often (the first batch may take a while)
-COLLECTION_WAIT_S = 2.0  # --follow: how often to look for a collection that does not exist yet
+COLLECTION_WAIT_S = 2.0  # --follow: how often to look for files, or a collection that does not exist yet
 FORMATS = ("parquet", "json")
 
 
@@ -65,6 +65,10 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     from spark_streaming.stream import write_stream
 
     directory: Path = args.directory.resolve()
+    if args.follow:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not _wait_for_files(directory, args.format):
+            return {"collection": args.collection, "rows": 0}
     if not directory.is_dir():
         raise OspreyError(f"{directory} is not a directory")
     fmt = args.format or detect_format(directory)
@@ -114,8 +118,27 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     return totals
 
 
+def _wait_for_files(directory: Path, fmt: str | None) -> bool:
+    """--follow: wait (before starting Spark) until the directory has a file to read the schema
+    from; False if interrupted."""
+    patterns = {"parquet": ("*.parquet",), "json": ("*.json", "*.jsonl")}.get(fmt or "", ("*.parquet", "*.json", "*.jsonl"))
+    told = False
+    try:
+        while not any(next(directory.glob(p), None) for p in patterns):
+            if not told:
+                print(f"ingest: waiting for files in {directory}", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(COLLECTION_WAIT_S)
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
 def _progress_line(collection: str, progress: dict[str, Any], seconds: float) -> None:
     rows = progress.get("rows", 0)
+    if not progress.get("batches"):
+        print(f"ingest {collection}: {seconds:.0f} s, the first batch is being written", file=sys.stderr, flush=True)
+        return
     rate = rows / seconds if seconds > 0 else 0.0
     print(f"ingest {collection}: {rows:,} rows in {progress.get('batches', 0)} batches, {rate:,.0f} rows/s, "
           f"written {progress.get('written', 0):,}, rejected {progress.get('rejected', 0):,}",
@@ -129,6 +152,11 @@ def main(argv: list[str] | None = None, config: OspreyConfig | None = None) -> i
     except OspreyError as err:
         print(f"ingest: {err}", file=sys.stderr)
         return 1
+    except Exception as exc:  # Spark's own errors (a failed query, a file it cannot read)
+        if type(exc).__module__.startswith(("pyspark", "py4j")):
+            print(f"ingest: the streaming query failed: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+            return 1
+        raise
     print(json.dumps(totals, indent=2))
     return 0
 
