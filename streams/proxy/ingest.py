@@ -47,7 +47,8 @@ class IngestTask(InsertTask):
         self.chunk = chunk
         self.identity = chunk.identity
         self.replayable = True
-        self.groups: list[Any] = []
+        self.groups: list[Any] = []  # stays empty when every row of the chunk is refused
+        self.row_bytes = 1
 
     async def pre_execute(self) -> None:
         desc = await self.proxy.cache.get_by_id(self.chunk.collection_id)
