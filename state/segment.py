@@ -6,13 +6,20 @@ the one exception: a JSON text becomes a dict per row). Every row carries its in
 search or query at timestamp ``ts`` sees only rows with insert ts <= ``ts`` (MVCC).
 
 Search is exact (BLAS, blockwise) until the segment holds ``interim_index_rows`` rows; from then on
-each vector field also has an HNSW interim index (:class:`~state.vector_index.VectorIndex`,
-labels = row offsets) that later batches are added to, used when the requested metric is the
-index's and the filter keeps most rows; queries the index cannot fill fall back to exact search.
+each vector field also gets an HNSW interim index (:class:`~state.vector_index.VectorIndex`,
+labels = row offsets), built off the insert path: :meth:`GrowingSegment.index_step` adds the next
+slice of rows not yet indexed and is called by a builder thread (the worker's
+:class:`~agents.querynode.worker.IndexBuilder`), so an insert only appends and its rows are
+searchable at once. A search uses the index for the rows it holds (when the requested metric is
+the index's and the filter keeps most of them; queries it cannot fill fall back to exact search)
+and exact search for the rows not indexed yet, and merges the two (Milvus does the same for
+growing data).
 
 Results follow Milvus conventions (see :mod:`state.vector_index`): best first, ties by PK ascending.
-Not thread-safe: one owner (the worker's event loop) calls every method. Views returned by
-:meth:`column` & co. are read-only snapshots of the rows present when taken.
+Threads: one owner (the worker's event loop) calls every method except :meth:`index_step`, which
+one builder thread may call concurrently (it reads rows below ``row_count`` only, which never
+change, and the index takes its own lock). Views returned by :meth:`column` & co. are read-only
+snapshots of the rows present when taken.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ __all__ = ["GrowingSegment", "SearchHits", "INTERIM_INDEX_ROWS"]
 # (Milvus seals at hundreds of MB), so starting at the low end of the crossover keeps the one-off
 # build, which blocks the inserting thread (hnswlib releases the GIL), near 1-2 s.
 INTERIM_INDEX_ROWS = 10_000
+INDEX_SLICE_ROWS = 512  # rows one index_step adds: ~20-60 ms of HNSW work at 128-d, what a search may wait
 INITIAL_CAPACITY_ROWS = 1_024  # first allocation; capacity then doubles
 EXACT_BLOCK_ELEMENTS = 1 << 21  # floats per exact-search block (8 MiB of distances / gathered rows)
 MIN_BLOCK_ROWS = 1_024
@@ -89,6 +97,21 @@ class _Rows:
 
     def offsets(self) -> np.ndarray:
         return np.arange(self.prefix) if self.rows is None else self.rows
+
+    def split(self, at: int) -> tuple["_Rows", "_Rows"]:
+        """(rows below offset ``at``, rows at or above it)."""
+        if self.rows is None:
+            tail = np.arange(at, self.prefix) if self.prefix > at else np.empty(0, np.int64)
+            tail_valid = np.zeros(self.total, bool)
+            tail_valid[tail] = True
+            return _Rows(min(self.prefix, at), None, None, self.total), _Rows(0, tail, tail_valid, self.total)
+        assert self.valid is not None
+        cut = int(np.searchsorted(self.rows, at))
+        head_valid, tail_valid = self.valid.copy(), self.valid.copy()
+        head_valid[at:] = False
+        tail_valid[:at] = False
+        return (_Rows(0, self.rows[:cut], head_valid, self.total),
+                _Rows(0, self.rows[cut:], tail_valid, self.total))
 
     def contains(self, labels: np.ndarray) -> np.ndarray:
         """Bool array shaped like ``labels`` (row offsets, -1 allowed): True for visible rows."""
@@ -146,6 +169,7 @@ class GrowingSegment:
         for name in self._vector_fields:
             self._buffers[self._norm_key(name)] = np.empty(0, np.float32)
         self._indexes: dict[str, VectorIndex] = {}
+        self._indexed = 0  # rows [0, _indexed) are in every interim index (written by the builder)
 
     # ------------------------------------------------------------------ storage
 
@@ -208,6 +232,44 @@ class GrowingSegment:
     def has_interim_index(self, field: str) -> bool:
         return field in self._indexes
 
+    @property
+    def indexed_rows(self) -> int:
+        """Rows in the interim indexes (searched by HNSW); the rest are searched exactly."""
+        return self._indexed
+
+    def index_pending(self) -> bool:
+        """True when :meth:`index_step` has rows to add."""
+        return self._indexed < self._n and (bool(self._indexes) or self._n >= self.interim_index_rows)
+
+    def index_step(self, max_rows: int = INDEX_SLICE_ROWS) -> int:
+        """Add the next (at most ``max_rows``) rows not yet indexed to the interim indexes,
+        creating them once the segment holds ``interim_index_rows`` rows; returns the rows added
+        (0: nothing to do). May run on a builder thread while the owner inserts and searches."""
+        n = self._n  # read before the buffers: rows below n are in whichever buffer is read next
+        start = self._indexed
+        if start >= n or (not self._indexes and n < self.interim_index_rows):
+            return 0
+        end = min(n, start + max(1, max_rows))
+        labels = np.arange(start, end)
+        for name, field in self._vector_fields.items():
+            vectors = self._buffers[name][start:end]
+            index = self._indexes.get(name)
+            if index is None:
+                index = VectorIndex(field.dim or 0, self._index_metrics[name], max_elements=max(self._capacity, n))
+                index.add(vectors, labels)
+                self._indexes[name] = index
+            else:
+                index.add(vectors, labels)
+        self._indexed = end
+        return end - start
+
+    def build_interim_indexes(self) -> int:
+        """Index every pending row now, on this thread; returns the rows added."""
+        added = 0
+        while step := self.index_step(max(INDEX_SLICE_ROWS, self._n)):
+            added += step
+        return added
+
     def interim_index(self, field: str) -> VectorIndex | None:
         """The interim HNSW index of vector field ``field``, if built."""
         return self._indexes.get(field)
@@ -222,7 +284,7 @@ class GrowingSegment:
         values; VARCHAR: str values; JSON: dicts (or JSON texts, parsed); a missing dynamic ``$meta``
         column means ``{}`` per row. Everything is checked before anything is stored, so a batch is
         appended whole or not at all; a bad column raises InvalidParameter naming its field.
-        Cost: O(n * row width) vectorized, plus HNSW insertion once the interim index exists.
+        Cost: O(n * row width) vectorized; the interim index is extended later (:meth:`index_step`).
         """
         pk_array, var_bytes = self._convert_pks(pks)
         n = len(pk_array)
@@ -265,7 +327,6 @@ class GrowingSegment:
             self._ts_sorted = bool(ts_array[0] >= previous_last) and bool(np.all(ts_array[1:] >= ts_array[:-1]))
         self._n = end
         self._var_bytes += var_bytes
-        self._maintain_indexes(start, end)
 
     def _convert_pks(self, pks: Any) -> tuple[np.ndarray, int]:
         """(pk array, estimated object payload bytes)."""
@@ -378,19 +439,6 @@ class GrowingSegment:
                 raise InvalidParameter(field.name, f"values must be in [{info.min}, {info.max}]")
         return raw.astype(dtype, copy=False)
 
-    def _maintain_indexes(self, start: int, end: int) -> None:
-        """Add rows [start, end) to the interim indexes, building them when the threshold is crossed."""
-        if self._indexes:
-            labels = np.arange(start, end)
-            for name, index in self._indexes.items():
-                index.add(self._buffers[name][start:end], labels)
-        elif end >= self.interim_index_rows:
-            labels = np.arange(end)
-            for name, field in self._vector_fields.items():
-                index = VectorIndex(field.dim or 0, self._index_metrics[name], max_elements=self._capacity)
-                index.add(self._buffers[name][:end], labels)
-                self._indexes[name] = index
-
     # ------------------------------------------------------------------ visibility
 
     @staticmethod
@@ -499,9 +547,14 @@ class GrowingSegment:
         if rows.count == 0 or len(q) == 0:
             return SearchHits.empty(len(q), top_k, metric, self._varchar_pk)
         index = self._indexes.get(field)
-        if (index is not None and index.metric == metric and rows.count > top_k
-                and rows.count >= INDEX_MIN_VALID_FRACTION * self._n):
-            return self._search_index(index, q, field, metric, top_k, rows, ef)
+        indexed = self._indexed
+        if index is not None and index.metric == metric and indexed > 0:
+            head, tail = rows.split(indexed)
+            if head.count > top_k and head.count >= INDEX_MIN_VALID_FRACTION * indexed:
+                hits = self._search_index(index, q, field, metric, top_k, head, ef)
+                if tail.count:
+                    hits = _merge_hits(hits, self._search_exact(q, field, metric, top_k, tail), metric, top_k)
+                return hits
         return self._search_exact(q, field, metric, top_k, rows)
 
     @staticmethod
@@ -624,7 +677,7 @@ class GrowingSegment:
     def _search_index(self, index: VectorIndex, q: np.ndarray, field: str, metric: str, top_k: int,
                       rows: _Rows, ef: int | None) -> SearchHits:
         """HNSW candidates, exact re-scoring, visibility filter; exact fallback per unfilled query."""
-        fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * self._n / rows.count) + INDEX_OVERFETCH_SLACK
+        fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))
         try:
             labels, _ = index.search(q, fetch, max(ef or max(top_k, DEFAULT_EF), fetch))
@@ -653,18 +706,30 @@ class GrowingSegment:
 
     def recall_estimate(self, queries: np.ndarray, field: str, metric: str, top_k: int, ef: int) -> float:
         """recall@top_k of the interim index (raw HNSW results, no fallback) against exact search,
-        over all rows: mean over queries of |index ∩ exact| / min(top_k, rows). Diagnostic only."""
+        over the rows indexed so far: mean over queries of |index ∩ exact| / min(top_k, rows).
+        Diagnostic only."""
         metric = normalize_metric(metric)
         top_k = check_top_k(top_k)
         index = self._indexes.get(field)
         if index is None or index.metric != metric:
             raise IndexNotFound(f"no interim {metric} index on field {field!r} of segment {self.segment_id}")
         q = self._check_queries(queries, self._vector_fields[field])
-        k = min(top_k, self._n)
+        indexed = self._indexed
+        k = min(top_k, indexed)
         labels, _ = index.search(q, k, max(int(ef), k))
         qm, q_sq = self._prepare_queries(q, metric)
-        scores, row_ids = self._exact_candidates(qm, field, metric, k, _Rows(self._n, None, None, self._n))
+        scores, row_ids = self._exact_candidates(qm, field, metric, k, _Rows(indexed, None, None, self._n))
         order = self._order(self._distances(scores, metric, q_sq), row_ids, None, metric)[:, :k]
         truth = np.take_along_axis(row_ids, order, axis=1)
         hits = sum(len(np.intersect1d(labels[i], truth[i])) for i in range(len(q)))
         return hits / (len(q) * k)
+
+
+def _merge_hits(a: SearchHits, b: SearchHits, metric: str, top_k: int) -> SearchHits:
+    """The best ``top_k`` of two hit lists of the same queries (disjoint rows), ties by PK."""
+    pks = np.concatenate([a.pks, b.pks], axis=1)
+    distances = np.concatenate([a.distances, b.distances], axis=1)
+    invalid = ~np.concatenate([a.valid_mask(), b.valid_mask()], axis=1)
+    order = order_by_score_then_pk(scores_of(distances, metric), pk_sort_keys(pks, ~invalid), invalid)[:, :top_k]
+    counts = np.minimum(a.counts + b.counts, top_k).astype(np.int64)
+    return SearchHits(np.take_along_axis(pks, order, axis=1), np.take_along_axis(distances, order, axis=1), counts)

@@ -15,6 +15,7 @@ IP and COSINE.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import hnswlib
@@ -193,7 +194,11 @@ class VectorIndex:
     ``search`` returns distances in Milvus conventions: hnswlib's "l2" already is squared L2; its
     "ip" and "cosine" spaces return ``1 - ip`` / ``1 - cos``, turned back here into ``ip`` / ``cos``
     (the "cosine" space normalizes vectors on insert and query). Capacity grows by
-    ``INDEX_GROWTH_FACTOR``. Not thread-safe (``ef`` is index-wide state): use from one thread.
+    ``INDEX_GROWTH_FACTOR``.
+
+    Thread-safe: hnswlib allows concurrent adds or concurrent searches but not an add during a
+    search, so ``add`` and ``search`` take one lock; a builder thread may extend the index while
+    the owner searches it (a search waits for at most the add in progress: keep adds small).
 
     Costs: add ~O(log n * M * ef_construction * dim) per vector; search ~O(ef * M * log n * dim)
     per query. Memory ~ capacity * (4 dim + 8 M + 12) bytes plus upper levels (:attr:`memory_bytes`).
@@ -211,6 +216,7 @@ class VectorIndex:
         self._index.init_index(max_elements=max(1, int(max_elements)), ef_construction=self.ef_construction,
                                M=self.M, random_seed=HNSW_RANDOM_SEED)
         self._ef: int | None = None
+        self._lock = threading.Lock()  # add vs search (and ef, which is index-wide state)
 
     @property
     def size(self) -> int:
@@ -236,11 +242,12 @@ class VectorIndex:
             raise InvalidParameter("vectors", f"must be (n, {self.dim}) with n labels", vectors.shape)
         if not len(labels):
             return
-        needed = self.size + len(labels)
-        if needed > self.capacity:
-            self._index.resize_index(max(needed, INDEX_GROWTH_FACTOR * self.capacity))
         threads = ADD_THREADS if len(labels) >= PARALLEL_ADD_MIN_ROWS else 1
-        self._index.add_items(vectors, labels, num_threads=threads)
+        with self._lock:
+            needed = self.size + len(labels)
+            if needed > self.capacity:
+                self._index.resize_index(max(needed, INDEX_GROWTH_FACTOR * self.capacity))
+            self._index.add_items(vectors, labels, num_threads=threads)
 
     def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-``k`` (k <= size) of each query: (labels int64 (nq, k), distances float32
@@ -252,11 +259,12 @@ class VectorIndex:
         if not 1 <= k <= self.size:
             raise InvalidParameter("k", f"must be in [1, {self.size}]", k)
         ef = max(int(ef), int(k))
-        if ef != self._ef:
-            self._index.set_ef(ef)
-            self._ef = ef
         threads = BATCH_QUERY_THREADS if len(queries) >= PARALLEL_QUERY_MIN_NQ else QUERY_THREADS
-        labels, distances = self._index.knn_query(queries, k=int(k), num_threads=threads)
+        with self._lock:
+            if ef != self._ef:
+                self._index.set_ef(ef)
+                self._ef = ef
+            labels, distances = self._index.knn_query(queries, k=int(k), num_threads=threads)
         distances = np.asarray(distances, dtype=np.float32)
         if self.metric != METRIC_L2:
             distances = np.float32(1.0) - distances

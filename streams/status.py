@@ -65,7 +65,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
 def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
     """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
     nodes publish these documents every second, so the age includes up to a second of staleness),
-    and its growing segments with row counts."""
+    and its growing segments with row counts and how many of their rows the interim index holds."""
     out: dict[str, Any] = {}
     for node_id, doc in querynodes.items():
         for pchannel in doc.get("pchannels", {}).values():
@@ -75,5 +75,6 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
                     "querynode": node_id, "pchannel": d.get("pchannel"), "tsafe": tsafe,
                     "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
                     "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
+                    "indexed_rows": {sid: seg.get("indexed_rows") for sid, seg in d.get("segments", {}).items()},
                 }
     return dict(sorted(out.items()))

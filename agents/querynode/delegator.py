@@ -232,7 +232,8 @@ class ShardDelegator:
     def health(self) -> dict[str, Any]:
         """vchannel, tsafe, consumed position, growing segments with row counts, identities applied."""
         segments = {
-            sid: {"partition_id": e.partition_id, "kind": e.kind, "rows": e.worker.segment(sid).row_count}
+            sid: {"partition_id": e.partition_id, "kind": e.kind, "rows": e.worker.segment(sid).row_count,
+                  "indexed_rows": e.worker.segment(sid).indexed_rows}
             for sid, e in self._distribution.items()
         }
         return {

@@ -3,11 +3,16 @@
 A :class:`Worker` owns growing segments (:class:`~state.segment.GrowingSegment`) keyed by segment
 id, appends insert events to them and answers search/query/count over a list of segment ids at an
 MVCC timestamp. It knows nothing of channels, tsafe or distribution: its delegators decide which
-segments to ask and at which timestamp. Not thread-safe: one owner (the event loop) calls it.
+segments to ask and at which timestamp. Not thread-safe: one owner (the event loop) calls it;
+the one other thread is its :class:`IndexBuilder`, which only calls
+:meth:`GrowingSegment.index_step` (safe alongside the owner, see :mod:`state.segment`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,11 +22,18 @@ from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from state.segment import INTERIM_INDEX_ROWS, GrowingSegment
+from state.segment import INDEX_SLICE_ROWS, INTERIM_INDEX_ROWS, GrowingSegment
 from state.vector_index import SearchHits
 from streams.proxy.reduce import merge_query_results, reduce_search_results
 
-__all__ = ["MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
+__all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
+
+log = logging.getLogger(__name__)
+
+BUILDER_NICE = 5  # the builder thread (and hnswlib's threads it starts) yields CPU to ingest and search
+BUILDER_IDLE_WAIT_S = 0.5  # with nothing to index, look again after this (an insert wakes it at once)
+BUILDER_ERROR_PAUSE_S = 1.0
+BUILDER_STOP_TIMEOUT_S = 10.0
 
 MaskOf = Callable[[GrowingSegment], "np.ndarray | None"]
 """Per-segment row filter: (n,) bool mask over the segment's rows, or None for all rows."""
@@ -77,16 +89,75 @@ def _column_values(column: Column) -> Any:
     return column.texts or []
 
 
+class IndexBuilder:
+    """A background thread extending the interim indexes of growing segments, one slice
+    (``INDEX_SLICE_ROWS`` rows) at a time, round robin over the segments with rows pending, so an
+    insert never waits for HNSW and a search waits at most for one slice. Runs at a lower CPU
+    priority (``BUILDER_NICE``): while ingest and searches keep the cores busy the index lags,
+    and the rows it lacks are searched exactly."""
+
+    def __init__(self, segments: Callable[[], list[GrowingSegment]], slice_rows: int = INDEX_SLICE_ROWS) -> None:
+        self._segments = segments
+        self.slice_rows = slice_rows
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rows_indexed = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="osprey-index-builder", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        """Rows arrived: look for work now."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop after the slice in progress (joins the thread; idempotent)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(BUILDER_STOP_TIMEOUT_S)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILDER_NICE)
+        except (OSError, AttributeError):  # not Linux, or not allowed: run at normal priority
+            pass
+        while not self._stop.is_set():
+            added = 0
+            try:
+                for segment in self._segments():
+                    if self._stop.is_set():
+                        return
+                    if segment.index_pending():
+                        added += segment.index_step(self.slice_rows)
+            except Exception:  # an index that cannot grow (memory) must not kill the builder
+                log.exception("interim index builder: a slice failed; retrying")
+                self._stop.wait(BUILDER_ERROR_PAUSE_S)
+                continue
+            self.rows_indexed += added
+            if not added:
+                self._wake.wait(BUILDER_IDLE_WAIT_S)
+                self._wake.clear()
+
+
 class Worker:
     """Holds segments and computes on them. Collections are registered by :meth:`load_collection`
     (or :meth:`load_growing`); an insert into an unknown segment of a registered collection creates
     that growing segment."""
 
-    def __init__(self, interim_index_rows: int = INTERIM_INDEX_ROWS) -> None:
+    def __init__(self, interim_index_rows: int = INTERIM_INDEX_ROWS, build_in_background: bool = True) -> None:
+        """``build_in_background``: interim indexes are extended by an :class:`IndexBuilder`
+        thread (started on the first insert); False leaves them to the caller
+        (:meth:`build_interim_indexes`)."""
         self.interim_index_rows = interim_index_rows
         self._collections: dict[int, CollectionInfo] = {}
         self._segments: dict[int, GrowingSegment] = {}
         self._stopped = False
+        self.builder = IndexBuilder(lambda: list(self._segments.values())) if build_in_background else None
 
     # ------------------------------------------------------------------ segments
 
@@ -150,7 +221,14 @@ class Worker:
             raise InvalidParameter(pk_name, "the primary key column is missing from the insert event")
         columns = {c.name: _column_values(c) for c in event.columns if c.name != pk_name}
         segment.insert(_column_values(pk_column), event.ts, columns)
+        if self.builder is not None and segment.index_pending():
+            self.builder.start()
+            self.builder.wake()
         return event.num_rows
+
+    def build_interim_indexes(self) -> int:
+        """Index every pending row of every segment now, on this thread; returns the rows added."""
+        return sum(segment.build_interim_indexes() for segment in list(self._segments.values()))
 
     # ------------------------------------------------------------------ compute
 
@@ -191,8 +269,11 @@ class Worker:
         return not self._stopped
 
     def stop(self) -> None:
-        """Release every segment; later calls raise ServiceUnavailable (idempotent)."""
+        """Stop the index builder, release every segment; later calls raise ServiceUnavailable
+        (idempotent)."""
         self._stopped = True
+        if self.builder is not None:
+            self.builder.stop()
         self._segments.clear()
         self._collections.clear()
 
@@ -200,7 +281,7 @@ class Worker:
         """Liveness plus, per segment, its collection/partition/vchannel, rows and estimated bytes."""
         segments = {
             sid: {"collection_id": s.collection_id, "partition_id": s.partition_id, "vchannel": s.vchannel,
-                  "rows": s.row_count, "memory_bytes": s.memory_bytes}
+                  "rows": s.row_count, "indexed_rows": s.indexed_rows, "memory_bytes": s.memory_bytes}
             for sid, s in self._segments.items()
         }
         return {

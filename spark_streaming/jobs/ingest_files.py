@@ -44,6 +44,18 @@ def detect_format(directory: Path) -> str:
     raise OspreyError(f"no .parquet or .json files in {directory}: give --format with --follow to wait for files")
 
 
+def file_schema(spark: Any, directory: Path, fmt: str) -> Any:
+    """The Spark schema of the files: for Parquet read from one file's footer with pyarrow (no
+    Spark job), for JSON inferred by Spark."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        first = min(directory.glob("*.parquet"))
+        return from_arrow_schema(pq.read_schema(first))
+    return spark.read.format(fmt).load(str(directory)).schema
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="osprey ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("directory", type=Path)
@@ -74,8 +86,10 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     fmt = args.format or detect_format(directory)
     proxy = args.proxy or config.proxy_http
     checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection)
+    launched = time.monotonic()
     spark = spark_session("osprey-ingest")
-    schema = spark.read.format(fmt).load(str(directory)).schema
+    print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
+    schema = file_schema(spark, directory, fmt)
     reader = spark.readStream.format(fmt).schema(schema)
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)

@@ -110,8 +110,8 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
     assert await delegator.count(30, 1) == 120
     health = delegator.health()
     assert health["tsafe"] == 31 and health["position"] == 3 and health["identities"] == 3
-    assert health["segments"] == {100: {"partition_id": 11, "kind": "growing", "rows": 80},
-                                  101: {"partition_id": 11, "kind": "growing", "rows": 40}}
+    assert health["segments"] == {100: {"partition_id": 11, "kind": "growing", "rows": 80, "indexed_rows": 0},
+                                  101: {"partition_id": 11, "kind": "growing", "rows": 40, "indexed_rows": 0}}
     assert delegator.worker.health()["rows"] == 120
 
 
@@ -285,3 +285,26 @@ def test_json_values_that_are_strings_survive_the_worker() -> None:
             Column.of(101, "tags", DataType.JSON, [json.dumps("red"), json.dumps({"k": "blue"})]),
             Column.of(102, "v", DataType.FLOAT_VECTOR, np.zeros((2, 2)), dim=2)]))
     assert worker.segment(3).column("tags").tolist() == ["red", {"k": "blue"}]
+
+
+async def test_worker_builds_the_interim_index_in_the_background(info: CollectionInfo) -> None:
+    """Inserts return at once; the worker's builder thread indexes every row soon after; a search
+    in between is answered (indexed part by HNSW, the rest exactly); stop joins the thread."""
+    import time
+
+    rows = Rows(info)
+    worker = Worker(interim_index_rows=200)
+    delegator = ShardDelegator(VCHANNELS[0], info, worker)
+    for i in range(6):
+        assert delegator.process_insert(rows.event(100, 10 + i, segment_id=100), position=i)
+    delegator.update_tsafe(100, position=6)
+    queries = rows.rng.standard_normal((3, DIM)).astype(np.float32)
+    hits = await delegator.search(queries, "vec", "l2", 5, guarantee_ts=50, timeout_s=1)
+    assert np.all(hits.counts == 5)
+    deadline = time.monotonic() + 30
+    while worker.segment(100).indexed_rows < 600 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert worker.segment(100).indexed_rows == 600 and worker.segment(100).has_interim_index("vec")
+    assert worker.builder is not None and worker.builder.rows_indexed == 600
+    worker.stop()
+    assert worker.builder._thread is None

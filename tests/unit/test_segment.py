@@ -370,11 +370,15 @@ def test_interim_index_kicks_in_at_threshold_and_keeps_growing(monkeypatch: pyte
     pks = np.arange(2000, dtype=np.int64) * 3
     seg = make_segment(make_schema(), interim_index_rows=1000)
     seg.insert(pks[:999], 10, columns(vectors[:999]))
-    assert not seg.has_interim_index("vec")
+    assert seg.build_interim_indexes() == 0 and not seg.has_interim_index("vec")
     seg.insert(pks[999:1000], 10, columns(vectors[999:1000], 999))
+    assert not seg.has_interim_index("vec")  # an insert only appends: the builder indexes
+    assert seg.index_pending() and seg.build_interim_indexes() == 1000
     assert seg.has_interim_index("vec") and seg.interim_index("vec").size == 1000  # type: ignore[union-attr]
     for start in range(1000, 2000, 250):
         seg.insert(pks[start : start + 250], 20 + start, columns(vectors[start : start + 250], start))
+    seg.build_interim_indexes()
+    assert not seg.index_pending() and seg.indexed_rows == 2000
     index = seg.interim_index("vec")
     assert index is not None and index.size == 2000 and index.capacity >= 2000
 
@@ -416,6 +420,7 @@ def test_index_falls_back_to_exact_when_it_cannot_fill_top_k() -> None:
     pks = np.arange(1200, dtype=np.int64)
     seg = make_segment(make_schema(), interim_index_rows=500)
     seg.insert(pks, 5, columns(vectors))
+    seg.build_interim_indexes()
     valid = np.ones(1200, bool)
     valid[rng.permutation(1200)[:590]] = False  # 610 valid rows: index path, heavy over-fetch needed
     queries = rng.normal(size=(10, 16)).astype(np.float32)
@@ -432,6 +437,7 @@ def test_index_path_rescoring_in_query_chunks(monkeypatch: pytest.MonkeyPatch) -
     vectors = rng.normal(size=(800, 16)).astype(np.float32)
     seg = make_segment(make_schema(), interim_index_rows=500, index_metrics={"vec": "COSINE"})
     seg.insert(np.arange(800), 5, columns(vectors))
+    seg.build_interim_indexes()
     queries = rng.normal(size=(7, 16)).astype(np.float32)
     whole = seg.search(queries, "vec", "COSINE", 10, ts=5)
     monkeypatch.setattr(segment_module, "EXACT_BLOCK_ELEMENTS", 16)
@@ -454,6 +460,7 @@ def test_interim_index_recall_at_10() -> None:
     seg = make_segment(make_schema(dim=32), interim_index_rows=INTERIM_INDEX_ROWS)
     for start in range(0, 20_000, 5_000):
         seg.insert(np.arange(start, start + 5_000), 1 + start, columns(data[start : start + 5_000], start))
+        seg.build_interim_indexes()
     assert seg.interim_index("vec").size == 20_000  # type: ignore[union-attr]
     recall = seg.recall_estimate(queries, "vec", "L2", 10, 64)
     print(f"interim index L2 recall@10 (ef=64, 20k x 32-d): {recall:.4f}")
@@ -465,6 +472,7 @@ def test_interim_index_other_metrics(metric: str) -> None:
     data, queries = gaussian_mixture(1_500, 16, 16, seed=4)
     seg = make_segment(make_schema(), interim_index_rows=500, index_metrics={"vec": metric})
     seg.insert(np.arange(1_500), 1, columns(data))
+    seg.build_interim_indexes()
     index = seg.interim_index("vec")
     assert index is not None and index.metric == metric
     recall = seg.recall_estimate(queries, "vec", metric, 10, 64)
@@ -474,6 +482,60 @@ def test_interim_index_other_metrics(metric: str) -> None:
     exact_pks, _ = brute_force(data, np.arange(1_500), queries, metric, 10)
     assert np.mean([len(set(hits.pks[i]) & set(exact_pks[i])) / 10 for i in range(100)]) >= 0.9
     assert np.all(np.diff(hits.distances, axis=1) <= 0)  # similarity: larger first
+
+
+def test_rows_are_searchable_before_the_index_has_them() -> None:
+    """Partly indexed: the indexed rows through HNSW, the rest exactly, merged; an unindexed tail
+    row that is the true nearest neighbour is always found."""
+    rng = np.random.default_rng(21)
+    vectors = rng.normal(size=(3000, 16)).astype(np.float32)
+    pks = np.arange(3000, dtype=np.int64)
+    seg = make_segment(make_schema(), interim_index_rows=1000)
+    seg.insert(pks[:2000], 5, columns(vectors[:2000]))
+    assert seg.index_step(1500) == 1500 and seg.indexed_rows == 1500
+    seg.insert(pks[2000:], 6, columns(vectors[2000:], 2000))
+    queries = vectors[2500:2520] + np.float32(1e-3)  # each query's nearest row is unindexed
+    hits = seg.search(queries, "vec", "L2", 10, ts=LATEST)
+    assert np.array_equal(hits.pks[:, 0], pks[2500:2520])
+    exact_pks, _ = brute_force(vectors, pks, queries, "L2", 10)
+    assert np.mean([len(set(hits.pks[i]) & set(exact_pks[i])) / 10 for i in range(20)]) >= 0.9
+    assert np.all(np.diff(hits.distances, axis=1) >= 0) and np.all(hits.counts == 10)
+    assert len({p for row in hits.pks.tolist() for p in row}) > 10  # no padding leaked
+    for row in hits.pks:
+        assert len(set(row.tolist())) == 10  # disjoint parts: no PK twice
+    old = seg.search(queries, "vec", "L2", 10, ts=5)  # MVCC across both parts: rows of ts 6 hidden
+    assert int(old.pks.max()) < 2000
+
+
+def test_builder_thread_with_concurrent_inserts_and_searches() -> None:
+    """A builder thread extends the index while the owner inserts and searches: no crash, and
+    every result is a sorted top-k of visible rows."""
+    import threading
+
+    rng = np.random.default_rng(22)
+    vectors = rng.normal(size=(6000, 16)).astype(np.float32)
+    seg = make_segment(make_schema(), interim_index_rows=500)
+    stop = threading.Event()
+
+    def build() -> None:
+        while not stop.is_set():
+            if not seg.index_step(128):
+                stop.wait(0.001)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    try:
+        for start in range(0, 6000, 200):
+            seg.insert(np.arange(start, start + 200), 1 + start, columns(vectors[start : start + 200], start))
+            hits = seg.search(vectors[start : start + 3], "vec", "L2", 5, ts=LATEST)
+            assert np.all(hits.counts == 5) and int(hits.pks.max()) < start + 200
+            assert np.array_equal(hits.pks[:, 0], np.arange(start, start + 3))
+            assert np.all(np.diff(hits.distances, axis=1) >= 0)
+    finally:
+        stop.set()
+        builder.join()
+    seg.build_interim_indexes()
+    assert seg.indexed_rows == 6000 and seg.interim_index("vec").size == 6000  # type: ignore[union-attr]
 
 
 def test_vector_index_conventions() -> None:
