@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from schemas.config import OspreyConfig
@@ -150,6 +151,35 @@ class ChunkSender:
             client.close()
 
 
+def write_task(options: SinkOptions, target: IngestTarget, query_id: str, batch_id: int, batches: Iterator[Any]) -> OspreyCommitMessage:
+    """One Spark task's rows, as chunks ``spark:<query id>:<batch id>:<partition>:<first row>``."""
+    from pyspark import TaskContext
+
+    partition = TaskContext.get().partitionId()
+    started = time.monotonic()
+    sender = ChunkSender(options, target, f"spark:{query_id}:{batch_id}:{partition}", f"spark:{query_id}")
+    try:
+        sender.send_batches(batches)
+    finally:
+        sender.close()
+    return OspreyCommitMessage(query_id, PartitionCounts(
+        partition=partition, rows=sender.rows, written=sender.written, rejected=sender.rejected,
+        seconds=round(time.monotonic() - started, 3)))
+
+
+def record_commit(options: SinkOptions, target: IngestTarget, batch_id: int, messages: list[Any]) -> None:
+    """The driver's commit: the tasks' counts into the sink's commit log (a replay replaces them)."""
+    done = [m for m in messages if isinstance(m, OspreyCommitMessage)]
+    if not done:
+        return
+    client = IngestClient(options.proxy)
+    try:
+        client.commit(IngestCommit(query_id=done[0].query_id, collection_id=target.collection_id,
+                                   batch_id=batch_id, tasks=[m.counts for m in done]))
+    finally:
+        client.close()
+
+
 class OspreyStreamWriter(DataSourceStreamArrowWriter):
     """Planned on the driver (target resolved, schema checked), pickled to every task."""
 
@@ -161,32 +191,35 @@ class OspreyStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) or "batch"
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) or "stream"
         batch_id = int(context.getLocalProperty(BATCH_ID_PROPERTY) or 0)
-        partition = context.partitionId()
-        started = time.monotonic()
-        sender = ChunkSender(self.options, self.target, f"spark:{query_id}:{batch_id}:{partition}", f"spark:{query_id}")
-        try:
-            sender.send_batches(iterator)
-        finally:
-            sender.close()
-        return OspreyCommitMessage(query_id, PartitionCounts(
-            partition=partition, rows=sender.rows, written=sender.written, rejected=sender.rejected,
-            seconds=round(time.monotonic() - started, 3)))
+        return write_task(self.options, self.target, query_id, batch_id, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        done = [m for m in messages if isinstance(m, OspreyCommitMessage)]
-        if not done:
-            return
-        client = IngestClient(self.options.proxy)
-        try:
-            client.commit(IngestCommit(query_id=done[0].query_id, collection_id=self.target.collection_id,
-                                       batch_id=batchId, tasks=[m.counts for m in done]))
-        finally:
-            client.close()
+        record_commit(self.options, self.target, batchId, messages)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         """Nothing to undo: rows already sent are skipped when Spark runs the batch again."""
+
+
+class OspreyBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("osprey")`` (and the foreachBatch helper): like the stream writer, with
+    the query id and batch id from the options ``queryId``/``batchId`` when a stream's
+    foreachBatch writes, else a fresh id per write planned (so retried tasks of one write are
+    recognised, and two writes of the same rows are two writes)."""
+
+    def __init__(self, options: SinkOptions, target: IngestTarget, query_id: str, batch_id: int) -> None:
+        self.options, self.target = options, target
+        self.query_id, self.batch_id = query_id, batch_id
+
+    def write(self, iterator: Iterator[Any]) -> OspreyCommitMessage:
+        return write_task(self.options, self.target, self.query_id, self.batch_id, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        record_commit(self.options, self.target, self.batch_id, messages)
+
+    def abort(self, messages: list[Any]) -> None:
+        """Nothing to undo: rows already sent are skipped when the same write runs again."""
 
 
 class OspreyDataSource(DataSource):
@@ -200,6 +233,13 @@ class OspreyDataSource(DataSource):
         options = SinkOptions.of(self.options)
         return OspreyStreamWriter(options, open_target(options, schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> OspreyBatchWriter:
+        if overwrite:
+            raise ValueError("invalid parameter[field=mode][rule=the osprey sink only appends: use mode('append')]")
+        options = SinkOptions.of(self.options)
+        query_id = self.options.get("queryId") or f"write-{uuid.uuid4().hex}"
+        return OspreyBatchWriter(options, open_target(options, schema), query_id, int(self.options.get("batchId", 0)))
 
-__all__ = ["OspreyDataSource", "OspreyStreamWriter", "SinkOptions", "arrow_schema_bytes", "open_target",
+
+__all__ = ["OspreyBatchWriter", "OspreyDataSource", "OspreyStreamWriter", "record_commit", "write_task", "SinkOptions", "arrow_schema_bytes", "open_target",
            "ChunkSender", "SOURCE_NAME"]

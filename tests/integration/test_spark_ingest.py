@@ -1,0 +1,335 @@
+"""The Spark sink end to end: a real local Spark session (or the ingest job as a process), the
+broker, redis-server, a rootcoord, a querynode and a proxy process serving the ingest routes.
+
+- three Parquet files streamed in: exactly their rows, vectors bit for bit;
+- bad rows: the good ones land, the bad ones are dead letters with reasons, counts add up;
+- a schema that does not fit fails before any row is written, naming the field;
+- foreachBatch writes the same rows;
+- kill -9 of the driver mid-stream, restart on the same checkpoint: each PK exactly once (also
+  with the querynode killed and restarted while Spark replays).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from schemas.codec import decode
+from schemas.config import OspreyConfig
+from schemas.errors import InvalidParameter
+from schemas.ingest import DeadLetter
+from streams.client import Client
+from streams.cluster import LocalCluster
+from streams.stack import WorkerProcess, free_port, wait_for_port
+from streams.topics import Topics
+from tests.conftest import make_config
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM = 16
+QUERY_TIMEOUT_S = 180.0  # one streaming query to its end (Spark's first batch can take 20 s here)
+JOB_TIMEOUT_S = 240.0
+VISIBLE_TIMEOUT_S = 120.0
+POLL_S = 0.2
+
+
+@pytest.fixture(scope="module")
+def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    """The module's cluster, with a proxy REST address of its own (the sink's endpoint)."""
+    return make_config(redis_server, broker, "s" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("spark"),
+                       proxy_http=f"127.0.0.1:{free_port()}")
+
+
+@pytest.fixture(scope="module")
+def proxy_process(module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess) -> Iterator[WorkerProcess]:
+    proxy = LocalCluster(module_config, embedded=False).proxy
+    proxy.start()
+    wait_for_port(*module_config.proxy_host_port, 30.0, what="proxy REST")
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(proxy_process: WorkerProcess, module_config: OspreyConfig) -> Iterator[Any]:
+    from spark_streaming.session import spark_session
+
+    os.environ["OSPREY_PROXY_HTTP"] = module_config.proxy_http
+    session = spark_session("osprey-tests")
+    yield session
+    session.stop()
+    os.environ.pop("OSPREY_PROXY_HTTP", None)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _with_client(config: OspreyConfig, action: Any) -> Any:
+    async with Client(config) as client:
+        return await action(client)
+
+
+def create_collection(config: OspreyConfig, name: str, *, tag: bool = True, auto_id: bool = False) -> None:
+    fields: list[dict[str, Any]] = [{"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
+                                    {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": DIM}]
+    if tag:
+        fields += [{"name": "tag", "dtype": "VARCHAR", "max_length": 8}, {"name": "score", "dtype": "DOUBLE"}]
+    run(_with_client(config, lambda c: c.create_collection(name, {"fields": fields})))
+
+
+def rows_of(config: OspreyConfig, name: str, fields: tuple[str, ...] = ("vector", "tag", "score")) -> list[dict[str, Any]]:
+    return run(_with_client(config, lambda c: c.query(name, filter="id >= 0", output_fields=list(fields),
+                                                       consistency_level="Strong")))
+
+
+def count(config: OspreyConfig, name: str, level: str = "Strong") -> int:
+    return run(_with_client(config, lambda c: c.count(name, consistency_level=level)))
+
+
+def write_files(directory: Path, files: int, rows: int, seed: int = 0, first_id: int = 0) -> dict[int, tuple[np.ndarray, str, float]]:
+    """``files`` Parquet files of ``rows`` rows each: id, vector array<float>, tag, score."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    expected: dict[int, tuple[np.ndarray, str, float]] = {}
+    for f in range(files):
+        ids = np.arange(first_id + f * rows, first_id + (f + 1) * rows)
+        vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
+        tags = [f"t{i % 13}" for i in ids]
+        scores = rng.standard_normal(rows)
+        table = pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "vector": pa.ListArray.from_arrays(pa.array(np.arange(0, rows * DIM + 1, DIM, dtype=np.int32)),
+                                               pa.array(vectors.ravel())),
+            "tag": pa.array(tags), "score": pa.array(scores, pa.float64()),
+        })
+        pq.write_table(table, directory / f"part-{f:03d}.parquet")
+        for i, pk in enumerate(ids.tolist()):
+            expected[pk] = (vectors[i], tags[i], float(scores[i]))
+    return expected
+
+
+def stream_files(spark: Any, directory: Path, name: str, checkpoint: Path) -> Any:
+    from spark_streaming.stream import write_stream
+
+    schema = spark.read.parquet(str(directory)).schema
+    df = spark.readStream.schema(schema).parquet(str(directory))
+    query = write_stream(df, name, str(checkpoint), trigger={"availableNow": True})
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the streaming query did not finish in time"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def assert_exact(config: OspreyConfig, name: str, expected: dict[int, tuple[np.ndarray, str, float]]) -> None:
+    rows = rows_of(config, name)
+    assert len(rows) == len(expected), "a row is missing or duplicated"
+    assert sorted(r["id"] for r in rows) == sorted(expected)
+    for row in rows:
+        vector, tag, score = expected[row["id"]]
+        got = np.asarray(row["vector"], dtype=np.float32)
+        assert got.tobytes() == vector.tobytes(), f"vector of {row['id']} differs"
+        assert row["tag"] == tag and row["score"] == score
+
+
+def progress(config: OspreyConfig, query_id: str) -> dict[str, Any]:
+    return run(_with_client(config, lambda c: c.ingest_progress(query_id)))
+
+
+def test_three_files_exactly_their_rows(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
+    create_collection(module_config, "three")
+    expected = write_files(tmp_path / "in", files=3, rows=700)
+    query = stream_files(spark, tmp_path / "in", "three", tmp_path / "ckpt")
+    assert_exact(module_config, "three", expected)
+    done = progress(module_config, query.id)
+    assert (done["rows"], done["written"], done["rejected"]) == (2100, 2100, 0)
+    hits = run(_with_client(module_config, lambda c: c.search(
+        "three", [expected[5][0]], limit=1, consistency_level="Strong")))
+    assert hits[0][0]["id"] == 5 and hits[0][0]["distance"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_bad_rows_go_to_the_dead_letter_topic(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
+    create_collection(module_config, "bad")
+    good_vector = [0.5] * DIM
+    rows = [
+        {"id": 1, "vector": good_vector, "tag": "ok", "score": 1.0},
+        {"id": 2, "vector": None, "tag": "ok", "score": 2.0},  # null vector
+        {"id": 3, "vector": [0.5] * (DIM - 1), "tag": "ok", "score": 3.0},  # wrong dim
+        {"id": 4, "vector": good_vector, "tag": "far-too-long", "score": 4.0},  # VARCHAR too long
+        {"id": None, "vector": good_vector, "tag": "ok", "score": 5.0},  # missing PK, no auto id
+        {"id": 6, "vector": good_vector, "tag": "fine", "score": 6.0},
+    ]
+    directory = tmp_path / "in"
+    directory.mkdir()
+    table = pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.int64()), ("vector", pa.list_(pa.float32())),
+                                                         ("tag", pa.string()), ("score", pa.float64())]))
+    pq.write_table(table, directory / "bad.parquet")
+    query = stream_files(spark, directory, "bad", tmp_path / "ckpt")
+    assert sorted(r["id"] for r in rows_of(module_config, "bad")) == [1, 6]
+    done = progress(module_config, query.id)
+    assert (done["rows"], done["written"], done["rejected"]) == (6, 2, 4)
+    letters = read_dead_letters(module_config, expect=4)
+    by_row = {(letter.values()["id"], letter.field): letter for letter in letters}
+    assert set(by_row) == {(2, "vector"), (3, "vector"), (4, "tag"), (None, "id")}
+    assert "null" in by_row[(2, "vector")].rule
+    assert f"dim {DIM}" in by_row[(3, "vector")].rule and f"has {DIM - 1} values" in by_row[(3, "vector")].rule
+    assert "max_length=8" in by_row[(4, "tag")].rule and by_row[(4, "tag")].values()["tag"] == "far-too-long"
+    assert by_row[(None, "id")].values()["score"] == 5.0
+    assert all(letter.reason.startswith("invalid parameter[field=") for letter in letters)
+    assert all(letter.identity.startswith(f"spark:{query.id}:") for letter in letters)
+
+
+def read_dead_letters(config: OspreyConfig, expect: int) -> list[DeadLetter]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = Topics.of(config).dead_letter
+    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False, consumer_timeout_ms=2000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        letters: dict[bytes, DeadLetter] = {}
+        deadline = time.monotonic() + 30
+        while len(letters) < expect and time.monotonic() < deadline:
+            for record in consumer:
+                letters[record.key] = decode(record.value, DeadLetter)
+        return list(letters.values())
+    finally:
+        consumer.close()
+
+
+def test_a_schema_that_does_not_fit_fails_before_writing(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
+    from spark_streaming.stream import write_stream
+
+    create_collection(module_config, "strict")
+    directory = tmp_path / "in"
+    directory.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "vector": ["not", "vectors"], "tag": ["a", "b"], "score": [1.0, 2.0]}),
+                   directory / "wrong.parquet")
+    df = spark.readStream.schema(spark.read.parquet(str(directory)).schema).parquet(str(directory))
+    with pytest.raises(InvalidParameter) as caught:
+        write_stream(df, "strict", str(tmp_path / "ckpt1"), trigger={"availableNow": True})
+    assert caught.value.field == "vector" and "array<float>" in caught.value.rule
+    # the plain writeStream path fails at its first batch, before a row is sent
+    query = (df.writeStream.format("osprey").option("collection", "strict")
+             .option("checkpointLocation", str(tmp_path / "ckpt2")).trigger(availableNow=True).start())
+    with pytest.raises(Exception) as failed:
+        query.awaitTermination(QUERY_TIMEOUT_S)
+    assert "field=vector" in str(failed.value)
+    missing = spark.readStream.schema("id long, vector array<float>").parquet(str(directory))
+    with pytest.raises(InvalidParameter) as caught:
+        write_stream(missing, "strict", str(tmp_path / "ckpt3"))
+    assert caught.value.field == "tag"
+    assert count(module_config, "strict") == 0
+
+
+def test_foreach_batch_writes_the_same_rows(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
+    from spark_streaming.stream import foreach_batch_writer
+
+    create_collection(module_config, "foreach")
+    expected = write_files(tmp_path / "in", files=2, rows=500, seed=3)
+    df = spark.readStream.schema(spark.read.parquet(str(tmp_path / "in")).schema).parquet(str(tmp_path / "in"))
+    query = (df.writeStream.foreachBatch(foreach_batch_writer("foreach"))
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    assert query.exception() is None
+    assert_exact(module_config, "foreach", expected)
+    assert progress(module_config, query.id)["written"] == 1000
+
+
+# ---------------------------------------------------------------- crashes: the job as a process
+
+def start_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory),
+                             "--collection", name, "--checkpoint", str(checkpoint), "--max-files-per-trigger", "1"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill_job(job: subprocess.Popen[bytes]) -> None:
+    """kill -9 of the driver and everything it started (its Python workers)."""
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    job.wait(30)
+
+
+def kill_when_partly_visible(config: OspreyConfig, job: subprocess.Popen[bytes], name: str, total: int) -> int:
+    """Wait until some rows (not all) are visible, then kill -9 the job; returns the rows seen."""
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    seen = 0
+    while time.monotonic() < deadline and job.poll() is None:
+        seen = count(config, name, "Eventually")
+        if 0 < seen < total:
+            break
+        time.sleep(POLL_S)
+    kill_job(job)
+    return seen
+
+
+def finish_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> None:
+    job = start_job(config, directory, name, checkpoint)
+    try:
+        out, _ = job.communicate(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_job(job)
+        pytest.fail("the restarted ingest job did not finish in time")
+    assert job.returncode == 0, out.decode(errors="replace")[-4000:]
+
+
+def assert_each_pk_once(config: OspreyConfig, name: str, expected: dict[int, Any]) -> None:
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    while count(config, name) < len(expected) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    ids = [r["id"] for r in rows_of(config, name, fields=("id",))]
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated rows"
+    assert set(ids) == set(expected), f"missing {len(set(expected) - set(ids))}, unexpected {len(set(ids) - set(expected))}"
+    assert count(config, name) == len(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_driver_killed_mid_stream_then_restarted(proxy_process: WorkerProcess, module_config: OspreyConfig,
+                                                 tmp_path: Path) -> None:
+    create_collection(module_config, "crash")
+    expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=5)
+    job = start_job(module_config, tmp_path / "in", "crash", tmp_path / "ckpt")
+    seen = kill_when_partly_visible(module_config, job, "crash", len(expected))
+    print(f"killed the driver with {seen} of {len(expected)} rows visible")
+    finish_job(module_config, tmp_path / "in", "crash", tmp_path / "ckpt")
+    assert_each_pk_once(module_config, "crash", expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_querynode_killed_while_spark_replays(proxy_process: WorkerProcess, querynode: WorkerProcess,
+                                              module_config: OspreyConfig, tmp_path: Path) -> None:
+    create_collection(module_config, "replay")
+    expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=6, first_id=10_000_000)
+    job = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
+    seen = kill_when_partly_visible(module_config, job, "replay", len(expected))
+    print(f"killed the driver with {seen} of {len(expected)} rows visible")
+    restarted = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
+    deadline = time.monotonic() + JOB_TIMEOUT_S  # wait for the replay to write, then crash the querynode
+    while restarted.poll() is None and time.monotonic() < deadline and count(module_config, "replay", "Eventually") <= seen:
+        time.sleep(POLL_S)
+    querynode.kill()
+    querynode.start()
+    try:
+        out, _ = restarted.communicate(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_job(restarted)
+        pytest.fail("the restarted ingest job did not finish in time")
+    assert restarted.returncode == 0, out.decode(errors="replace")[-4000:]
+    assert_each_pk_once(module_config, "replay", expected)
