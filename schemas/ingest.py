@@ -11,7 +11,8 @@ values. Framed by :mod:`schemas.codec` (the Arrow bytes travel raw).
 - :class:`IngestChunk` / :class:`IngestChunkReply`: one chunk and what became of it.
 - :class:`IngestOpen` / :class:`IngestTarget`: resolve the collection once, check the writer's
   Arrow schema against it before any row is sent.
-- :class:`IngestCommit`: per micro-batch counts, recorded in the sink's commit log (Redis).
+- :class:`IngestCommit`: per micro-batch counts, recorded in the sink's commit log (Redis);
+  :class:`IngestProgress` asks for a query's totals.
 """
 
 from __future__ import annotations
@@ -102,6 +103,12 @@ class PartitionCounts(_Model):
     written: int
     rejected: int
     seconds: float = 0.0
+
+
+class IngestProgress(_Model):
+    """Ask for a streaming query's totals in the commit log."""
+
+    query_id: str
 
 
 class IngestCommit(_Model):

@@ -12,21 +12,17 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
-
-from pydantic import BaseModel
 
 from schemas.codec import encode
 from schemas.errors import ServiceUnavailable, from_status
-from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestProgress, IngestTarget
 
 API_PREFIX = "/v2/vectordb/ingest/"
 DEFAULT_TIMEOUT_S = 120.0  # one request: a chunk waits for every broker acknowledgement
 DEFAULT_RETRY_S = 120.0  # how long to keep resending while the proxy is unreachable
 RETRY_PAUSE_S = 0.5
-
-T = TypeVar("T", bound=BaseModel)
 
 
 def proxy_url(address: str) -> str:
@@ -59,7 +55,7 @@ class IngestClient:
         return self._post("commit", commit.model_dump_json().encode())
 
     def progress(self, query_id: str) -> dict[str, Any]:
-        return self._post("progress", json.dumps({"query_id": query_id}).encode())
+        return self._post("progress", IngestProgress(query_id=query_id).model_dump_json().encode())
 
     def _post(self, action: str, body: bytes) -> Any:
         deadline = time.monotonic() + self.retry_s

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
+from schemas.codec import decode
 from schemas.collection import DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
+from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionDescription
 from streams.client import Client
-from schemas.codec import decode
-from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen
-from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -540,17 +540,13 @@ def failure(err: OspreyError) -> dict[str, Any]:
 
 
 # -- the front end
-class IngestProgressRequest(BaseModel):
-    query_id: str
-
-
 # Osprey's stream-writer routes (the Spark sink): path -> (request model, Client method). Bodies are
 # codec frames (schemas/codec.py; Arrow bytes travel raw) or JSON, up to MAX_CHUNK_BYTES.
 INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
     "ingest/open": (IngestOpen, "ingest_open"),
     "ingest/write": (IngestChunk, "ingest"),
     "ingest/commit": (IngestCommit, "ingest_commit"),
-    "ingest/progress": (IngestProgressRequest, "ingest_progress"),
+    "ingest/progress": (IngestProgress, "ingest_progress"),
 }
 
 
