@@ -30,7 +30,7 @@ __all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "e
 
 log = logging.getLogger(__name__)
 
-BUILDER_NICE = 5  # the builder thread (and hnswlib's threads it starts) yields CPU to ingest and search
+BUILDER_NICE = 19  # the builder thread (and hnswlib's threads it starts) yields CPU to ingest and search
 BUILDER_IDLE_WAIT_S = 0.5  # with nothing to index, look again after this (an insert wakes it at once)
 BUILDER_ERROR_PAUSE_S = 1.0
 BUILDER_STOP_TIMEOUT_S = 10.0
