@@ -56,8 +56,8 @@ __all__ = ["GrowingSegment", "SearchHits", "INTERIM_INDEX_ROWS"]
 # threads (20k rows in 2.1 s), several times that at 128-d. So at 10k rows both paths cost about
 # the same; beyond, the scan grows linearly while HNSW stays flat. Total build work is the same
 # whenever it starts (every row is inserted once), and growing segments normally keep growing
-# (Milvus seals at hundreds of MB), so starting at the low end of the crossover keeps the one-off
-# build, which blocks the inserting thread (hnswlib releases the GIL), near 1-2 s.
+# (Milvus seals at hundreds of MB), so the index starts at the low end of the crossover. The build
+# runs on the worker's builder thread in INDEX_SLICE_ROWS slices, never on the inserting thread.
 INTERIM_INDEX_ROWS = 10_000
 INDEX_SLICE_ROWS = 512  # rows one index_step adds: ~20-60 ms of HNSW work at 128-d, what a search may wait
 INITIAL_CAPACITY_ROWS = 1_024  # first allocation; capacity then doubles
