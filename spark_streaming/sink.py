@@ -94,7 +94,7 @@ class OspreyCommitMessage(WriterCommitMessage):
 
 class ChunkSender:
     """Sends Arrow chunks of one Spark task with up to ``in_flight`` requests outstanding, one
-    proxy connection per sending thread; ``counts`` adds up the replies."""
+    proxy connection per sending thread; ``rows``, ``written`` and ``rejected`` add up the replies."""
 
     def __init__(self, options: SinkOptions, target: IngestTarget, identity_prefix: str, origin: str) -> None:
         self.options, self.target = options, target
