@@ -8,24 +8,34 @@ search or query at timestamp ``ts`` sees only rows with insert ts <= ``ts`` (MVC
 Search is exact (BLAS, blockwise) until the segment holds ``interim_index_rows`` rows; from then on
 each vector field also gets an HNSW interim index (:class:`~state.vector_index.VectorIndex`,
 labels = row offsets), built off the insert path: :meth:`GrowingSegment.index_step` adds the next
-slice of rows not yet indexed and is called by a builder thread (the worker's
-:class:`~agents.querynode.worker.IndexBuilder`), so an insert only appends and its rows are
-searchable at once. A search uses the index for the rows it holds (when the requested metric is
-the index's and the filter keeps most of them; queries it cannot fill fall back to exact search)
-and exact search for the rows not indexed yet, and merges the two (Milvus does the same for
-growing data).
+slice of rows not yet indexed (rows ``[indexed_rows, row_count)``, in order) and is called by a
+builder thread (the worker's :class:`~agents.querynode.worker.IndexBuilder`) or, deterministically,
+by a test; so an insert only appends and its rows are searchable at once. A search uses the index
+for the rows it holds (labels below the ``indexed_rows`` it read; when the requested metric is the
+index's and the filter keeps most of them; queries it cannot fill fall back to exact search) and
+exact search for the rows not indexed yet, and merges the two into one top-k (Milvus does the same
+for growing data). A search waits at most ``INDEX_LOCK_WAIT_S`` for a slice being added; past
+that (the builder runs at a low CPU priority and may be starved mid-slice) it searches every row
+exactly instead.
 
 Results follow Milvus conventions (see :mod:`state.vector_index`): best first, ties by PK ascending.
-Threads: one owner (the worker's event loop) calls every method except :meth:`index_step`, which
-one builder thread may call concurrently (it reads rows below ``row_count`` only, which never
-change, and the index takes its own lock). Views returned by :meth:`column` & co. are read-only
-snapshots of the rows present when taken.
+Threads: one owner (the worker's event loop) calls every method except :meth:`index_step` (and
+:meth:`index_pending`), which a builder thread may call concurrently; concurrent
+:meth:`index_step` calls run one at a time (a per-segment build lock). The builder reads rows
+below the ``row_count`` it snapshots together with the column buffers (under a short lock that
+:meth:`insert` also takes to publish reallocated buffers and the new row count): rows below
+``row_count`` never change, and a reallocation copies them before the new buffers are published.
+The index serializes adds and searches itself (:class:`~state.vector_index.VectorIndex`). Indexes
+are published (copy-on-write dict) before ``indexed_rows`` moves past 0, and ``indexed_rows`` only
+after the rows are in every index. :meth:`release` stops indexing (a slice in progress finishes).
+Views returned by :meth:`column` & co. are read-only snapshots of the rows present when taken.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +47,7 @@ from schemas.errors import IndexNotFound, InvalidParameter
 from state.vector_index import (
     METRIC_COSINE,
     METRIC_L2,
+    IndexBusy,
     SearchHits,
     VectorIndex,
     check_top_k,
@@ -57,9 +68,13 @@ __all__ = ["GrowingSegment", "SearchHits", "INTERIM_INDEX_ROWS"]
 # the same; beyond, the scan grows linearly while HNSW stays flat. Total build work is the same
 # whenever it starts (every row is inserted once), and growing segments normally keep growing
 # (Milvus seals at hundreds of MB), so the index starts at the low end of the crossover. The build
-# runs on the worker's builder thread in INDEX_SLICE_ROWS slices, never on the inserting thread.
+# runs on the worker's builder thread in small slices, never on the inserting thread.
 INTERIM_INDEX_ROWS = 10_000
-INDEX_SLICE_ROWS = 512  # rows one index_step adds: ~20-60 ms of HNSW work at 128-d, what a search may wait
+INDEX_SLICE_ROWS = 512  # default rows of one index_step (the worker's builder sizes its slices by time)
+# A search waits this long at most for the slice being added to the index, then searches exactly.
+# A slice normally takes ~10 ms (the builder's target); a longer hold means the builder is starved
+# (nice 19 on a busy box: one 512-row slice of 128-d was measured holding the index for 23 s).
+INDEX_LOCK_WAIT_S = 0.05
 INITIAL_CAPACITY_ROWS = 1_024  # first allocation; capacity then doubles
 EXACT_BLOCK_ELEMENTS = 1 << 21  # floats per exact-search block (8 MiB of distances / gathered rows)
 MIN_BLOCK_ROWS = 1_024
@@ -168,8 +183,12 @@ class GrowingSegment:
                 self._buffers[f.name] = self._alloc(f, 0)
         for name in self._vector_fields:
             self._buffers[self._norm_key(name)] = np.empty(0, np.float32)
+        # Replaced, never mutated (copy-on-write): readers iterate it while the builder publishes.
         self._indexes: dict[str, VectorIndex] = {}
         self._indexed = 0  # rows [0, _indexed) are in every interim index (written by the builder)
+        self._rows_lock = threading.Lock()  # insert publishing buffers/row count vs a builder snapshot
+        self._build_lock = threading.Lock()  # one index_step at a time
+        self._released = False
 
     # ------------------------------------------------------------------ storage
 
@@ -190,11 +209,14 @@ class GrowingSegment:
         if rows <= self._capacity:
             return
         capacity = max(rows, 2 * self._capacity, INITIAL_CAPACITY_ROWS)
+        buffers: dict[str, np.ndarray] = {}
         for key, old in self._buffers.items():
             new = np.empty((capacity,) + old.shape[1:], old.dtype)
             new[: self._n] = old[: self._n]
-            self._buffers[key] = new
-        self._capacity = capacity
+            buffers[key] = new
+        with self._rows_lock:  # a builder snapshots (row count, buffers) under this lock
+            self._buffers = buffers
+            self._capacity = capacity
 
     @property
     def row_count(self) -> int:
@@ -237,31 +259,58 @@ class GrowingSegment:
         """Rows in the interim indexes (searched by HNSW); the rest are searched exactly."""
         return self._indexed
 
+    @property
+    def pending_index_rows(self) -> int:
+        """Rows :meth:`index_step` still has to add (0 below the threshold or once released)."""
+        return self._n - self._indexed if self.index_pending() else 0
+
     def index_pending(self) -> bool:
         """True when :meth:`index_step` has rows to add."""
-        return self._indexed < self._n and (bool(self._indexes) or self._n >= self.interim_index_rows)
+        return (not self._released and self._indexed < self._n
+                and (bool(self._indexes) or self._n >= self.interim_index_rows))
+
+    def release(self) -> None:
+        """Stop indexing this segment for good (it is being dropped): :meth:`index_step` adds
+        nothing from now on; a slice in progress on another thread finishes (not waited for).
+        The rows and the indexes built so far stay searchable. Idempotent."""
+        self._released = True
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
     def index_step(self, max_rows: int = INDEX_SLICE_ROWS) -> int:
         """Add the next (at most ``max_rows``) rows not yet indexed to the interim indexes,
         creating them once the segment holds ``interim_index_rows`` rows; returns the rows added
-        (0: nothing to do). May run on a builder thread while the owner inserts and searches."""
-        n = self._n  # read before the buffers: rows below n are in whichever buffer is read next
-        start = self._indexed
-        if start >= n or (not self._indexes and n < self.interim_index_rows):
-            return 0
-        end = min(n, start + max(1, max_rows))
-        labels = np.arange(start, end)
-        for name, field in self._vector_fields.items():
-            vectors = self._buffers[name][start:end]
-            index = self._indexes.get(name)
-            if index is None:
-                index = VectorIndex(field.dim or 0, self._index_metrics[name], max_elements=max(self._capacity, n))
+        (0: nothing to do). May run on a builder thread while the owner inserts and searches;
+        calls from several threads run one at a time. Cost: ``max_rows`` HNSW insertions per
+        vector field (~0.3-0.7 ms a row at 128-d, measured on this shared 2-core box), during which
+        searches of the field wait for the index (at most INDEX_LOCK_WAIT_S)."""
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise InvalidParameter("max_rows", "must be an integer >= 1", max_rows)
+        with self._build_lock:
+            if self._released:
+                return 0
+            with self._rows_lock:  # a consistent (row count, buffers) snapshot
+                n, buffers, capacity = self._n, self._buffers, self._capacity
+            start = self._indexed
+            indexes = self._indexes
+            if start >= n or (not indexes and n < self.interim_index_rows):
+                return 0
+            end = min(n, start + max_rows)
+            labels = np.arange(start, end)
+            created: dict[str, VectorIndex] = {}
+            for name, field in self._vector_fields.items():
+                vectors = buffers[name][start:end]  # rows below n: never written again
+                index = indexes.get(name)
+                if index is None:
+                    index = created[name] = VectorIndex(field.dim or 0, self._index_metrics[name],
+                                                        max_elements=max(capacity, n))
                 index.add(vectors, labels)
-                self._indexes[name] = index
-            else:
-                index.add(vectors, labels)
-        self._indexed = end
-        return end - start
+            if created:  # first slice: publish every index at once, before _indexed moves
+                self._indexes = {**indexes, **created}
+            self._indexed = end
+            return end - start
 
     def build_interim_indexes(self) -> int:
         """Index every pending row now, on this thread; returns the rows added."""
@@ -325,7 +374,8 @@ class GrowingSegment:
         if self._ts_sorted and n:
             previous_last = buffers[self._ts_key][start - 1] if start else ts_array[0]
             self._ts_sorted = bool(ts_array[0] >= previous_last) and bool(np.all(ts_array[1:] >= ts_array[:-1]))
-        self._n = end
+        with self._rows_lock:  # the rows are written: publish them
+            self._n = end
         self._var_bytes += var_bytes
 
     def _convert_pks(self, pks: Any) -> tuple[np.ndarray, int]:
@@ -528,12 +578,14 @@ class GrowingSegment:
                mask: np.ndarray | None = None, ef: int | None = None) -> SearchHits:
         """Top ``top_k`` rows per query among rows visible at ``ts`` and selected by ``mask``.
 
-        ``queries`` (nq, dim) float32 (or one (dim,) vector). Uses the interim index when it exists
-        for ``(field, metric)`` and the filter keeps >= INDEX_MIN_VALID_FRACTION of the rows (HNSW
-        with ``ef``, default max(top_k, 64), distances recomputed exactly, queries it cannot fill
-        fall back to exact): ~O(nq * (ef * M * log(rows) + fetch) * dim) with fetch ~ 1.2 top_k
-        + 8; else exact: O(nq * rows * dim) BLAS plus O(nq * rows) selection, in blocks of
-        EXACT_BLOCK_ELEMENTS floats. Memory stays O(EXACT_BLOCK_ELEMENTS + nq * top_k) either way.
+        ``queries`` (nq, dim) float32 (or one (dim,) vector). Rows the interim index holds are
+        searched through it when it exists for ``(field, metric)`` and the filter keeps >=
+        INDEX_MIN_VALID_FRACTION of them (HNSW with ``ef``, default max(top_k, 64), distances
+        recomputed exactly, queries it cannot fill fall back to exact): ~O(nq * (ef * M *
+        log(rows) + fetch) * dim) with fetch ~ 1.2 top_k + 8; the rows not indexed yet (and
+        every row otherwise, or when the index stays busy for INDEX_LOCK_WAIT_S) exactly: O(nq *
+        rows * dim) BLAS plus O(nq * rows) selection, in blocks of EXACT_BLOCK_ELEMENTS floats;
+        the two parts are merged. Memory stays O(EXACT_BLOCK_ELEMENTS + nq * top_k) either way.
         """
         vector_field = self._vector_fields.get(field) if isinstance(field, str) else None
         if vector_field is None:
@@ -546,12 +598,16 @@ class GrowingSegment:
         rows = self._rows(ts, mask)
         if rows.count == 0 or len(q) == 0:
             return SearchHits.empty(len(q), top_k, metric, self._varchar_pk)
+        # Snapshot: every row below `indexed` is in `index` (published first, never replaced).
         index = self._indexes.get(field)
-        indexed = self._indexed
+        indexed = min(self._indexed, rows.total)
         if index is not None and index.metric == metric and indexed > 0:
             head, tail = rows.split(indexed)
             if head.count > top_k and head.count >= INDEX_MIN_VALID_FRACTION * indexed:
-                hits = self._search_index(index, q, field, metric, top_k, head, ef)
+                try:
+                    hits = self._search_index(index, q, field, metric, top_k, head, ef)
+                except IndexBusy:  # the builder holds the index (starved mid-slice): all exact
+                    return self._search_exact(q, field, metric, top_k, rows)
                 if tail.count:
                     hits = _merge_hits(hits, self._search_exact(q, field, metric, top_k, tail), metric, top_k)
                 return hits
@@ -680,7 +736,8 @@ class GrowingSegment:
         fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))
         try:
-            labels, _ = index.search(q, fetch, max(ef or max(top_k, DEFAULT_EF), fetch))
+            labels, _ = index.search(q, fetch, max(ef or max(top_k, DEFAULT_EF), fetch),
+                                     timeout_s=INDEX_LOCK_WAIT_S)
         except RuntimeError:  # hnswlib could not fill `fetch` results
             return self._search_exact(q, field, metric, top_k, rows)
         valid = rows.contains(labels)

@@ -6,7 +6,9 @@
 - :func:`select_candidates`: tie-aware vectorized top-k pre-selection (so a later PK tie-break is
   exact); :func:`pk_sort_keys`, :func:`scores_of`, :func:`order_by_score_then_pk`: the ordering
   helpers the segment search and the proxy reduce share.
-- :class:`VectorIndex`: an hnswlib HNSW graph returning distances in Milvus conventions.
+- :class:`VectorIndex`: an hnswlib HNSW graph returning distances in Milvus conventions, safe to
+  extend on one thread while another searches it (searches first, with an optional bounded wait:
+  :class:`IndexBusy`).
 
 Internally a *score* is the distance oriented so that smaller is better: ``d`` for L2, ``-d`` for
 IP and COSINE.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import hnswlib
@@ -32,7 +36,11 @@ HNSW_M = 16  # graph out-degree (level 0 keeps 2*M links)
 HNSW_EF_CONSTRUCTION = 100  # interim index: 2.2x the build rate of 200 for recall@10 0.997 vs 0.9996 (ef 64, docs/benchmarks.md)
 HNSW_RANDOM_SEED = 100  # fixed level assignment (batches added with 2 threads still vary run to run)
 INDEX_GROWTH_FACTOR = 2  # resize_index to max(needed, GROWTH * capacity): amortized O(1) per row
-PARALLEL_ADD_MIN_ROWS = 1_000  # batches at least this big are added with ADD_THREADS threads
+# Batches at least this big are added with ADD_THREADS threads. The interim index builder adds
+# ~10 ms slices (tens of rows at 128-d); two threads still add them ~1.3x faster than one
+# (24-row batches at 128-d, interleaved runs on this shared 2-core box: median 1.7k -> 2.3k
+# rows/s), and hnswlib's threads inherit the builder's low CPU priority (checked: nice 19).
+PARALLEL_ADD_MIN_ROWS = 8
 ADD_THREADS = 2  # hnswlib add_items threads for big batches (2 CPU cores)
 QUERY_THREADS = 1  # small searches: keep the other core for the event loop
 BATCH_QUERY_THREADS = 2  # a batch of at least PARALLEL_QUERY_MIN_NQ queries uses both cores
@@ -42,6 +50,10 @@ LANE_MIN_FACTOR = 4  # ... used only when there are at least 4 * k lanes
 INT64_PAD_PK = -1  # pk of a padding slot for an INT64 primary key (None for VARCHAR)
 
 _HNSW_SPACE = {METRIC_L2: "l2", METRIC_IP: "ip", METRIC_COSINE: "cosine"}
+
+
+class IndexBusy(Exception):
+    """:meth:`VectorIndex.search` gave up waiting (``timeout_s``) for the add in progress."""
 
 
 def normalize_metric(metric: str) -> str:
@@ -188,6 +200,59 @@ def order_by_score_then_pk(scores: np.ndarray, pk_keys: np.ndarray, invalid: np.
     return np.lexsort(keys, axis=1)
 
 
+class _SearchFirstLock:
+    """Mutual exclusion of one hnswlib index's searches and adds, searches first.
+
+    hnswlib 0.8.0 allows concurrent ``add_items`` calls, or concurrent ``knn_query`` calls, but
+    not an add during a query (nmslib/hnswlib#29, #100, #562: a query reads link lists that an add
+    rewrites without locks), nor ``resize_index`` (reallocates the graph) or ``set_ef`` (index-wide
+    state) alongside anything. Here one holder at a time: an add waits while a search holds the
+    index *or waits for it*, so a builder adding slice after slice cannot starve searches (a plain
+    lock would go back to the builder, which holds the GIL when it releases); a search may give up
+    after a timeout (the add in progress may be slow: the builder runs at a low CPU priority).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = False
+        self._searches_waiting = 0
+
+    @contextmanager
+    def searching(self, timeout_s: float | None) -> Iterator[None]:
+        """Hold the index for a search; IndexBusy if not free within ``timeout_s`` (None = wait)."""
+        with self._cond:
+            self._searches_waiting += 1
+            try:
+                acquired = self._cond.wait_for(lambda: not self._busy, timeout_s)
+            finally:
+                self._searches_waiting -= 1
+            if not acquired:
+                if not self._searches_waiting:
+                    self._cond.notify_all()  # an add may be waiting for the searches to be gone
+                raise IndexBusy(f"the index was not free within {timeout_s} s (an add is in progress)")
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def adding(self) -> Iterator[None]:
+        """Hold the index for an add or a resize, once no search holds it or waits for it."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._busy and not self._searches_waiting)
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+
+
 class VectorIndex:
     """An hnswlib HNSW index over float32 vectors whose labels are caller-chosen row offsets.
 
@@ -196,9 +261,12 @@ class VectorIndex:
     (the "cosine" space normalizes vectors on insert and query). Capacity grows by
     ``INDEX_GROWTH_FACTOR``.
 
-    Thread-safe: hnswlib allows concurrent adds or concurrent searches but not an add during a
-    search, so ``add`` and ``search`` take one lock; a builder thread may extend the index while
-    the owner searches it (a search waits for at most the add in progress: keep adds small).
+    Thread-safe: hnswlib allows concurrent adds or concurrent searches but not an add (or a
+    resize, or ``set_ef``) during a search, so ``add`` and ``search`` hold the index in turn
+    (:class:`_SearchFirstLock`, searches first): a builder thread may extend the index while the
+    owner searches it. A search waits for the add in progress (keep adds small), at most
+    ``timeout_s`` if given (then :class:`IndexBusy`). :attr:`size` and :attr:`capacity` read
+    counters without waiting (they only grow).
 
     Costs: add ~O(log n * M * ef_construction * dim) per vector; search ~O(ef * M * log n * dim)
     per query. Memory ~ capacity * (4 dim + 8 M + 12) bytes plus upper levels (:attr:`memory_bytes`).
@@ -216,7 +284,7 @@ class VectorIndex:
         self._index.init_index(max_elements=max(1, int(max_elements)), ef_construction=self.ef_construction,
                                M=self.M, random_seed=HNSW_RANDOM_SEED)
         self._ef: int | None = None
-        self._lock = threading.Lock()  # add vs search (and ef, which is index-wide state)
+        self._lock = _SearchFirstLock()  # add/resize vs search (and ef, which is index-wide state)
 
     @property
     def size(self) -> int:
@@ -243,16 +311,18 @@ class VectorIndex:
         if not len(labels):
             return
         threads = ADD_THREADS if len(labels) >= PARALLEL_ADD_MIN_ROWS else 1
-        with self._lock:
+        with self._lock.adding():
             needed = self.size + len(labels)
             if needed > self.capacity:
                 self._index.resize_index(max(needed, INDEX_GROWTH_FACTOR * self.capacity))
             self._index.add_items(vectors, labels, num_threads=threads)
 
-    def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, ef: int,
+               timeout_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-``k`` (k <= size) of each query: (labels int64 (nq, k), distances float32
         (nq, k)) best first, distances in Milvus convention. ``ef`` is raised to at least ``k``.
-        hnswlib's RuntimeError (cannot fill k results) propagates."""
+        hnswlib's RuntimeError (cannot fill k results) propagates; IndexBusy when an add holds
+        the index for longer than ``timeout_s`` (None: wait for it)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise InvalidParameter("queries", f"must be (nq, {self.dim})", queries.shape)
@@ -260,7 +330,7 @@ class VectorIndex:
             raise InvalidParameter("k", f"must be in [1, {self.size}]", k)
         ef = max(int(ef), int(k))
         threads = BATCH_QUERY_THREADS if len(queries) >= PARALLEL_QUERY_MIN_NQ else QUERY_THREADS
-        with self._lock:
+        with self._lock.searching(timeout_s):
             if ef != self._ef:
                 self._index.set_ef(ef)
                 self._ef = ef

@@ -115,6 +115,8 @@ class QueryNodeRuntime:
 
     async def stop(self) -> None:
         await close_all(self._closers, log, "querynode")
+        if self.node is not None:
+            self.node.worker.stop()  # joins the interim index builder thread
         self.node = None
         self._lease = None
 
