@@ -96,6 +96,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     df = reader.load(str(directory))
     trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
     name = args.query_name or f"ingest_{args.collection}".replace("-", "_")
+    told = False
     while True:
         try:
             query = write_stream(df, args.collection, str(checkpoint), partition=args.partition, proxy=proxy,
@@ -104,7 +105,9 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
         except CollectionNotFound:
             if not args.follow:
                 raise
-            print(f"ingest: waiting for collection {args.collection} to exist", file=sys.stderr, flush=True)
+            if not told:
+                print(f"ingest: waiting for collection {args.collection} to exist", file=sys.stderr, flush=True)
+                told = True
             time.sleep(COLLECTION_WAIT_S)
     client = IngestClient(proxy)
     started = time.monotonic()
