@@ -45,6 +45,12 @@ class IngestClient:
             self._conn.close()
             self._conn = None
 
+    def __enter__(self) -> "IngestClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def open(self, request: IngestOpen) -> IngestTarget:
         return IngestTarget.model_validate(self._post("open", encode(request)))
 

@@ -76,12 +76,9 @@ class SinkOptions:
 def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
     """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
     InvalidParameter naming the field and the rule)."""
-    client = IngestClient(options.proxy)
-    try:
+    with IngestClient(options.proxy) as client:
         return client.open(IngestOpen(collection_name=options.collection, partition_name=options.partition,
                                       arrow_schema=arrow_schema_bytes(schema)))
-    finally:
-        client.close()
 
 
 class OspreyCommitMessage(WriterCommitMessage):
@@ -172,12 +169,9 @@ def record_commit(options: SinkOptions, target: IngestTarget, batch_id: int, mes
     done = [m for m in messages if isinstance(m, OspreyCommitMessage)]
     if not done:
         return
-    client = IngestClient(options.proxy)
-    try:
+    with IngestClient(options.proxy) as client:
         client.commit(IngestCommit(query_id=done[0].query_id, collection_id=target.collection_id,
                                    batch_id=batch_id, tasks=[m.counts for m in done]))
-    finally:
-        client.close()
 
 
 class OspreyStreamWriter(DataSourceStreamArrowWriter):

@@ -218,43 +218,52 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+def _json_problem(value: Any, rule: str) -> str | None:
+    """Why ``value`` cannot be stored as JSON (``rule`` prefixes a serialisation error), or None."""
+    try:
+        text = _json_text(value)
+    except (TypeError, ValueError) as exc:
+        return f"{rule}: {exc}"
+    return f"must be at most {MAX_JSON_BYTES} bytes of JSON" if len(text.encode()) > MAX_JSON_BYTES else None
+
+
+def _mark_json(name: str, problems: dict[int, str], n: int, marks: _Marks) -> None:
+    bad = np.zeros(n, dtype=bool)
+    bad[list(problems)] = True
+    marks.mark(name, bad, lambda row: problems[row])
+
+
 def _check_json(name: str, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
     """The values as Python objects (strings are parsed as JSON text); unusable rows marked."""
     is_text = _is_string(column.type)
     values = column.to_pylist()
     if pa.types.is_map(column.type):
         values = [None if v is None else dict(v) for v in values]
-    bad = np.zeros(len(values), dtype=bool)
-    rules: dict[int, str] = {}
+    problems: dict[int, str] = {}
     for row, value in enumerate(values):
         if value is None:
             continue
-        try:
-            if is_text:
+        if is_text:
+            try:
                 value = values[row] = json.loads(value)
-            text = _json_text(value)
-        except (TypeError, ValueError) as exc:
-            bad[row], rules[row] = True, f"must be a JSON value: {exc}"
-            continue
-        if len(text.encode()) > MAX_JSON_BYTES:
-            bad[row], rules[row] = True, f"must be at most {MAX_JSON_BYTES} bytes of JSON"
-    marks.mark(name, bad, lambda row: rules[row])
+            except ValueError as exc:
+                problems[row] = f"must be a JSON value: {exc}"
+                continue
+        problem = _json_problem(value, "must be a JSON value")
+        if problem:
+            problems[row] = problem
+    _mark_json(name, problems, len(values), marks)
     return values
 
 
 def _check_dynamic(table: pa.Table, extra: list[str], marks: _Marks) -> None:
     values = {name: table.column(name).to_pylist() for name in extra}
-    bad = np.zeros(table.num_rows, dtype=bool)
-    rules: dict[int, str] = {}
+    problems: dict[int, str] = {}
     for row in range(table.num_rows):
-        try:
-            text = _json_text({k: v[row] for k, v in values.items()})
-        except (TypeError, ValueError) as exc:
-            bad[row], rules[row] = True, f"must hold JSON values: {exc}"
-            continue
-        if len(text.encode()) > MAX_JSON_BYTES:
-            bad[row], rules[row] = True, f"must be at most {MAX_JSON_BYTES} bytes of JSON"
-    marks.mark(DYNAMIC_FIELD_NAME, bad, lambda row: rules[row])
+        problem = _json_problem({k: v[row] for k, v in values.items()}, "must hold JSON values")
+        if problem:
+            problems[row] = problem
+    _mark_json(DYNAMIC_FIELD_NAME, problems, table.num_rows, marks)
 
 
 def _good_columns(table: pa.Table, schema: CollectionSchema, good: np.ndarray, bad: np.ndarray,
