@@ -30,7 +30,7 @@ from schemas.codec import decode
 from schemas.collection import DataType
 from schemas.dml import DML_EVENT, Column, InsertEvent, TimeTickEvent
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
-from schemas.errors import CollectionNotFound, OspreyError, ServiceUnavailable
+from schemas.errors import CollectionNotFound, OspreyError, PartitionNotFound, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.segment import GrowingSegment
 from state.tso import TimestampOracle
@@ -165,10 +165,13 @@ class QueryNode:
     # ------------------------------------------------------------------ serving
 
     async def _prepare(self, request: SearchRequest | QueryRequest) -> Prepared:
+        """Check ``request`` against the cached meta. A collection or partition (by name or id) the
+        cache does not know may have been created after it was loaded: the meta is reloaded (latest)
+        once and the request checked again; only then is it CollectionNotFound/PartitionNotFound."""
         try:
             return prepare(request, await self.cache.view())
-        except CollectionNotFound:
-            return prepare(request, await self.cache.refresh())  # created after the cached view
+        except (CollectionNotFound, PartitionNotFound):
+            return prepare(request, await self.cache.refresh())
 
     async def serve(self, request: SearchRequest | QueryRequest, answer_unowned: bool,
                     session_ts: int = 0) -> list[SearchResult | QueryResult]:

@@ -12,11 +12,13 @@ Type mapping (Spark → Arrow → Osprey): ``array<float>``/``array<double>`` (a
 ``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in characters, as the insert
 path); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text).
 Columns the schema lacks go to the dynamic field when it is enabled (a null value is JSON null).
+A ``map`` at any depth, in a JSON field or the dynamic field, is a JSON object.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,10 +173,10 @@ def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
             marks.mark(f.name, lengths > limit, lambda row, lengths=lengths, limit=limit:
                        f"must be at most max_length={limit} characters: this row has {int(lengths[row])}")
         elif f.dtype in _INTEGER_RANGE:
-            low, high = _INTEGER_RANGE[f.dtype]
-            out = pc.or_(pc.less(column, low), pc.greater(column, high)) if _narrower(column.type, f.dtype) else None
+            out = _out_of_range(column, f.dtype)
             if out is not None:
-                marks.mark(f.name, np.asarray(pc.fill_null(out, False)), f"must fit {f.dtype.value} ({low}..{high})")
+                low, high = _INTEGER_RANGE[f.dtype]
+                marks.mark(f.name, out, f"must fit {f.dtype.value} ({low}..{high})")
         elif f.dtype == DataType.JSON:
             json_values[f.name] = _check_json(f.name, column, marks)
     extra = [c for c in table.column_names if schema.field(c) is None]
@@ -195,14 +197,28 @@ def _narrower(t: pa.DataType, dtype: DataType) -> bool:
     return t.bit_width > (high + 1).bit_length()
 
 
+def _out_of_range(column: pa.ChunkedArray, dtype: DataType) -> np.ndarray | None:
+    """Per row: is the integer outside ``dtype``'s range (null rows: False)? None when no value of
+    the column's type can be. The bounds are compared in the column's own type (they fit in it
+    whenever it is wider), so no value, not even a uint64 beyond INT64, is cast."""
+    if not _narrower(column.type, dtype):
+        return None
+    low, high = _INTEGER_RANGE[dtype]
+    out = pc.greater(column, pa.scalar(high, column.type))
+    if not pa.types.is_unsigned_integer(column.type):
+        out = pc.or_(out, pc.less(column, pa.scalar(low, column.type)))
+    return np.asarray(pc.fill_null(out, False), dtype=bool)
+
+
 def _check_vectors(f: FieldSchema, column: pa.ChunkedArray, marks: _Marks) -> tuple[np.ndarray, np.ndarray]:
     """Wrong length, null or non-finite elements (after the cast to float32) mark their row."""
     dim = f.dim or 0
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     lengths = np.asarray(pc.fill_null(pc.list_value_length(array), dim), dtype=np.int64)
     marks.mark(f.name, lengths != dim, lambda row: f"must be vectors of dim {dim}: this row has {int(lengths[row])} values")
-    flat = pc.list_flatten(array)
-    parent = np.asarray(pc.list_parent_indices(array), dtype=np.int64)
+    flat = pc.list_flatten(array)  # skips the values hidden under a null slot: so does ``parent``
+    counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    parent = np.repeat(np.arange(len(array), dtype=np.int64), counts)
     element_null = np.asarray(flat.is_null(), dtype=bool)
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.asarray(pc.fill_null(flat, 0.0)).astype(np.float32)
@@ -233,12 +249,18 @@ def _mark_json(name: str, problems: dict[int, str], n: int, marks: _Marks) -> No
     marks.mark(name, bad, lambda row: problems[row])
 
 
+def _pylist(column: pa.ChunkedArray) -> list[Any]:
+    """The values as Python objects, each map (at any depth) a dict, i.e. a JSON object; of a key
+    repeated in one map the last value wins, as ``dict(pairs)`` keeps it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pyarrow warns of each repeated key under "lossy"
+        return column.to_pylist(maps_as_pydicts="lossy")
+
+
 def _check_json(name: str, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
     """The values as Python objects (strings are parsed as JSON text); unusable rows marked."""
     is_text = _is_string(column.type)
-    values = column.to_pylist()
-    if pa.types.is_map(column.type):
-        values = [None if v is None else dict(v) for v in values]
+    values = _pylist(column)
     problems: dict[int, str] = {}
     for row, value in enumerate(values):
         if value is None:
@@ -257,7 +279,7 @@ def _check_json(name: str, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
 
 
 def _check_dynamic(table: pa.Table, extra: list[str], marks: _Marks) -> None:
-    values = {name: table.column(name).to_pylist() for name in extra}
+    values = {name: _pylist(table.column(name)) for name in extra}
     problems: dict[int, str] = {}
     for row in range(table.num_rows):
         problem = _json_problem({k: v[row] for k, v in values.items()}, "must hold JSON values")
@@ -286,7 +308,7 @@ def _good_columns(table: pa.Table, schema: CollectionSchema, good: np.ndarray, b
             columns[f.name] = table.column(f.name).filter(keep).to_numpy()
     for name in extra:
         if schema.dynamic_field is not None:
-            columns[name] = table.column(name).filter(keep).to_pylist()
+            columns[name] = _pylist(table.column(name).filter(keep))
     return columns
 
 

@@ -92,9 +92,8 @@ class Proxy:
         partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0),
                       TopicPartition(self.topics.dq_result, 0)]
         self.consumer.assign(partitions)
-        # Only replies to requests published after this point matter; Tansu's end offset may be
-        # short, which only replays a few old records (ignored). Resolve positions now, before
-        # the first request is published.
+        # Only replies to requests published after this point matter. Resolve positions now,
+        # before the first request is published.
         await self.consumer.seek_to_end(*partitions)
         for tp in partitions:
             await self.consumer.position(tp)
@@ -113,7 +112,7 @@ class Proxy:
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
         self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
         # the DQ side: searches and queries run in parallel, routed to the shards' delegators
-        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert
+        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
         self.dq_queue = DmTaskQueue(self.ids, self.tso)
         self.shard_owners = ShardOwners(self.redis, ns)
         self.direct = DirectPool()
@@ -170,10 +169,14 @@ class Proxy:
 
     async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
         """Run one writer chunk through the dm queue: good rows inserted under the chunk's
-        identity, bad rows on the dead-letter topic; returns the counts once all are acknowledged."""
+        identity, bad rows on the dead-letter topic; returns the counts once all are acknowledged.
+        Like an insert, rows written advance ``last_write_ts``, so a Session read here sees them."""
         task = IngestTask(self, chunk)
         await self.dm_queue.enqueue(task)
-        return await task.wait_to_finish()
+        reply = await task.wait_to_finish()
+        if reply.written:
+            self.last_write_ts = max(self.last_write_ts, reply.ts)
+        return reply
 
     async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
         """Record a committed micro-batch in the sink's commit log; the query's totals after it."""

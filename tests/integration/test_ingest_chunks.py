@@ -1,6 +1,6 @@
 """Ingest chunks through a proxy without Spark (Client.ingest and the HTTP routes): a chunk sent
-again under its identity is skipped downstream, auto ids included; the commit log replaces a
-re-committed batch; errors come back with their codes."""
+again under its identity is skipped downstream, auto ids included; a Session read after an ingest
+sees its rows; the commit log replaces a re-committed batch; errors come back with their codes."""
 
 from __future__ import annotations
 
@@ -119,3 +119,17 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
     finally:
         await rest.stop()
     assert await ids_of(client, "over_http") == [0, 1, 2]
+
+
+async def test_a_session_read_after_an_ingest_sees_its_rows(client: Client, querynode: Any) -> None:
+    await create(client, "session_ingest", shards=2)
+    assert await client.count("session_ingest", consistency_level="Strong") == 0  # served, before the ingest
+    data, arrow_schema = arrow_chunk(np.arange(50), np.ones((50, DIM), np.float32))
+    target = await client.ingest_open(IngestOpen(collection_name="session_ingest", arrow_schema=arrow_schema))
+    before = client.proxy.last_write_ts
+    reply = await client.ingest(IngestChunk(identity="test:session_ingest:0", collection_id=target.collection_id,
+                                            partition_id=target.partition_id, arrow=data))
+    assert reply.written == 50 and client.proxy.last_write_ts == reply.ts > before
+    assert await client.count("session_ingest", consistency_level="Session") == 50
+    rows = await client.query("session_ingest", filter="id >= 0", consistency_level="Session")
+    assert sorted(r["id"] for r in rows) == list(range(50))

@@ -2,8 +2,9 @@
 
 Covers read-your-writes (Strong, Session), guarantee timestamps, exact search on growing segments
 against numpy brute force for L2/IP/COSINE across 2 shards, filters (scalar and dynamic fields),
-query paging/count/get, rejected requests that change nothing, requests published on
-``dq-request`` by a plain Kafka client, and the topic path agreeing with the direct path.
+query paging/count/get, a partition created after the querynode cached the meta, rejected
+requests that change nothing, requests published on ``dq-request`` by a plain Kafka client, and
+the topic path agreeing with the direct path.
 """
 
 from __future__ import annotations
@@ -298,6 +299,32 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
     assert got == [{"id": i, "tag": by_id[i]["tag"], "age": by_id[i]["age"]} for i in sorted(wanted) if i in by_id]
     vec = await client.get(coll, [int(data["id"][3])], output_fields=["embedding"])
     assert np.asarray(vec[0]["embedding"], np.float32).tobytes() == data["embedding"][3].tobytes()
+
+
+# ---------------------------------------------------------------------------- partitions
+
+
+async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served(client: Client, querynode: Any) -> None:
+    """The querynode has served the collection (its meta is cached) before the partition exists: a
+    request naming the partition reloads its meta instead of answering PartitionNotFound."""
+    coll = name()
+    await client.create_collection(coll, vec_schema(), shards_num=2)
+    data = random_rows(10, seed=41)
+    rows = [{"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i],
+             "embedding": data["embedding"][i]} for i in range(10)]
+    await client.insert(coll, rows[:5])
+    await wait_served(client, coll, 5)
+    assert len((await client.search(coll, data["embedding"][:1], limit=1, consistency_level="Strong"))[0]) == 1
+    await client.create_partition(coll, "late")
+    await client.insert(coll, rows[5:], partition_name="late")
+    late = sorted(int(i) for i in data["id"][5:])
+    hits = await client.search(coll, data["embedding"][5:], limit=1, partition_names=["late"],
+                               consistency_level="Strong")
+    assert [h[0]["id"] for h in hits] == [int(i) for i in data["id"][5:]]
+    got = await client.query(coll, filter="id >= 0", partition_names=["late"], consistency_level="Strong")
+    assert [r["id"] for r in got] == late
+    assert await client.count(coll, partition_names=["late"], consistency_level="Strong") == 5
+    assert await client.count(coll, consistency_level="Strong") == 10
 
 
 # ---------------------------------------------------------------------------- bad inputs

@@ -1,5 +1,6 @@
 """Search/query events and their shared checks without a broker: the wire round trip (codec and
-direct-path framing), guarantee timestamps per consistency level, and prepare()'s rules."""
+direct-path framing), guarantee timestamps per consistency level, prepare()'s rules, and a query
+node reloading its meta once for a partition created after it cached the meta."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import asyncio
 import numpy as np
 import pytest
 
+from agents.querynode.node import QueryNode
 from schemas.codec import decode, encode
 from schemas.collection import ConsistencyLevel
 from schemas.dq import DQ_REQUEST, DQ_RESULT, QueryRequest, QueryResult, ResultBatch, SearchRequest
 from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
 from schemas.meta import PartitionInfo
-from state.meta_table import MetaView
+from state.meta_table import MetaView, collection_info_key, partition_key
 from state.tso import add_ms, compose_ts
 from state.vector_index import SearchHits
 from streams.direct import read_frame, write_frame
 from streams.proxy.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
 from streams.proxy.dq_checks import dynamic_keys, prepare
+from streams.proxy.meta_cache import MetaCache
 from streams.proxy.search_hits import hits_of, search_result
 from tests.unit.test_delegator import DIM, make_collection
 
@@ -162,3 +165,34 @@ def test_output_fields_name_dynamic_keys_when_the_dynamic_field_is_on() -> None:
     with pytest.raises(InvalidParameter) as bad:
         prepare(QueryRequest(request_id=1, collection_id=9, offset=-1), view())
     assert bad.value.field == "offset"
+
+
+class LatestMeta:
+    """The snapshot store's read side (latest state only), over a dict of meta keys."""
+
+    def __init__(self) -> None:
+        self.kvs: dict[str, str] = {}
+
+    async def load_with_prefix(self, prefix: str, ts: int = 0) -> dict[str, str]:
+        return {k: v for k, v in self.kvs.items() if k.startswith(prefix)}
+
+    def add_partition(self, partition_id: int, name: str) -> None:
+        part = PartitionInfo(partition_id=partition_id, partition_name=name, collection_id=9, created_ts=partition_id)
+        self.kvs[partition_key(9, partition_id)] = part.model_dump_json()
+
+
+async def test_a_querynode_reloads_its_meta_once_for_a_partition_created_after_it_was_cached() -> None:
+    store = LatestMeta()
+    store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
+    store.add_partition(11, "_default")
+    cache = MetaCache(store)  # type: ignore[arg-type]
+    node = QueryNode(1, "dml", cache, tso=None, graceful_time_ms=0)  # type: ignore[arg-type]  # guarantee_ts given
+    assert await node.serve(search(guarantee_ts=1), answer_unowned=False) == [] and cache.loads == 1
+    store.add_partition(12, "p1")  # created after the querynode cached the meta
+    assert await node.serve(search(partition_ids=[12], guarantee_ts=1), answer_unowned=False) == []
+    assert cache.loads == 2
+    query = QueryRequest(request_id=2, collection_id=9, partition_names=["p1"], guarantee_ts=1)
+    assert await node.serve(query, answer_unowned=False) == [] and cache.loads == 2  # known now: no reload
+    (error,) = await node.serve(search(partition_names=["nope"], guarantee_ts=1), answer_unowned=False)
+    assert error.code == PartitionNotFound.code and "[partition=nope]" in error.reason
+    assert cache.loads == 3  # reloaded once, then refused
