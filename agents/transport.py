@@ -43,3 +43,4 @@ class Consumer(faust_aiokafka.Consumer):
 
 class Transport(faust_aiokafka.Transport):
     Consumer = Consumer
+

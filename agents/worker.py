@@ -12,7 +12,8 @@ from faust.worker import Worker
 from schemas.config import OspreyConfig
 from streams.stack import wait_for_port
 
-# Tansu: a consumer-group join waits about half the session timeout (DESIGN field notes).
+# How long the group waits for a member that stopped heart-beating (a kill -9) before moving its
+# partitions: Kafka's smallest allowed value (group.min.session.timeout.ms = 6 s by default).
 SESSION_TIMEOUT_S = 6.0
 HEARTBEAT_INTERVAL_S = 2.0
 

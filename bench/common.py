@@ -38,7 +38,7 @@ def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator
     EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
-            "kafka": f"127.0.0.1:{free_port()}", "redis": f"redis://127.0.0.1:{free_port()}/0",
+            "kafka": f"127.0.0.1:{free_port()}", "kafka_controller_port": free_port(), "redis": f"redis://127.0.0.1:{free_port()}/0",
             "cluster": f"bench{name}", "data_dir": Path(tmp), "proxy_http": f"127.0.0.1:{free_port()}",
         }
         values.update(overrides)

@@ -1,7 +1,8 @@
 """Osprey settings: one pydantic model, read from ``OSPREY_*`` environment variables and CLI flags.
 
-Every address is configurable, so the same code runs on the embedded stack (Tansu + a local
-redis-server on loopback ports of their own) and against an external Kafka cluster and Redis.
+Every address is configurable, so the same code runs on the embedded stack (Apache Kafka in KRaft
+mode + a local redis-server on loopback ports of their own) and against an external Kafka cluster
+and Redis.
 A component receives an :class:`OspreyConfig`; nothing reads the environment behind its back.
 """
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 ENV_PREFIX = "OSPREY_"
 
 DEFAULT_KAFKA_PORT = 19092  # not 9092, so a developer's own Kafka keeps its port
+DEFAULT_KAFKA_CONTROLLER_PORT = 19093  # the embedded broker's KRaft controller listener
 DEFAULT_REDIS_PORT = 16379  # not 6379, likewise
 
 
@@ -26,9 +28,18 @@ class OspreyConfig(BaseModel):
 
     kafka: str = Field(f"127.0.0.1:{DEFAULT_KAFKA_PORT}", description="Kafka bootstrap servers, host:port[,host:port]")
     kafka_idempotence: bool = Field(
-        False,
-        description="enable_idempotence on producers; Tansu 0.6 rejects aiokafka's InitProducerId v0, "
-        "so it is off for the embedded broker; consumers deduplicate either way",
+        True, description="enable_idempotence on producers (a retried send is written once); consumers deduplicate either way",
+    )
+    kafka_replication: int = Field(
+        1, ge=1, le=32, description="replication factor of the topics Osprey creates (1 on the embedded broker; 3 on a cluster)",
+    )
+    kafka_controller_port: int = Field(
+        DEFAULT_KAFKA_CONTROLLER_PORT, ge=1, le=65535,
+        description="embedded broker only: its KRaft controller listener, on the host of `kafka`",
+    )
+    kafka_heap_mb: int = Field(384, ge=128, le=65536, description="embedded broker only: the JVM's maximum heap, MiB")
+    kafka_lib_dir: str = Field(
+        "", description="embedded broker only: folder of the Kafka jars (default: .cache/jvm/lib, fetched by ./osprey)",
     )
     redis: str = Field(f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", description="Redis URL of the meta store")
     proxy_http: str = Field("127.0.0.1:19121", description="host:port of the proxy's REST front end (Milvus RESTful v2 style)")

@@ -201,6 +201,9 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
             print("osprey down")
         elif cmd == "serve":
             server = next(s for s in cluster.servers if s.name == args.server)
+            server.data_dir.mkdir(parents=True, exist_ok=True)
+            server.prepare()
+            os.chdir(server.data_dir)
             os.execv(server.command()[0], server.command())
         else:
             from streams.status import status

@@ -12,7 +12,8 @@ from pathlib import Path
 from schemas.config import OspreyConfig
 from state.redis_client import connect
 from state.registry import NodeRegistry
-from streams.stack import RedisServer, TansuBroker, WorkerProcess
+from streams.broker import KafkaBroker
+from streams.stack import EmbeddedProcess, RedisServer, WorkerProcess
 from streams.topics import ensure_topics
 
 WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode"}
@@ -33,13 +34,19 @@ def live_pids(config: OspreyConfig, role: str) -> set[int]:
     return asyncio.run(query())
 
 
+def embedded_broker(config: OspreyConfig) -> KafkaBroker:
+    """The embedded Kafka broker of ``config``: its first bootstrap address, data under ``data_dir``."""
+    host, port = config.kafka_host_port
+    return KafkaBroker(host, port, Path(config.data_dir), controller_port=config.kafka_controller_port,
+                       heap_mb=config.kafka_heap_mb, lib_dir=Path(config.kafka_lib_dir) if config.kafka_lib_dir else None)
+
+
 class LocalCluster:
     def __init__(self, config: OspreyConfig, *, embedded: bool = True) -> None:
         self.config = config
         data_dir = Path(config.data_dir)
-        host, port = config.kafka_host_port
         rhost, rport = config.redis_host_port
-        self.servers = [TansuBroker(host, port, data_dir), RedisServer(rhost, rport, data_dir)] if embedded else []
+        self.servers: list[EmbeddedProcess] = [embedded_broker(config), RedisServer(rhost, rport, data_dir)] if embedded else []
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
         self.proxy = self._worker("proxy")
 

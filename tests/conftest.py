@@ -1,6 +1,6 @@
 """Fixtures that start the real parts on free loopback ports and stop them afterwards.
 
-- ``redis_server`` / ``broker``: one real redis-server and one Tansu broker per test session.
+- ``redis_server`` / ``broker``: one real redis-server and one Apache Kafka broker (KRaft) per test session.
 - ``config``: an :class:`OspreyConfig` with a cluster prefix of its own per test, so topics and
   Redis keys of different tests never meet on the shared servers.
 - ``redis``: an asyncio Redis client for that config.
@@ -16,7 +16,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from schemas.config import OspreyConfig
-from streams.stack import EmbeddedProcess, RedisServer, TansuBroker, WorkerProcess, free_port
+from streams.broker import KafkaBroker
+from streams.stack import EmbeddedProcess, RedisServer, WorkerProcess, free_port
 from streams.client import Client  # noqa: E402  (type of the client fixture)
 
 LOOPBACK = "127.0.0.1"
@@ -38,8 +39,8 @@ def redis_server(stack_dir: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def broker(stack_dir: Path) -> Iterator[TansuBroker]:
-    server = TansuBroker(LOOPBACK, free_port(), stack_dir)
+def broker(stack_dir: Path) -> Iterator[KafkaBroker]:
+    server = KafkaBroker(LOOPBACK, free_port(), stack_dir, controller_port=free_port())
     server.start()
     yield server
     server.stop()
@@ -60,7 +61,7 @@ def redis_config(redis_server: RedisServer, cluster_name: str, tmp_path: Path) -
 
 
 @pytest.fixture
-def config(redis_server: RedisServer, broker: TansuBroker, cluster_name: str, tmp_path: Path) -> OspreyConfig:
+def config(redis_server: RedisServer, broker: KafkaBroker, cluster_name: str, tmp_path: Path) -> OspreyConfig:
     """A config on the session's broker and redis-server, with a cluster prefix of its own."""
     return OspreyConfig(
         kafka=f"{LOOPBACK}:{broker.port}", redis=f"redis://{LOOPBACK}:{redis_server.port}/0",
@@ -75,7 +76,7 @@ async def redis(redis_config: OspreyConfig) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-def make_config(redis_server: RedisServer, broker: TansuBroker, cluster: str, data_dir: Path, **overrides: object) -> OspreyConfig:
+def make_config(redis_server: RedisServer, broker: KafkaBroker, cluster: str, data_dir: Path, **overrides: object) -> OspreyConfig:
     values: dict[str, object] = {
         "kafka": f"{LOOPBACK}:{broker.port}", "redis": f"redis://{LOOPBACK}:{redis_server.port}/0",
         "cluster": cluster, "data_dir": data_dir, "dml_partitions": 4, "ddl_timeout_s": 30.0,
@@ -85,7 +86,7 @@ def make_config(redis_server: RedisServer, broker: TansuBroker, cluster: str, da
 
 
 @pytest.fixture(scope="module")
-def module_config(redis_server: RedisServer, broker: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+def module_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
     """One cluster prefix for a whole test module (shared by its rootcoord worker)."""
     return make_config(redis_server, broker, "m" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("cluster"))
 

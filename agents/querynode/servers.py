@@ -100,9 +100,9 @@ class DirectServer:
 
 
 class TopicServer:
-    """Answers ``dq-request`` on ``dq-result``. Requests whose deadline (``ts + timeout_ms``) passed
-    before this server started are skipped: their askers gave up (Tansu's end offsets can be short,
-    so a few old records may be read again at start)."""
+    """Answers ``dq-request`` on ``dq-result``, from the end of the topic at start. Requests whose
+    deadline (``ts + timeout_ms``) passed before this server started are skipped: their askers
+    gave up."""
 
     def __init__(self, config: "OspreyConfig", topics: "Topics", node: "QueryNode", producer: "AIOKafkaProducer") -> None:
         self.config = config

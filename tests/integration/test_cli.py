@@ -61,7 +61,8 @@ def test_errors_exit_nonzero_naming_field_and_rule(module_config: OspreyConfig, 
 @pytest.mark.slow
 def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
     config = OspreyConfig(
-        kafka=f"127.0.0.1:{free_port()}", redis=f"redis://127.0.0.1:{free_port()}/0", data_dir=tmp_path, cluster="demo"
+        kafka=f"127.0.0.1:{free_port()}", kafka_controller_port=free_port(), redis=f"redis://127.0.0.1:{free_port()}/0",
+        data_dir=tmp_path, cluster="demo",
     )
     result = osprey(config, "demo", timeout_s=240)
     assert result.returncode == 0, result.stdout + result.stderr

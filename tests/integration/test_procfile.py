@@ -125,6 +125,7 @@ def test_honcho_runs_the_procfile_and_stops_every_child(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "OSPREY_KAFKA": f"127.0.0.1:{free_port()}",
+        "OSPREY_KAFKA_CONTROLLER_PORT": str(free_port()),
         "OSPREY_REDIS": f"redis://127.0.0.1:{free_port()}/0",
         "OSPREY_PROXY_HTTP": f"127.0.0.1:{proxy_port}",
         "OSPREY_DATA_DIR": str(tmp_path / "data"),
