@@ -14,6 +14,8 @@ import logging
 from typing import Any
 
 import faust
+from aiokafka.errors import IllegalStateError
+from faust.types import TP
 
 from agents.querynode.node import QueryNode
 from agents.querynode.servers import DirectServer, TopicServer
@@ -134,7 +136,15 @@ def create_app(config: OspreyConfig) -> faust.App:
     async def dml_agent(stream: faust.StreamT) -> None:
         node = await runtime.start()
         async for event in stream.events():
-            await node.apply(event.message.partition, event.message.offset, event.value)
+            rewind = await node.apply(event.message.partition, event.message.offset, event.value)
+            if rewind is not None:  # the consumer skipped records this pchannel needs (node.apply)
+                await rewind_to(event.message.tp, rewind)
+
+    async def rewind_to(tp: TP, offset: int) -> None:
+        try:
+            await app.consumer.seek_wait({tp: offset})
+        except (IllegalStateError, asyncio.TimeoutError) as err:  # taken away meanwhile: a rebalance replays it
+            log.info("querynode: no rewind of %s (%r)", tp, err)
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,14 +47,20 @@ __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 log = logging.getLogger(__name__)
 
 
+REWIND_INTERVAL_S = 0.25  # while a pchannel's records come with a gap, ask for a rewind this often
+
+
 @dataclass
 class PChannelState:
-    """One owned pchannel: its tsafe (last tick consumed), last offset, and delegators by vchannel."""
+    """One owned pchannel: its tsafe (last tick consumed), the offset of the last record applied
+    (``position``; -1: none), and delegators by vchannel."""
 
     pchannel: str
     tsafe: int = 0
     position: int = -1
     delegators: dict[str, ShardDelegator] = field(default_factory=dict)
+    rewind_asked_at: float = float("-inf")  # monotonic time of the last rewind asked for
+    rewinds: int = 0
 
 
 def mask_of_filter(flt: Filter | None) -> MaskOf | None:
@@ -93,6 +100,7 @@ class QueryNode:
         self.pchannels: dict[str, PChannelState] = {}
         self.applied_events = 0
         self.skipped_events = 0
+        self.replayed_records = 0  # records at or below a pchannel's position, skipped
 
     # ------------------------------------------------------------------ ownership
 
@@ -115,31 +123,54 @@ class QueryNode:
 
     # ------------------------------------------------------------------ consumption
 
-    async def apply(self, partition: int, offset: int, raw: bytes) -> None:
-        """Consume one dml record of ``partition`` at ``offset`` (records of a partition not owned
-        are ignored: they were fetched before a rebalance took it away)."""
+    async def apply(self, partition: int, offset: int, raw: bytes) -> int | None:
+        """Consume one dml record of ``partition`` at ``offset``. Returns None, or the offset the
+        consumer must go back to (see below).
+
+        Records are applied strictly in offset order, each once: the dml topic has no
+        transactions and no compaction, so its offsets are consecutive, and a pchannel's state
+        has applied exactly the records ``0..position``. A record at or below ``position`` (a
+        replay after a rebalance) is skipped. A record beyond ``position + 1`` means the
+        consumer skipped some (it resumed from another position than the one this state needs):
+        it is not applied, because a tick in it would raise tsafe above rows not yet applied,
+        and the offset to rewind to is returned (at most every ``REWIND_INTERVAL_S``, while
+        records already fetched drain). Records of a partition not owned are ignored: they were
+        fetched before a rebalance took it away."""
         state = self.pchannels.get(self.pchannel_of(partition))
         if state is None:
-            return
+            return None
+        if offset <= state.position:
+            self.replayed_records += 1
+            return None
+        if offset > state.position + 1:
+            now = time.monotonic()
+            if now - state.rewind_asked_at < REWIND_INTERVAL_S:
+                return None
+            state.rewind_asked_at = now
+            state.rewinds += 1
+            log.warning("querynode: %s got offset %d after %d: rewinding to %d",
+                        state.pchannel, offset, state.position, state.position + 1)
+            return state.position + 1
+        state.position = offset
         try:
             event = decode(raw, DML_EVENT)
         except Exception:
             log.exception("querynode: undecodable record at %s@%d skipped", state.pchannel, offset)
             self.skipped_events += 1
-            return
-        state.position = max(state.position, offset)
+            return None
         if isinstance(event, TimeTickEvent):
             if event.ts > state.tsafe:
                 state.tsafe = event.ts
             for delegator in state.delegators.values():
                 delegator.update_tsafe(event.ts, offset)
-            return
+            return None
         delegator = await self._delegator(state, event.collection_id, event.vchannel)
         if delegator is None:
             self.skipped_events += 1  # the collection is dropped: its rows are never served
-            return
+            return None
         if delegator.process_insert(event, offset):
             self.applied_events += 1
+        return None
 
     async def _collection(self, collection_id: int) -> CollectionInfo | None:
         view = await self.cache.view()
@@ -277,8 +308,9 @@ class QueryNode:
             "node_id": self.node_id,
             "applied_events": self.applied_events,
             "skipped_events": self.skipped_events,
+            "replayed_records": self.replayed_records,
             "pchannels": {
-                name: {"tsafe": s.tsafe, "position": s.position,
+                name: {"tsafe": s.tsafe, "position": s.position, "rewinds": s.rewinds,
                        "vchannels": {v: d.health() for v, d in s.delegators.items()}}
                 for name, s in sorted(self.pchannels.items())
             },
