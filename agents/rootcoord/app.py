@@ -23,7 +23,7 @@ from state.redis_client import connect
 from state.registry import NodeRegistry
 from state.snapshot import SnapshotKV
 from state.tso import TimestampOracle
-from streams.kafka import make_producer, read_record
+from streams.kafka import end_offset, make_producer
 from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
@@ -62,10 +62,10 @@ class RootCoordRuntime:
             async def send_reply(reply: ddl.DdlReply) -> None:
                 await producer.send_and_wait(self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode())
 
-            async def read_dd(offset: int) -> bytes | None:
-                return await read_record(config, self.topics.dd, 0, offset)
+            async def dd_end() -> int:
+                return await end_offset(config, self.topics.dd, 0)
 
-            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, read_dd)
+            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end)
             await core.recover()
             node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
             registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)

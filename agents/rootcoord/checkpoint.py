@@ -1,7 +1,6 @@
 """The rootcoord's record of what it has processed from ``dd``, kept in one Redis hash.
 
-Fields: ``position`` (offset of the last processed dd event), ``digest`` (a hash of that event's
-bytes, to recognise a dd log that was created anew under the same name), and per publisher
+Fields: ``position`` (offset of the last processed dd event), and per publisher
 ``last:<proxy_id>`` (its last processed request id) with ``reply:<proxy_id>`` (the reply sent for
 it). A meta change writes these fields in the same atomic step as the meta (see SnapshotKV's
 ``side_hash``), so after a crash an event is either fully applied and recorded, or neither.
@@ -9,7 +8,6 @@ it). A meta change writes these fields in the same atomic step as the meta (see 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -24,7 +22,6 @@ class DdCheckpoint:
     redis: aioredis.Redis
     namespace: str
     position: int = -1
-    digest: str = ""
     last_request: dict[int, int] = field(default_factory=dict)
     last_reply: dict[int, str] = field(default_factory=dict)
 
@@ -34,22 +31,12 @@ class DdCheckpoint:
 
     async def load(self) -> None:
         raw = await self.redis.hgetall(self.hash_name)
-        self.position, self.digest, self.last_request, self.last_reply = -1, "", {}, {}
+        self.position, self.last_request, self.last_reply = -1, {}, {}
         self.remember({k.decode(): v.decode() for k, v in raw.items()})
 
-    async def reset(self) -> None:
-        """Forget everything: the dd log was created anew (the embedded broker keeps no log across
-        restarts). The meta itself stays; new events apply on top of it."""
-        await self.redis.delete(self.hash_name)
-        self.position, self.digest, self.last_request, self.last_reply = -1, "", {}, {}
-
-    @staticmethod
-    def digest_of(raw: bytes) -> str:
-        return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
     @classmethod
-    def fields_for(cls, offset: int, raw: bytes, reply: ddl.DdlReply | None) -> dict[str, str]:
-        fields = {"position": str(offset), "digest": cls.digest_of(raw)}
+    def fields_for(cls, offset: int, reply: ddl.DdlReply | None) -> dict[str, str]:
+        fields = {"position": str(offset)}
         if reply is not None:
             fields[f"last:{reply.proxy_id}"] = str(reply.request_id)
             fields[f"reply:{reply.proxy_id}"] = reply.model_dump_json()
@@ -65,8 +52,6 @@ class DdCheckpoint:
         for key, value in fields.items():
             if key == "position":
                 self.position = int(value)
-            elif key == "digest":
-                self.digest = value
             elif key.startswith("last:"):
                 self.last_request[int(key[5:])] = int(value)
             elif key.startswith("reply:"):

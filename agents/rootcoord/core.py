@@ -35,7 +35,12 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 ReplySink = Callable[[ddl.DdlReply], Awaitable[None]]
-DdReader = Callable[[int], Awaitable[bytes | None]]
+DdEnd = Callable[[], Awaitable[int]]  # the end offset of dd (the offset its next record gets)
+
+
+class DdLogLost(RuntimeError):
+    """dd holds fewer records than the rootcoord has processed: the broker lost its log, or
+    ``OSPREY_KAFKA`` points at another cluster than the one ``OSPREY_REDIS`` remembers."""
 
 RETRY_FIRST_DELAY_S = 0.1
 RETRY_MAX_DELAY_S = 5.0
@@ -47,27 +52,32 @@ class RootCoord:
 
     def __init__(
         self, config: OspreyConfig, store: SnapshotKV, ids: IdAllocator, checkpoint: DdCheckpoint,
-        reply_sink: ReplySink, dd_reader: DdReader,
+        reply_sink: ReplySink, dd_end: DdEnd,
     ) -> None:
         self.topics = Topics.of(config)
         self.store = store
         self.ids = ids
         self.checkpoint = checkpoint
         self.reply_sink = reply_sink
-        self.dd_reader = dd_reader
+        self.dd_end = dd_end
         self.kvs: dict[str, str] = {}
         self.view = MetaView()
         self.processed = 0
 
     async def recover(self) -> None:
-        """Load the checkpoint and the latest meta. If the dd record at the checkpoint's position
-        is gone or different, dd is a new log (a broker that lost its log): reset the checkpoint."""
+        """Load the checkpoint and the latest meta. A dd log that ends at or before the checkpoint's
+        position is not the log this meta was built from: refuse to start (DdLogLost) rather than
+        skip every new event up to that offset as "processed before a restart"."""
         await self.checkpoint.load()
         if self.checkpoint.position >= 0:
-            raw = await self.dd_reader(self.checkpoint.position)
-            if raw is None or DdCheckpoint.digest_of(raw) != self.checkpoint.digest:
-                log.warning("dd has no record %d as processed: a new dd log; checkpoint reset, meta kept", self.checkpoint.position)
-                await self.checkpoint.reset()
+            end = await self.dd_end()
+            if end <= self.checkpoint.position:
+                raise DdLogLost(
+                    f"the dd topic ends at offset {end} but this cluster's meta in Redis was built from dd "
+                    f"up to offset {self.checkpoint.position}: the broker lost its log, or OSPREY_KAFKA and "
+                    f"OSPREY_REDIS belong to different clusters. Restore the broker's data directory, or "
+                    f"start afresh under a new OSPREY_CLUSTER prefix"
+                )
         self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
         self.view = MetaView.from_kvs(self.kvs)
         log.info("rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections))
@@ -95,14 +105,14 @@ class RootCoord:
             return None
         event = _decode(raw)
         if not isinstance(event, ddl.DdlEvent):  # undecodable: answered with an error reply, if it says who to answer
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, event))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, event))
             if event is not None:
                 await self.reply_sink(event)
             return event
         if event.request_id <= self.checkpoint.last_request.get(event.proxy_id, 0):
             log.info("dd offset %d repeats request %d of publisher %d: skipped", offset, event.request_id, event.proxy_id)
             await self._resend_if_last(raw)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, None))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
             return None
         reply = await self._apply(offset, raw, event)
         self.processed += 1
@@ -118,16 +128,16 @@ class RootCoord:
             raise
         except OspreyError as err:
             reply = error_reply(event, err.code, err.reason)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         except Exception as exc:  # a bug must not block dd: answer it, record it, go on
             log.exception("dd offset %d: planning %s failed", offset, event.kind)  # type: ignore[attr-defined]
             reply = error_reply(event, OspreyError.code, f"internal error while applying {event.kind}: {exc!r}")  # type: ignore[attr-defined]
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         if not change.writes:
             reply = change.make_reply(event.ts)
-            await self.checkpoint.save(self.checkpoint.fields_for(offset, raw, reply))
+            await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         return await self._write(offset, raw, change)
 
@@ -146,14 +156,14 @@ class RootCoord:
         def side(ts: int) -> dict[str, str]:
             replies.clear()
             replies.append(change.make_reply(ts))
-            return self.checkpoint.fields_for(offset, raw, replies[0])
+            return self.checkpoint.fields_for(offset, replies[0])
 
         await self.store.multi_save_and_remove(
             change.saves, removals=change.removals, removal_prefixes=change.removal_prefixes,
             additions=[capture(a) for a in change.additions], side_hash=(self.checkpoint.hash_name, side),
         )
         reply = replies[0]
-        self.checkpoint.remember(self.checkpoint.fields_for(offset, raw, reply))
+        self.checkpoint.remember(self.checkpoint.fields_for(offset, reply))
         for key in change.removals:
             self.kvs.pop(key, None)
         for prefix in change.removal_prefixes:

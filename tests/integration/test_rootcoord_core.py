@@ -13,7 +13,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from agents.rootcoord.checkpoint import DdCheckpoint
-from agents.rootcoord.core import RootCoord
+from agents.rootcoord.core import DdLogLost, RootCoord
 from schemas import ddl
 from schemas.config import OspreyConfig
 from state.idalloc import IdAllocator
@@ -56,22 +56,22 @@ async def core(own_redis: RedisServer, tmp_path: Path) -> AsyncIterator[tuple[Ro
     store = SnapshotKV(redis, "core", TimestampOracle(redis, "core"), retention_s=3600)
     sink = Sink()
     log: dict[int, bytes] = {}
-    rc = RootCoord(config, store, IdAllocator(redis, "core", "meta"), DdCheckpoint(redis, "core"), sink, _reader(log))
+    rc = RootCoord(config, store, IdAllocator(redis, "core", "meta"), DdCheckpoint(redis, "core"), sink, _end(log))
     rc.dd_log = log  # type: ignore[attr-defined]
     await rc.recover()
     yield rc, sink
     await redis.aclose()
 
 
-def _reader(log: dict[int, bytes]):
-    async def read(offset: int) -> bytes | None:
-        return log.get(offset)
+def _end(log: dict[int, bytes]):
+    async def end() -> int:
+        return max(log, default=-1) + 1
 
-    return read
+    return end
 
 
 async def handle(rc: RootCoord, offset: int, raw: bytes) -> ddl.DdlReply | None:
-    """What the agent does: the record is on dd (the reader sees it), then it is handled."""
+    """What the agent does: the record is on dd (its end offset counts it), then it is handled."""
     rc.dd_log[offset] = raw  # type: ignore[attr-defined]
     return await rc.handle(offset, raw)
 
@@ -108,7 +108,7 @@ async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]
     rc, sink = core
     await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
     await handle(rc, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a"))
-    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_reader)
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_end)
     again.dd_log = rc.dd_log  # type: ignore[attr-defined]
     await again.recover()
     assert again.checkpoint.position == 1 and again.view.resolve("z") is not None
@@ -123,15 +123,17 @@ def _config(rc: RootCoord) -> OspreyConfig:
     return OspreyConfig(cluster=rc.topics.cluster, dml_partitions=rc.topics.dml_partitions)
 
 
-async def test_a_new_dd_log_resets_the_checkpoint_and_keeps_the_meta(core: tuple[RootCoord, Sink]) -> None:
-    """The embedded broker lost its log: offsets start again at 0 with other events."""
+async def test_a_dd_log_shorter_than_the_checkpoint_refuses_to_start(core: tuple[RootCoord, Sink]) -> None:
+    """The broker lost its log (or is another cluster's): offsets would start again at 0 and every
+    new event up to the old position would be skipped as processed. The rootcoord refuses."""
     rc, sink = core
     await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
     await handle(rc, 1, event("CreateCollection", 2, 20, collection_name="b", collection_schema=schema()))
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_end)
+    await again.recover()  # the log as processed: fine
     rc.dd_log.clear()  # type: ignore[attr-defined]
-    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_reader)
-    again.dd_log = rc.dd_log  # type: ignore[attr-defined]
-    await again.recover()
-    assert again.checkpoint.position == -1 and set(again.view.names) == {"a", "b"}
-    reply = await handle(again, 0, json.dumps({"kind": "CreateAlias", "request_id": 1, "proxy_id": 2, "ts": 30, "alias": "z", "collection_name": "b"}).encode())
-    assert reply is not None and reply.ok
+    with pytest.raises(DdLogLost, match=r"ends at offset 0 .* up to offset 1"):
+        await again.recover()
+    rc.dd_log[0] = b"{}"  # type: ignore[attr-defined]  # still short: offset 1 was processed
+    with pytest.raises(DdLogLost):
+        await again.recover()
