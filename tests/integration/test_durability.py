@@ -1,0 +1,323 @@
+"""Durability: what Osprey acknowledged survives the stack going down and up, and kill -9.
+
+Each test runs a stack of its own (Kafka, redis-server, rootcoord, querynode, proxy process) in a
+temporary data directory, writes rows while recording the primary keys whose insert was
+acknowledged, breaks something, brings the stack up again, and compares: every acknowledged PK is
+returned by a Strong query exactly once, and nothing that was never sent appears. Inserts that
+failed or timed out were not acknowledged; they may or may not be there.
+
+- ``./osprey down`` then ``./osprey up`` (the CLI itself): every collection, partition, alias and
+  row is back, rows written through the Client, REST and the Spark ingest job;
+- kill -9 of the broker in the middle of an insert stream;
+- kill -9 of every process at once (broker, redis-server, rootcoord, querynode, proxy);
+- kill -9 of redis-server in the middle of an insert stream; DDL acknowledged before is kept.
+
+Kafka writes an acknowledged record to its log file at once (page cache) and Redis appends to its
+AOF before it answers, so kill -9 loses neither; a power cut is another matter (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from schemas.config import OspreyConfig
+from streams.client import Client
+from streams.cluster import LocalCluster
+from streams.stack import free_port, port_open
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM = 8
+BATCH_ROWS = 50
+HTTP_TIMEOUT_S = 20.0
+RECOVER_TIMEOUT_S = 180.0  # a restarted stack answers a Strong query (broker log recovery, group joins)
+ACKS_BEFORE_CRASH = 20  # insert requests acknowledged before something is killed
+ACKS_AFTER_RESTART = 10  # ... and after it is back: the stack writes again
+STREAM_TIMEOUT_S = 120.0
+CLI_TIMEOUT_S = 240.0
+POLL_S = 0.2
+
+
+def stack_config(tmp_path: Path) -> OspreyConfig:
+    return OspreyConfig(
+        kafka=f"127.0.0.1:{free_port()}", kafka_controller_port=free_port(),
+        redis=f"redis://127.0.0.1:{free_port()}/0", proxy_http=f"127.0.0.1:{free_port()}",
+        cluster="d" + uuid.uuid4().hex[:10], data_dir=tmp_path / "data", dml_partitions=4,
+    )
+
+
+def post(config: OspreyConfig, path: str, body: dict[str, Any], timeout_s: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
+    """POST to the proxy's REST front end; its JSON answer."""
+    request = urllib.request.Request(f"http://{config.proxy_http}/v2/vectordb/{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def ok(config: OspreyConfig, path: str, body: dict[str, Any]) -> Any:
+    answer = post(config, path, body)
+    assert answer["code"] == 0, (path, answer)
+    return answer.get("data")
+
+
+def rows(ids: range | list[int], seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return [{"id": int(i), "vector": rng.standard_normal(DIM).astype(np.float32).tolist()} for i in ids]
+
+
+def strong_ids(config: OspreyConfig, collection: str, timeout_s: float = RECOVER_TIMEOUT_S) -> list[int]:
+    """Every PK a Strong query returns (duplicates kept), retried until the restarted stack answers."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            answer = post(config, "entities/query", {"collectionName": collection, "filter": "id >= 0",
+                                                     "outputFields": ["id"], "consistencyLevel": "Strong"})
+            if answer["code"] == 0:
+                return [int(row["id"]) for row in answer["data"]]
+            last = answer
+        except (OSError, urllib.error.URLError) as err:
+            last = err
+        time.sleep(POLL_S)
+    raise AssertionError(f"no Strong query answered within {timeout_s:g} s; last: {last!r}")
+
+
+def assert_exactly_once(found: list[int], acknowledged: set[int], sent: set[int]) -> None:
+    twice = {pk: n for pk, n in Counter(found).items() if n > 1}
+    assert not twice, f"{len(twice)} PKs returned more than once, e.g. {sorted(twice.items())[:5]}"
+    missing = acknowledged - set(found)
+    assert not missing, f"{len(missing)} acknowledged PKs lost, e.g. {sorted(missing)[:10]}"
+    unexpected = set(found) - sent
+    assert not unexpected, f"{len(unexpected)} PKs never sent, e.g. {sorted(unexpected)[:10]}"
+
+
+@dataclass
+class InsertStream:
+    """A thread inserting batches of fresh PKs through REST until stopped, recording which were
+    acknowledged (code 0) and which were sent at all."""
+
+    config: OspreyConfig
+    collection: str
+    first_id: int = 0
+    acknowledged: set[int] = field(default_factory=set)
+    sent: set[int] = field(default_factory=set)
+    acks: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="insert-stream", daemon=True)
+
+    def start(self) -> InsertStream:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        next_id = self.first_id
+        while not self._stop.is_set():
+            ids = range(next_id, next_id + BATCH_ROWS)
+            next_id += BATCH_ROWS
+            self.sent.update(ids)
+            try:
+                answer = post(self.config, "entities/insert", {"collectionName": self.collection, "data": rows(ids, next_id)})
+            except (OSError, urllib.error.URLError) as err:
+                self.failures.append(repr(err))
+                time.sleep(POLL_S)
+                continue
+            if answer["code"] == 0:
+                assert answer["data"]["insertCount"] == BATCH_ROWS
+                self.acknowledged.update(ids)
+                self.acks += 1
+            else:
+                self.failures.append(str(answer))
+                time.sleep(POLL_S)
+
+    def wait_acks(self, n: int, timeout_s: float = STREAM_TIMEOUT_S) -> None:
+        """Block until ``n`` more inserts than now were acknowledged."""
+        target, deadline = self.acks + n, time.monotonic() + timeout_s
+        while self.acks < target:
+            assert time.monotonic() < deadline, f"only {self.acks} of {target} acks; failures: {self.failures[-3:]}"
+            assert self._thread.is_alive(), "the insert stream died"
+            time.sleep(POLL_S / 4)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(HTTP_TIMEOUT_S + 5)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A private stack of every process, up; down (and any survivor killed) afterwards."""
+    cluster = LocalCluster(stack_config(tmp_path))
+    try:
+        cluster.up(proxy=True)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def create(config: OspreyConfig, collection: str) -> None:
+    ok(config, "collections/create", {"collectionName": collection, "dimension": DIM})
+
+
+def kill_and_restart(cluster: LocalCluster, victims: list[Any], stream: InsertStream) -> None:
+    """Let the stream get acknowledgements, kill -9 ``victims`` at once, bring the stack up again,
+    and let the stream get acknowledgements again."""
+    stream.wait_acks(ACKS_BEFORE_CRASH)
+    pids = [p.pid() for p in victims]
+    for pid in pids:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+    for process in victims:
+        process.kill()  # reaps it and forgets its pid
+    time.sleep(1.0)  # the stream meets the dead parts
+    cluster.up(proxy=True)
+    stream.wait_acks(ACKS_AFTER_RESTART, timeout_s=RECOVER_TIMEOUT_S)
+    stream.stop()
+    print(f"killed {[p.name for p in victims]}: {len(stream.acknowledged)} rows acknowledged of "
+          f"{len(stream.sent)} sent, {len(stream.failures)} failed requests")
+
+
+def test_broker_killed_mid_stream(stack: LocalCluster) -> None:
+    config = stack.config
+    create(config, "docs")
+    stream = InsertStream(config, "docs").start()
+    broker = next(s for s in stack.servers if s.name == "broker")
+    kill_and_restart(stack, [broker], stream)
+    assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
+
+
+def test_every_process_killed_at_once(stack: LocalCluster) -> None:
+    config = stack.config
+    create(config, "docs")
+    stream = InsertStream(config, "docs").start()
+    victims = [*stack.servers, *stack.workers.values(), stack.proxy]
+    kill_and_restart(stack, victims, stream)
+    assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
+
+
+def test_redis_killed_mid_stream_keeps_rows_and_ddl(stack: LocalCluster) -> None:
+    config = stack.config
+    create(config, "docs")
+    ok(config, "partitions/create", {"collectionName": "docs", "partitionName": "p1"})
+    ok(config, "aliases/create", {"aliasName": "docs_live", "collectionName": "docs"})
+    stream = InsertStream(config, "docs_live").start()
+    redis = next(s for s in stack.servers if s.name == "redis")
+    kill_and_restart(stack, [redis], stream)
+    assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
+    assert sorted(ok(config, "partitions/list", {"collectionName": "docs"})) == ["_default", "p1"]
+    assert ok(config, "aliases/describe", {"aliasName": "docs_live"})["collectionName"] == "docs"
+
+
+# ------------------------------------------------------------------ ./osprey down, ./osprey up
+
+
+def osprey(config: OspreyConfig, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it (``./osprey`` without the bootstrap), on ``config``'s addresses."""
+    env = {**os.environ, **config.to_env()}
+    done = subprocess.run([sys.executable, "-m", "streams", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_S)
+    assert done.returncode == 0, f"osprey {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done
+
+
+def spark_ingest(config: OspreyConfig, directory: Path, collection: str, ids: range, checkpoint: Path) -> None:
+    """A Parquet file of ``ids`` streamed in by the Spark ingest job (a process, as a user runs it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vectors = np.random.default_rng(3).standard_normal((len(ids), DIM)).astype(np.float32)
+    offsets = pa.array(np.arange(0, len(ids) * DIM + 1, DIM, dtype=np.int32))
+    pq.write_table(pa.table({"id": pa.array(list(ids), pa.int64()),
+                             "vector": pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel()))}),
+                   directory / "part-000.parquet")
+    env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory), "--collection",
+                           collection, "--checkpoint", str(checkpoint)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+async def client_insert(config: OspreyConfig, collection: str, ids: range) -> None:
+    vectors = np.random.default_rng(4).standard_normal((len(ids), DIM)).astype(np.float32)
+    async with Client(config) as client:
+        result = await client.insert(collection, {"id": np.array(list(ids), np.int64), "vector": vectors})
+        assert list(result.primary_keys) == list(ids)
+
+
+def ddl_state(config: OspreyConfig) -> dict[str, Any]:
+    names = sorted(ok(config, "collections/list", {}))
+    return {
+        "collections": names,
+        "partitions": {n: sorted(ok(config, "partitions/list", {"collectionName": n})) for n in names},
+        "aliases": {n: sorted(ok(config, "aliases/list", {"collectionName": n})) for n in names},
+        "ids": {n: ok(config, "collections/describe", {"collectionName": n})["collectionID"] for n in names},
+    }
+
+
+@pytest.fixture
+def cli_config(tmp_path: Path) -> Iterator[OspreyConfig]:
+    """A config whose stack the test starts with the CLI; stopped afterwards whatever happened."""
+    config = stack_config(tmp_path)
+    try:
+        yield config
+    finally:
+        subprocess.run([sys.executable, "-m", "streams", "down"], cwd=ROOT, env={**os.environ, **config.to_env()},
+                       capture_output=True, timeout=CLI_TIMEOUT_S)
+
+
+@pytest.mark.timeout(900)
+def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path) -> None:
+    config = cli_config
+    osprey(config, "up")
+    create(config, "docs")
+    create(config, "other")
+    ok(config, "partitions/create", {"collectionName": "docs", "partitionName": "p1"})
+    ok(config, "aliases/create", {"aliasName": "docs_live", "collectionName": "docs"})
+    ok(config, "aliases/create", {"aliasName": "other_live", "collectionName": "other"})
+    acknowledged: dict[str, set[int]] = {"docs": set(), "other": set()}
+
+    asyncio.run(client_insert(config, "docs", range(0, 1_000)))  # the Python Client
+    acknowledged["docs"].update(range(0, 1_000))
+    for start in range(1_000, 2_000, 250):  # REST, into a partition and through an alias
+        ids = range(start, start + 250)
+        ok(config, "entities/insert", {"collectionName": "docs_live", "partitionName": "p1", "data": rows(ids, start)})
+        acknowledged["docs"].update(ids)
+    spark_ingest(config, tmp_path / "in", "other", range(5_000, 8_000), tmp_path / "ckpt")  # the Spark job
+    acknowledged["other"].update(range(5_000, 8_000))
+
+    before = ddl_state(config)
+    for name, ids in acknowledged.items():
+        assert_exactly_once(strong_ids(config, name), ids, ids)
+    osprey(config, "down")
+    assert not port_open(*config.kafka_host_port) and not port_open(*config.redis_host_port)
+    assert not port_open(*config.proxy_host_port)
+
+    osprey(config, "up")
+    assert ddl_state(config) == before
+    assert before["partitions"]["docs"] == ["_default", "p1"] and before["aliases"]["docs"] == ["docs_live"]
+    for name, ids in acknowledged.items():
+        assert_exactly_once(strong_ids(config, name), ids, ids)
+    in_p1 = post(config, "entities/query", {"collectionName": "docs", "filter": "id >= 0", "outputFields": ["id"],
+                                            "partitionNames": ["p1"], "consistencyLevel": "Strong"})
+    assert sorted(r["id"] for r in in_p1["data"]) == list(range(1_000, 2_000))
