@@ -25,7 +25,7 @@ from schemas.codec import encode
 from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
-from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, from_status
+from schemas.errors import InvalidParameter, OspreyError, PartitionNotFound, RequestTimeout, from_status
 from schemas.meta import CollectionInfo
 from state.shard_owners import ShardOwner
 from streams.proxy.consistency import guarantee_ts
@@ -281,7 +281,12 @@ class _ReadTask(Task[Any]):
         return guarantee_ts(level, self.ts, self.proxy.config.graceful_time_ms, self.proxy.last_write_ts)
 
     async def _check(self, request: SearchRequest | QueryRequest) -> Prepared:
-        return prepare(request, await self.proxy.cache.view())
+        """The request checked against the cached meta; a partition the cache does not know may
+        have been created (by another proxy) after it was loaded: reloaded once, checked again."""
+        try:
+            return prepare(request, await self.proxy.cache.view())
+        except PartitionNotFound:
+            return prepare(request, await self.proxy.cache.refresh())
 
     async def execute(self) -> None:
         self.results = await self.proxy.dq_router.run(self.prepared.request, self.prepared.info)

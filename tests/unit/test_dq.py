@@ -196,3 +196,22 @@ async def test_a_querynode_reloads_its_meta_once_for_a_partition_created_after_i
     (error,) = await node.serve(search(partition_names=["nope"], guarantee_ts=1), answer_unowned=False)
     assert error.code == PartitionNotFound.code and "[partition=nope]" in error.reason
     assert cache.loads == 3  # reloaded once, then refused
+
+
+async def test_a_proxy_reloads_its_meta_once_for_a_partition_created_by_another_proxy() -> None:
+    from types import SimpleNamespace
+
+    from streams.proxy.search import _ReadTask
+
+    store = LatestMeta()
+    store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
+    store.add_partition(11, "_default")
+    cache = MetaCache(store)  # type: ignore[arg-type]
+    task = SimpleNamespace(proxy=SimpleNamespace(cache=cache))
+    assert (await _ReadTask._check(task, search())).partition_ids is None  # type: ignore[arg-type]  # all
+    store.add_partition(12, "p1")  # another proxy created it; this one has not seen the dd event yet
+    prepared = await _ReadTask._check(task, search(partition_names=["p1"]))  # type: ignore[arg-type]
+    assert prepared.partition_ids == [12] and cache.loads == 2
+    with pytest.raises(PartitionNotFound):
+        await _ReadTask._check(task, search(partition_names=["nope"]))  # type: ignore[arg-type]
+    assert cache.loads == 3
