@@ -16,6 +16,9 @@ from streams.stack import wait_for_port
 # partitions: Kafka's smallest allowed value (group.min.session.timeout.ms = 6 s by default).
 SESSION_TIMEOUT_S = 6.0
 HEARTBEAT_INTERVAL_S = 2.0
+# Bytes one fetch returns per partition (Faust's default is 1 MiB: one ~1 MB insert event per
+# round trip to the broker while a querynode replays or takes a bulk load).
+CONSUMER_MAX_FETCH_BYTES = 8 * 1024 * 1024
 
 
 def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
@@ -33,6 +36,7 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
         consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=CONSUMER_MAX_FETCH_BYTES,
         producer_acks=-1,
         topic_allow_declare=False,
         **settings,
