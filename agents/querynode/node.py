@@ -3,7 +3,8 @@ request handler shared by the topic path and the direct path.
 
 Consumption (driven by the Faust agent in ``app.py``): :meth:`QueryNode.assign` is told the dml
 partitions the consumer group gave this process; every record of those partitions goes through
-:meth:`QueryNode.apply` in offset order. A time tick raises the pchannel's tsafe and every
+:meth:`QueryNode.apply`, which applies them in offset order, each once, and asks the agent to
+rewind the consumer when records are missing. A time tick raises the pchannel's tsafe and every
 delegator's on it; an insert goes to the delegator of its vchannel (created on first use), which
 applies each event identity once. Growing segments live in memory only, so the group never
 commits offsets for this app: a partition newly assigned (after a restart, a kill -9 or a

@@ -42,6 +42,7 @@ class DdLogLost(RuntimeError):
     """dd holds fewer records than the rootcoord has processed: the broker lost its log, or
     ``OSPREY_KAFKA`` points at another cluster than the one ``OSPREY_REDIS`` remembers."""
 
+
 RETRY_FIRST_DELAY_S = 0.1
 RETRY_MAX_DELAY_S = 5.0
 TRANSIENT_ERRORS = (RedisError, KafkaError, OSError, asyncio.TimeoutError, ServiceUnavailable)
