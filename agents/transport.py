@@ -17,7 +17,7 @@ read-offset filter is off for such an app (``ReadOffsets``): it dropped replayed
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiokafka
@@ -37,24 +37,24 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 class ReadOffsets(defaultdict):  # type: ignore[type-arg]
     """Faust's per-partition "offset last delivered", by which its consumer drops every later
-    record below it (``Consumer.getmany``). For an app that does not commit (the query node) it
-    reads as None, so nothing is dropped: that app orders and deduplicates records by offset
+    record below it (``Consumer.getmany``), made to read as None, so nothing is dropped. Used by an
+    app that does not commit (the query node), which orders and deduplicates records by offset
     itself (``QueryNode.apply``). The filter dropped the records a rewind or a rebalance replays
     whenever a record fetched before it was delivered after it, which set the read offset past
     them (issue 9; docs/decisions.md)."""
 
-    def __init__(self, filtering: Callable[[], bool]) -> None:
+    def __init__(self) -> None:
         super().__init__(lambda: None)
-        self._filtering = filtering
 
-    def __getitem__(self, tp: TP) -> int | None:
-        return super().__getitem__(tp) if self._filtering() else None
+    def __getitem__(self, tp: TP) -> None:
+        return None
 
 
 class Consumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._read_offset = ReadOffsets(lambda: getattr(self.app, "osprey_commit_offsets", True))
+        if not getattr(self.app, "osprey_commit_offsets", True):  # set by create_app, before the worker starts
+            self._read_offset = ReadOffsets()
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)

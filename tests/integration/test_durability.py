@@ -44,6 +44,7 @@ from schemas.config import OspreyConfig
 from streams.client import Client
 from streams.cluster import LocalCluster
 from streams.stack import free_port, port_open
+from tests.integration.test_cli import osprey as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -235,10 +236,8 @@ def test_redis_killed_mid_stream_keeps_rows_and_ddl(stack: LocalCluster) -> None
 
 
 def osprey(config: OspreyConfig, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it (``./osprey`` without the bootstrap), on ``config``'s addresses."""
-    env = {**os.environ, **config.to_env()}
-    done = subprocess.run([sys.executable, "-m", "streams", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_S)
+    """The CLI as a user runs it (``./osprey`` without the bootstrap), on ``config``'s addresses; it succeeds."""
+    done = cli(config, *args, timeout_s=CLI_TIMEOUT_S)
     assert done.returncode == 0, f"osprey {' '.join(args)}: {done.stdout}{done.stderr}"
     return done
 
@@ -282,8 +281,7 @@ def cli_config(tmp_path: Path) -> Iterator[OspreyConfig]:
     try:
         yield config
     finally:
-        subprocess.run([sys.executable, "-m", "streams", "down"], cwd=ROOT, env={**os.environ, **config.to_env()},
-                       capture_output=True, timeout=CLI_TIMEOUT_S)
+        cli(config, "down", timeout_s=CLI_TIMEOUT_S)
 
 
 @pytest.mark.timeout(900)

@@ -29,7 +29,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
-from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
+from schemas.dml import InsertEvent
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
 from schemas.ingest import DeadLetter, IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
 from spark_streaming.ingest_client import IngestClient
@@ -40,6 +40,7 @@ from streams.proxy.arrow_checks import RULE_NOT_NULL
 from streams.rest import RestFrontEnd
 from streams.topics import Topics
 from tests.integration.ddl_helpers import name
+from tests.integration.dml_helpers import insert_events as dml_insert_events
 
 pytestmark = pytest.mark.integration
 
@@ -174,41 +175,9 @@ async def dead_letters(client: Client, chunk_identity: str | None = None,
     return out
 
 
-def _read_until_ticks(config: OspreyConfig, topic: str, collection_id: int, marker: int,
-                      partitions: list[int], budget_s: float) -> list[tuple[int, InsertEvent]]:
-    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False,
-                             max_partition_fetch_bytes=4 * 1024 * 1024)
-    try:
-        parts = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        waiting = set(partitions)
-        out = []
-        deadline = time.monotonic() + budget_s
-        while waiting and time.monotonic() < deadline:
-            for tp, records in consumer.poll(timeout_ms=200).items():
-                for record in records:
-                    event = decode(record.value, DML_EVENT)
-                    if isinstance(event, InsertEvent) and event.collection_id == collection_id:
-                        out.append((record.partition, event))
-                    elif isinstance(event, TimeTickEvent) and event.ts > marker:
-                        waiting.discard(tp.partition)
-                if tp.partition not in waiting:
-                    consumer.pause(tp)
-        assert not waiting, f"no time tick above the marker on dml partitions {sorted(waiting)} within {budget_s} s"
-        return out
-    finally:
-        consumer.close()
-
-
 async def insert_events(client: Client, collection_id: int) -> list[tuple[int, InsertEvent]]:
-    """(dml partition, event) of every Insert event of the collection acknowledged before the call:
-    each partition is read up to a time tick above a fresh TSO timestamp (the tick contract)."""
-    marker = await client.now()
-    info = (await client.proxy.cache.refresh()).collections[collection_id]
-    partitions = sorted({pchannel_partition(p) for p in info.pchannels})
-    return await asyncio.to_thread(_read_until_ticks, client.config, client.proxy.topics.dml, collection_id,
-                                   marker, partitions, BUDGET_S)
+    """(dml partition, event) of every Insert event of the collection acknowledged before the call."""
+    return [(partition, event) for partition, _, event in await dml_insert_events(client, collection_id, BUDGET_S)]
 
 
 def same_values(a: Any, b: Any) -> bool:
