@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.common import write_results
-from streams.broker import KafkaBroker
-from streams.stack import EmbeddedProcess, RedisServer, free_port
+from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.stack import EmbeddedProcess, RedisServer, free_port
 
 RECORD_BYTES = 1_000
 PARTITIONS = 16

@@ -1,6 +1,6 @@
 """What every benchmark shares: a private embedded stack, the standard workload, result files.
 
-The standard workload (issue 3) lives in :mod:`streams.workload` (the demo uses it too).
+The standard workload (issue 3) lives in :mod:`frontends.workload` (the demo uses it too).
 Results go to ``bench/results/<name>-<timestamp>.json`` plus a PNG plot.
 """
 
@@ -11,17 +11,17 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import EmbeddedProcess, free_port
+from frontends.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k  # noqa: F401 (re-exported)
 from schemas.config import OspreyConfig
-from streams.cluster import LocalCluster
-from streams.stack import EmbeddedProcess, free_port
-from streams.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k  # noqa: F401 (re-exported)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

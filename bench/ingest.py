@@ -37,9 +37,9 @@ import hnswlib
 import numpy as np
 
 from bench.common import Workload, embedded_stack, gaussian_mixture, recall_at_k, write_results
+from frontends.inprocess import Client
+from frontends.workload import write_parquet_files
 from schemas.config import OspreyConfig
-from streams.client import Client
-from streams.workload import write_parquet_files
 
 TOP_K = 10
 EF = 64
@@ -73,7 +73,7 @@ class CountPoller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
-    def start(self) -> "CountPoller":
+    def start(self) -> CountPoller:
         self._thread.start()
         return self
 

@@ -22,9 +22,9 @@ import hnswlib
 import numpy as np
 
 from bench.common import Workload, embedded_stack, gaussian_mixture, percentile_ms, recall_at_k, write_results
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
-from state.status_board import StatusBoard
-from streams.client import Client
+from state.meta.status_board import StatusBoard
 
 TOP_K = 10
 EF = 64

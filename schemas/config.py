@@ -9,8 +9,9 @@ A component receives an :class:`OspreyConfig`; nothing reads the environment beh
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +61,7 @@ class OspreyConfig(BaseModel):
     querynode_host: str = Field("127.0.0.1", description="address a query node's direct search server binds and advertises")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "OspreyConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OspreyConfig:
         """Build from ``OSPREY_*`` variables of ``env`` (default: os.environ); ``overrides`` win."""
         source = os.environ if env is None else env
         values: dict[str, Any] = {}

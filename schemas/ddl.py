@@ -9,7 +9,7 @@ Events are JSON on the wire (they are small and carry no vectors).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -125,11 +125,7 @@ class ListAliases(_ReadEvent):
 
 
 DdlRequest = Annotated[
-    Union[
-        CreateCollection, DropCollection, HasCollection, DescribeCollection, ShowCollections,
-        CreatePartition, DropPartition, HasPartition, ShowPartitions,
-        CreateAlias, DropAlias, AlterAlias, DescribeAlias, ListAliases,
-    ],
+    CreateCollection | DropCollection | HasCollection | DescribeCollection | ShowCollections | CreatePartition | DropPartition | HasPartition | ShowPartitions | CreateAlias | DropAlias | AlterAlias | DescribeAlias | ListAliases,
     Field(discriminator="kind"),
 ]
 DDL_REQUEST = TypeAdapter(DdlRequest)
@@ -233,11 +229,7 @@ class ErrorReply(DdlReply):
 
 
 AnyDdlReply = Annotated[
-    Union[
-        CreateCollectionReply, DropCollectionReply, HasReply, DescribeCollectionReply,
-        ShowCollectionsReply, PartitionReply, ShowPartitionsReply, AliasReply,
-        DescribeAliasReply, ListAliasesReply, ErrorReply,
-    ],
+    CreateCollectionReply | DropCollectionReply | HasReply | DescribeCollectionReply | ShowCollectionsReply | PartitionReply | ShowPartitionsReply | AliasReply | DescribeAliasReply | ListAliasesReply | ErrorReply,
     Field(discriminator="kind"),
 ]
 DDL_REPLY = TypeAdapter(AnyDdlReply)

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -49,7 +49,7 @@ class Column(_Event):
     texts: list[str] | None = None
 
     @model_validator(mode="after")
-    def _one_payload(self) -> "Column":
+    def _one_payload(self) -> Column:
         fixed = self.dtype in NUMPY_DTYPE
         if fixed and (self.data is None or self.texts is not None):
             raise ValueError(f"column {self.name}: a {self.dtype.value} column carries bytes in data")
@@ -73,7 +73,7 @@ class Column(_Event):
         return values.reshape(-1, self.dim) if self.dtype == DataType.FLOAT_VECTOR else values
 
     @classmethod
-    def of(cls, field_id: int, name: str, dtype: DataType, values: object, dim: int | None = None) -> "Column":
+    def of(cls, field_id: int, name: str, dtype: DataType, values: object, dim: int | None = None) -> Column:
         """Build a column from numpy/list values (strings for VARCHAR, JSON texts for JSON)."""
         if dtype in NUMPY_DTYPE:
             array = np.ascontiguousarray(values, dtype=NUMPY_DTYPE[dtype])
@@ -98,7 +98,7 @@ class InsertEvent(_Event):
     columns: list[Column]
 
     @model_validator(mode="after")
-    def _rows_match(self) -> "InsertEvent":
+    def _rows_match(self) -> InsertEvent:
         for column in self.columns:
             if len(column) != self.num_rows:
                 raise ValueError(f"column {column.name} has {len(column)} rows, the event {self.num_rows}")
@@ -116,7 +116,7 @@ class TimeTickEvent(_Event):
     ts: int = Field(ge=1)
 
 
-DmlEvent = Annotated[Union[InsertEvent, TimeTickEvent], Field(discriminator="kind")]
+DmlEvent = Annotated[InsertEvent | TimeTickEvent, Field(discriminator="kind")]
 DML_EVENT = TypeAdapter(DmlEvent)
 
 

@@ -12,7 +12,7 @@ the same models (:class:`ResultBatch` answers one request with every shard's res
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -70,7 +70,7 @@ class QueryRequest(_Request):
     count: bool = False
 
 
-DqRequest = Annotated[Union[SearchRequest, QueryRequest], Field(discriminator="kind")]
+DqRequest = Annotated[SearchRequest | QueryRequest, Field(discriminator="kind")]
 DQ_REQUEST: TypeAdapter[SearchRequest | QueryRequest] = TypeAdapter(DqRequest)
 
 
@@ -112,7 +112,7 @@ class QueryResult(_Result):
     fields: list[Column] = Field(default_factory=list)
 
 
-DqResult = Annotated[Union[SearchResult, QueryResult], Field(discriminator="kind")]
+DqResult = Annotated[SearchResult | QueryResult, Field(discriminator="kind")]
 DQ_RESULT: TypeAdapter[SearchResult | QueryResult] = TypeAdapter(DqResult)
 
 

@@ -13,7 +13,8 @@ model validator of a field schema names ``dim``, and the error comes out as ``..
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError

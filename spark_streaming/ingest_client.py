@@ -45,7 +45,7 @@ class IngestClient:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> "IngestClient":
+    def __enter__(self) -> IngestClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,9 +29,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -63,7 +64,7 @@ class SinkOptions:
     in_flight: int
 
     @classmethod
-    def of(cls, options: Any) -> "SinkOptions":
+    def of(cls, options: Any) -> SinkOptions:
         collection = options.get("collection")
         if not collection:
             raise ValueError("invalid parameter[field=collection][rule=the osprey sink needs .option('collection', NAME)]")
@@ -235,5 +236,15 @@ class OspreyDataSource(DataSource):
         return OspreyBatchWriter(options, open_target(options, schema), query_id, int(self.options.get("batchId", 0)))
 
 
-__all__ = ["OspreyBatchWriter", "OspreyDataSource", "OspreyStreamWriter", "record_commit", "write_task", "SinkOptions", "arrow_schema_bytes", "open_target",
-           "ChunkSender", "SOURCE_NAME"]
+__all__ = [
+    "SOURCE_NAME",
+    "ChunkSender",
+    "OspreyBatchWriter",
+    "OspreyDataSource",
+    "OspreyStreamWriter",
+    "SinkOptions",
+    "arrow_schema_bytes",
+    "open_target",
+    "record_commit",
+    "write_task",
+]

@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from spark_streaming.sink import QUERY_ID_PROPERTY, SOURCE_NAME, SinkOptions, open_target
 

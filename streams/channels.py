@@ -8,7 +8,7 @@ collection is created (the least-loaded pchannel, lowest index on ties: determin
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def vchannel_name(collection_id: int, shard: int) -> str:

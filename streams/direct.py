@@ -18,7 +18,7 @@ from schemas.codec import decode, encode
 from schemas.dq import QueryRequest, ResultBatch, SearchRequest
 from schemas.errors import ServiceUnavailable
 
-__all__ = ["DirectClient", "DirectPool", "MAX_FRAME_BYTES", "read_frame", "write_frame"]
+__all__ = ["MAX_FRAME_BYTES", "DirectClient", "DirectPool", "read_frame", "write_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class DirectClient:
         host, _, port = self.address.rpartition(":")
         try:
             self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as err:
+        except (TimeoutError, OSError) as err:
             self.closed = True
             raise ServiceUnavailable(f"query node at {self.address} is unreachable ({err!r})") from None
         self._reading = asyncio.create_task(self._read_loop(), name=f"direct-{self.address}")
@@ -70,7 +70,7 @@ class DirectClient:
             write_frame(self._writer, encode(request))
             await self._writer.drain()
             return await asyncio.wait_for(future, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ServiceUnavailable(
                 f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s") from None
         except (ConnectionError, OSError) as err:

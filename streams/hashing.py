@@ -8,7 +8,7 @@ their first ``VARCHAR_HASH_PREFIX_CHARS`` characters (``typeutil.HashString2Uint
 from __future__ import annotations
 
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

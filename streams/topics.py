@@ -36,7 +36,7 @@ class Topics:
     dml_partitions: int
 
     @classmethod
-    def of(cls, config: OspreyConfig) -> "Topics":
+    def of(cls, config: OspreyConfig) -> Topics:
         return cls(config.cluster, config.dml_partitions)
 
     def _name(self, suffix: str) -> str:

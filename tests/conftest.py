@@ -9,16 +9,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
+from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess, free_port
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
-from streams.broker import KafkaBroker
-from streams.stack import EmbeddedProcess, RedisServer, WorkerProcess, free_port
-from streams.client import Client  # noqa: E402  (type of the client fixture)
 
 LOOPBACK = "127.0.0.1"
 # Every server and worker a test starts dies with the test process, even if pytest is killed.
@@ -92,9 +92,9 @@ def module_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_facto
 
 
 @pytest.fixture(scope="module")
-def rootcoord(module_config: OspreyConfig) -> Iterator["WorkerProcess"]:
+def rootcoord(module_config: OspreyConfig) -> Iterator[WorkerProcess]:
     """A real rootcoord Faust worker process for the module's cluster."""
-    from streams.cluster import LocalCluster
+    from frontends.embedded.cluster import LocalCluster
 
     worker = LocalCluster(module_config, embedded=False).workers["rootcoord"]
     worker.start()
@@ -103,9 +103,9 @@ def rootcoord(module_config: OspreyConfig) -> Iterator["WorkerProcess"]:
 
 
 @pytest.fixture(scope="module")
-def querynode(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> Iterator["WorkerProcess"]:
+def querynode(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator[WorkerProcess]:
     """A real querynode Faust worker process for the module's cluster."""
-    from streams.cluster import LocalCluster
+    from frontends.embedded.cluster import LocalCluster
 
     worker = LocalCluster(module_config, embedded=False).workers["querynode"]
     worker.start()
@@ -114,8 +114,8 @@ def querynode(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> Iterat
 
 
 @pytest.fixture
-async def client(module_config: OspreyConfig, rootcoord: "WorkerProcess") -> AsyncIterator["Client"]:
-    from streams.client import Client
+async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[Client]:
+    from frontends.inprocess import Client
 
     async with Client(module_config) as c:
         yield c

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from agents.process import run_from_env
 from agents.querynode.app import create_app
-from agents.worker import run_from_env
 
 
 def main() -> None:

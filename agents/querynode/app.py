@@ -3,7 +3,7 @@ consumer group assigns), the direct and topic request servers, and the status ti
 
 Several querynode processes share one consumer group, so they split the dml partitions and
 rebalance when one joins or leaves. Offsets are never committed (``osprey_commit_offsets``,
-see ``agents/transport.py``): growing segments are in memory, so a partition a process gets is
+see ``streams/transport.py``): growing segments are in memory, so a partition a process gets is
 consumed from its first record and the rows are rebuilt exactly (identities applied once).
 """
 
@@ -17,20 +17,20 @@ import faust
 from aiokafka.errors import IllegalStateError
 from faust.types import TP
 
+from agents.process import make_app
 from agents.querynode.node import QueryNode
 from agents.querynode.servers import DirectServer, TopicServer
-from agents.worker import make_app
+from agents.service import close_all
 from schemas.config import OspreyConfig
-from state.idalloc import IdAllocator
-from state.redis_client import connect
-from state.registry import Lease, NodeRegistry
-from state.shard_owners import ShardOwners
-from state.snapshot import SnapshotKV
-from state.status_board import StatusBoard
-from state.tso import TimestampOracle
+from state.meta.idalloc import IdAllocator
+from state.meta.meta_cache import MetaCache
+from state.meta.redis_client import connect
+from state.meta.registry import Lease, NodeRegistry
+from state.meta.shard_owners import ShardOwners
+from state.meta.snapshot import SnapshotKV
+from state.meta.status_board import StatusBoard
+from state.meta.tso import TimestampOracle
 from streams.kafka import make_producer
-from streams.proxy.meta_cache import MetaCache
-from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def create_app(config: OspreyConfig) -> faust.App:
     async def rewind_to(tp: TP, offset: int) -> None:
         try:
             await app.consumer.seek_wait({tp: offset})
-        except (IllegalStateError, asyncio.TimeoutError) as err:  # taken away meanwhile: a rebalance replays it
+        except (TimeoutError, IllegalStateError) as err:  # taken away meanwhile: a rebalance replays it
             log.info("querynode: no rewind of %s (%r)", tp, err)
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]

@@ -33,8 +33,8 @@ from schemas.collection import DataType
 from schemas.dml import InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from state.vector_index import SearchHits, check_top_k, normalize_metric
-from streams.proxy.reduce import merge_query_results, reduce_search_results
+from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric
 
 __all__ = ["DEFAULT_TSAFE_TIMEOUT_S", "EVENTUALLY_TS", "SegmentEntry", "ShardDelegator"]
 
@@ -164,7 +164,7 @@ class ShardDelegator:
         started = time.monotonic()
         try:
             await asyncio.wait_for(waiter, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._waiters = [w for w in self._waiters if not w[2].done()]  # drop the timed-out waiter
             heapq.heapify(self._waiters)
             raise ServiceUnavailable(

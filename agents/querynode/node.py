@@ -10,7 +10,7 @@ applies each event identity once. Growing segments live in memory only, so the g
 commits offsets for this app: a partition newly assigned (after a restart, a kill -9 or a
 rebalance) is consumed from its first record, which rebuilds exactly the rows acknowledged on it.
 
-Serving (:meth:`QueryNode.serve`): check the request (:func:`streams.proxy.dq_checks.prepare`),
+Serving (:meth:`QueryNode.serve`): check the request (:func:`state.readpath.dq_checks.prepare`),
 derive its guarantee timestamp if the asker did not set one, and let the delegator of each
 addressed vchannel this node owns wait for tsafe and search/query; one result per vchannel.
 """
@@ -30,18 +30,18 @@ from agents.querynode.delegator import ShardDelegator
 from agents.querynode.worker import MaskOf, Worker
 from schemas.codec import decode
 from schemas.collection import DataType
-from schemas.dml import DML_EVENT, Column, InsertEvent, TimeTickEvent
+from schemas.dml import DML_EVENT, Column, TimeTickEvent
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import CollectionNotFound, OspreyError, PartitionNotFound, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from state.segment import GrowingSegment
-from state.tso import TimestampOracle
-from state.vector_index import SearchHits
-from streams.expr import Filter
-from streams.proxy.consistency import guarantee_ts, needs_now
-from streams.proxy.dq_checks import COUNT_STAR, Prepared, prepare
-from streams.proxy.meta_cache import MetaCache
-from streams.proxy.search_hits import search_result
+from state.meta.meta_cache import MetaCache
+from state.meta.tso import TimestampOracle
+from state.readpath.consistency import guarantee_ts, needs_now
+from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
+from state.readpath.expr import Filter
+from state.readpath.search_hits import search_result
+from state.segcore.segment import GrowingSegment
+from state.segcore.vector_index import SearchHits
 
 __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 
@@ -79,7 +79,7 @@ def mask_of_filter(flt: Filter | None) -> MaskOf | None:
 async def guarantee_ts_of(request: SearchRequest | QueryRequest, info: CollectionInfo, tso: TimestampOracle,
                           graceful_time_ms: int, session_ts: int = 0) -> int:
     """The request's guarantee timestamp: as given, else from its consistency level (the
-    collection's default when unset), see :mod:`streams.proxy.consistency`."""
+    collection's default when unset), see :mod:`state.readpath.consistency`."""
     if request.guarantee_ts is not None:
         return request.guarantee_ts
     level = request.consistency_level or info.consistency_level

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.codec import decode, encode
 from schemas.dq import DQ_REQUEST, QueryRequest, ResultBatch, SearchRequest
-from state.tso import add_ms
+from state.meta.tso import add_ms
 from streams.direct import read_frame, write_frame
 from streams.kafka import make_consumer
 
@@ -41,7 +41,7 @@ RETRY_S = 0.5
 class DirectServer:
     """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started."""
 
-    def __init__(self, node: "QueryNode", host: str, port: int = 0) -> None:
+    def __init__(self, node: QueryNode, host: str, port: int = 0) -> None:
         self.node = node
         self.host, self.port = host, port
         self._server: asyncio.base_events.Server | None = None
@@ -104,7 +104,7 @@ class TopicServer:
     deadline (``ts + timeout_ms``) passed before this server started are skipped: their askers
     gave up."""
 
-    def __init__(self, config: "OspreyConfig", topics: "Topics", node: "QueryNode", producer: "AIOKafkaProducer") -> None:
+    def __init__(self, config: OspreyConfig, topics: Topics, node: QueryNode, producer: AIOKafkaProducer) -> None:
         self.config = config
         self.topics = topics
         self.node = node

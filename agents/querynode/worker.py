@@ -1,12 +1,12 @@
 """The query node worker (seed 002): pure computing labor over the segments it holds.
 
-A :class:`Worker` owns growing segments (:class:`~state.segment.GrowingSegment`) keyed by segment
+A :class:`Worker` owns growing segments (:class:`~state.segcore.segment.GrowingSegment`) keyed by segment
 id, appends insert events to them and answers search/query/count over a list of segment ids at an
 MVCC timestamp. It knows nothing of channels, tsafe or distribution: its delegators decide which
 segments to ask and at which timestamp. Not thread-safe: one owner (the event loop) calls it;
 the one other thread is its :class:`IndexBuilder` (started on the first insert that leaves rows to
 index, joined by :meth:`Worker.stop`), which only calls :meth:`GrowingSegment.index_pending` and
-:meth:`GrowingSegment.index_step` (safe alongside the owner, see :mod:`state.segment`) on a
+:meth:`GrowingSegment.index_step` (safe alongside the owner, see :mod:`state.segcore.segment`) on a
 snapshot of the segment list. Released segments are told to stop indexing
 (:meth:`GrowingSegment.release`); the builder finishes the slice in progress and drops them.
 """
@@ -26,9 +26,9 @@ from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from state.segment import INTERIM_INDEX_ROWS, GrowingSegment
-from state.vector_index import SearchHits
-from streams.proxy.reduce import merge_query_results, reduce_search_results
+from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment
+from state.segcore.vector_index import SearchHits
 
 __all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
 
@@ -40,7 +40,7 @@ BUILDER_ERROR_PAUSE_S = 1.0
 BUILDER_STOP_TIMEOUT_S = 10.0
 # Slices are sized by time, per segment, from the measured seconds per row of its last slices: a
 # slice holds the segment's index for about SLICE_TARGET_S (what a search may wait, well below
-# state.segment.INDEX_LOCK_WAIT_S). Measured at 128-d (M 16, ef_construction 100) on this shared
+# state.segcore.segment.INDEX_LOCK_WAIT_S). Measured at 128-d (M 16, ef_construction 100) on this shared
 # 2-core box: one HNSW insertion costs ~0.3-0.7 ms whatever the slice size, and the builder's
 # rate is the same (~3.2k rows/s, noise +-30%) with 5 ms, 10 ms, 25 ms or 400 ms slices, so
 # short slices cost no throughput; at 128-d a slice is ~15-40 rows, at 16-d a few hundred.
@@ -111,7 +111,7 @@ class IndexBuilder:
     per row, between ``MIN_SLICE_ROWS`` and ``MAX_SLICE_ROWS``). Runs at a lower CPU priority
     (``BUILDER_NICE``): while ingest and searches keep the cores busy the index lags, and the rows
     it lacks are searched exactly (a search does not wait for a starved slice: see
-    ``state.segment.INDEX_LOCK_WAIT_S``).
+    ``state.segcore.segment.INDEX_LOCK_WAIT_S``).
 
     Without the thread (never :meth:`start`-ed), :meth:`run_once` does one round on the calling
     thread: tests drive the builder deterministically with it."""

@@ -12,19 +12,19 @@ import logging
 
 import faust
 
-from agents.rootcoord.checkpoint import DdCheckpoint
+from agents.process import make_app
 from agents.rootcoord.core import RootCoord
 from agents.rootcoord.timetick import TimeTickAgent
-from agents.worker import make_app
+from agents.service import close_all
 from schemas import ddl
 from schemas.config import OspreyConfig
-from state.idalloc import IdAllocator
-from state.redis_client import connect
-from state.registry import NodeRegistry
-from state.snapshot import SnapshotKV
-from state.tso import TimestampOracle
+from state.meta.dd_checkpoint import DdCheckpoint
+from state.meta.idalloc import IdAllocator
+from state.meta.redis_client import connect
+from state.meta.registry import NodeRegistry
+from state.meta.snapshot import SnapshotKV
+from state.meta.tso import TimestampOracle
 from streams.kafka import end_offset, make_producer
-from streams.lifecycle import close_all
 from streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)

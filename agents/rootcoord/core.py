@@ -15,21 +15,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from agents.rootcoord.checkpoint import DdCheckpoint
-from agents.rootcoord.ddl import Plan, error_reply, plan
 from schemas import ddl
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
 from schemas.validation import invalid_from_validation_error
-from state.idalloc import IdAllocator
-from state.meta_table import META_PREFIX, MetaView
-from state.snapshot import SnapshotKV
+from state.meta.dd_checkpoint import DdCheckpoint
+from state.meta.ddl_rules import Plan, error_reply, plan
+from state.meta.idalloc import IdAllocator
+from state.meta.meta_table import META_PREFIX, MetaView
+from state.meta.snapshot import SnapshotKV
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)

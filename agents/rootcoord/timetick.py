@@ -32,15 +32,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
+
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
-from state.registry import NodeRegistry
-from state.tso import TimestampOracle
+from state.meta.registry import NodeRegistry
+from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name, pchannel_partition
 from streams.topics import Topics
 
@@ -116,7 +118,7 @@ class TimeTickAgent:
     from a proxy's report to the delegators' tsafe), which is what Strong reads wait for.
 
     A failed round (Redis, Kafka) is logged and retried after a backoff; the loop only ends on
-    ``stop``. ``start``/``stop`` are safe to call twice (a :class:`streams.lifecycle.Service`).
+    ``stop``. ``start``/``stop`` are safe to call twice (a :class:`agents.service.Service`).
     """
 
     def __init__(
@@ -222,7 +224,7 @@ class TimeTickAgent:
             backoff_s = BACKOFF_MIN_S
             try:  # the next report, or the interval
                 await asyncio.wait_for(self._fed.wait(), max(0.0, self._interval_s - (time.monotonic() - started)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def health(self) -> dict[str, Any]:

@@ -72,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     """Run the job to its end (or until interrupted with --follow); returns the totals."""
-    from spark_streaming.session import spark_session
     from spark_streaming.ingest_client import IngestClient
+    from spark_streaming.session import spark_session
     from spark_streaming.stream import write_stream
 
     directory: Path = args.directory.resolve()

@@ -8,9 +8,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
-from state.meta_table import META_PREFIX
-from streams.client import Client
+from state.meta.meta_table import META_PREFIX
 
 DIM = 8
 

@@ -8,11 +8,11 @@ import time
 
 from kafka import KafkaConsumer, TopicPartition
 
+from frontends.inprocess import Client
 from schemas.codec import decode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
 from streams.channels import pchannel_partition
-from streams.client import Client
 
 
 async def insert_events(client: Client, collection_id: int, budget_s: float = 30.0) -> list[tuple[int, int, InsertEvent]]:

@@ -9,19 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from agents.ports import port_open
+from frontends.embedded.stack import WorkerProcess, free_port
 from schemas.config import OspreyConfig
-from streams.stack import WorkerProcess, free_port, port_open
 from tests.integration.ddl_helpers import name
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+OSPREY = Path(sys.executable).parent / "osprey"  # the `osprey` entry point of this environment
 
 
 def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", **config.to_env()}
     return subprocess.run(
-        [sys.executable, "-m", "streams", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+        [str(OSPREY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
     )
 
 

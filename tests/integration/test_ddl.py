@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from frontends.inprocess import Client
 from schemas.collection import CollectionSchema
 from schemas.config import OspreyConfig
 from schemas.errors import (
@@ -20,11 +21,10 @@ from schemas.errors import (
     PartitionNotFound,
 )
 from schemas.meta import CollectionInfo
-from state.meta_table import collection_info_key
-from state.snapshot import SnapshotKV
-from state.tso import TimestampOracle
+from state.meta.meta_table import collection_info_key
+from state.meta.snapshot import SnapshotKV
+from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name
-from streams.client import Client
 from streams.topics import Topics
 from tests.integration.ddl_helpers import meta_dump, name, publish_raw, read_topic, schema
 

@@ -40,10 +40,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from agents.ports import port_open
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import free_port
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
-from streams.client import Client
-from streams.cluster import LocalCluster
-from streams.stack import free_port, port_open
 from tests.integration.test_cli import osprey as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

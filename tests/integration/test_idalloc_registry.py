@@ -6,15 +6,15 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
 
 from schemas.errors import InvalidParameter
-from state.idalloc import IdAllocator
-from state.registry import NodeRegistry
+from state.meta.idalloc import IdAllocator
+from state.meta.registry import NodeRegistry
 
 TTL_S = 0.5
 POLL_S = 0.02
@@ -166,7 +166,7 @@ async def test_lost_lease_is_reported(redis: aioredis.Redis, cluster_name: str) 
 CHILD = """
 import asyncio, os, sys
 import redis.asyncio as aioredis
-from state.registry import NodeRegistry
+from state.meta.registry import NodeRegistry
 
 async def main() -> None:
     client = aioredis.Redis.from_url(sys.argv[1], decode_responses=False)

@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from frontends.inprocess import Client
+from frontends.rest import RestFrontEnd
 from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
 from spark_streaming.ingest_client import IngestClient
-from streams.client import Client
-from streams.rest import RestFrontEnd
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,8 @@ import math
 import time
 import uuid
 from collections import defaultdict
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -27,6 +28,9 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from agents.proxy.arrow_checks import RULE_NOT_NULL
+from frontends.inprocess import Client
+from frontends.rest import RestFrontEnd
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import InsertEvent
@@ -34,10 +38,7 @@ from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, Pa
 from schemas.ingest import DeadLetter, IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
 from spark_streaming.ingest_client import IngestClient
 from streams.channels import pchannel_partition
-from streams.client import Client
 from streams.hashing import shard_of
-from streams.proxy.arrow_checks import RULE_NOT_NULL
-from streams.rest import RestFrontEnd
 from streams.topics import Topics
 from tests.integration.ddl_helpers import name
 from tests.integration.dml_helpers import insert_events as dml_insert_events

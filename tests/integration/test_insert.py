@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
 from schemas.dml import MAX_EVENT_BYTES, InsertEvent
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
 from streams.channels import pchannel_partition
-from streams.client import Client
 from streams.hashing import shard_of
 from tests.integration.ddl_helpers import name
 from tests.integration.dml_helpers import insert_events

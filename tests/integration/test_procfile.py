@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from streams.rest import API_PREFIX
-from streams.stack import free_port
+from frontends.embedded.stack import free_port
+from frontends.rest import API_PREFIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

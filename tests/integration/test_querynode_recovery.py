@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import WorkerProcess
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
 from schemas.errors import ServiceUnavailable
-from state.registry import NodeRegistry
-from state.shard_owners import ShardOwners
-from streams.client import Client
-from streams.cluster import LocalCluster
-from streams.stack import WorkerProcess
+from state.meta.registry import NodeRegistry
+from state.meta.shard_owners import ShardOwners
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

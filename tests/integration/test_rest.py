@@ -3,16 +3,17 @@ rootcoord worker: collections, partitions, aliases with the hot reload, errors, 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 
+from frontends.embedded.stack import WorkerProcess, free_port
+from frontends.inprocess import Client
+from frontends.rest import API_PREFIX, RestFrontEnd
 from schemas.config import OspreyConfig
-from streams.client import Client
-from streams.rest import API_PREFIX, RestFrontEnd
-from streams.stack import WorkerProcess, free_port
 from tests.integration.ddl_helpers import DIM, name
 
 pytestmark = pytest.mark.integration

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from agents.rootcoord.checkpoint import DdCheckpoint
 from agents.rootcoord.core import DdLogLost, RootCoord
+from frontends.embedded.stack import RedisServer, free_port
 from schemas import ddl
 from schemas.config import OspreyConfig
-from state.idalloc import IdAllocator
-from state.redis_client import connect
-from state.snapshot import SnapshotKV
-from state.tso import TimestampOracle
-from streams.stack import RedisServer, free_port
+from state.meta.dd_checkpoint import DdCheckpoint
+from state.meta.idalloc import IdAllocator
+from state.meta.redis_client import connect
+from state.meta.snapshot import SnapshotKV
+from state.meta.tso import TimestampOracle
 from tests.integration.ddl_helpers import schema
 
 pytestmark = pytest.mark.integration

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
+from frontends.embedded.stack import WorkerProcess
+from frontends.inprocess import Client
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError, RequestTimeout
-from streams.client import Client
-from streams.stack import WorkerProcess
 from tests.integration.ddl_helpers import schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from frontends.inprocess import Client
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dq import DQ_RESULT, QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
-from streams.client import Client
 from streams.topics import Topics
 from tests.integration.ddl_helpers import name
 

@@ -8,8 +8,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from schemas.errors import InvalidParameter, ServiceUnavailable
-from state.snapshot import GC_CHUNK_KEYS, WRITE_MAX_ATTEMPTS, SnapshotKV
-from state.tso import TimestampOracle, add_ms, parse_ts, physical_ms, ts_from_ms
+from state.meta.snapshot import GC_CHUNK_KEYS, WRITE_MAX_ATTEMPTS, SnapshotKV
+from state.meta.tso import TimestampOracle, add_ms, parse_ts, physical_ms, ts_from_ms
 
 RETENTION_S = 1.0
 FAR_FUTURE_MS = 10 * 365 * 86_400_000

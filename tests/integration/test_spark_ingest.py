@@ -18,21 +18,23 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from agents.ports import wait_for_port
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import WorkerProcess, free_port
+from frontends.inprocess import Client
 from schemas.codec import decode
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
 from schemas.ingest import DeadLetter
-from streams.client import Client
-from streams.cluster import LocalCluster
-from streams.stack import WorkerProcess, free_port, wait_for_port
 from streams.topics import Topics
 from tests.conftest import make_config
 

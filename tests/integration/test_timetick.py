@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from frontends.embedded.stack import WorkerProcess
+from frontends.inprocess import Client
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, DmlEvent, InsertEvent, ProxyTimeTick, TimeTickEvent
-from state.idalloc import IdAllocator
-from state.redis_client import connect
-from state.registry import Lease, NodeRegistry
-from state.tso import TimestampOracle
+from state.meta.idalloc import IdAllocator
+from state.meta.redis_client import connect
+from state.meta.registry import Lease, NodeRegistry
+from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name
-from streams.client import Client
-from streams.stack import WorkerProcess
 from streams.topics import Topics
 from tests.integration.ddl_helpers import name, schema
 

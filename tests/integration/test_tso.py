@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from frontends.embedded.stack import RedisServer, free_port
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
-from state.redis_client import connect
-from state.tso import MAX_ALLOC_COUNT, MAX_LOGICAL, TimestampOracle, parse_ts, physical_ms
-from streams.stack import RedisServer, free_port
+from state.meta.redis_client import connect
+from state.meta.tso import MAX_ALLOC_COUNT, MAX_LOGICAL, TimestampOracle, parse_ts, physical_ms
 
 LOOPBACK = "127.0.0.1"
 

@@ -1,4 +1,4 @@
-"""The Arrow checks of the stream writers' path (streams/proxy/arrow_checks.py), pure and fast:
+"""The Arrow checks of the stream writers' path (agents/proxy/arrow_checks.py), pure and fast:
 
 - ``check_arrow_schema``: the documented Spark/Arrow -> Osprey type mapping is accepted, and every
   schema that cannot work is refused with InvalidParameter naming the field and the rule;
@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema
-from schemas.errors import InvalidParameter
-from schemas.ingest import DeadLetter
-from streams.proxy.arrow_checks import (
+from agents.proxy.arrow_checks import (
     RULE_MISSING_COLUMN,
     RULE_NOT_NULL,
     RULE_UNKNOWN_COLUMN,
@@ -31,7 +29,10 @@ from streams.proxy.arrow_checks import (
     row_ipc,
     split_rows,
 )
-from streams.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN, columns_of
+from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN, columns_of
+from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema
+from schemas.errors import InvalidParameter
+from schemas.ingest import DeadLetter
 
 DIM = 4
 MAX_LENGTH = 5

@@ -1,5 +1,5 @@
 """Arrow data against a collection schema: the schema check before a stream starts, and the row
-checks that set bad rows aside (streams/proxy/arrow_checks.py)."""
+checks that set bad rows aside (agents/proxy/arrow_checks.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from agents.proxy.arrow_checks import check_arrow_schema, read_ipc, row_ipc, split_rows
+from agents.proxy.insert_checks import columns_of
 from schemas.collection import CollectionSchema
 from schemas.errors import InvalidParameter
-from streams.proxy.arrow_checks import check_arrow_schema, read_ipc, row_ipc, split_rows
-from streams.proxy.insert_checks import columns_of
 
 DIM = 4
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.cli import _split_test_args
+from frontends.cli import _split_test_args
 
 
 def test_cli_passes_everything_after_test_to_pytest() -> None:

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from agents.rootcoord.ddl import Plan, plan
 from schemas import ddl
 from schemas.errors import AliasCollectionNameConflict, InvalidParameter
-from state.meta_table import MetaView, collection_prefix
+from state.meta.ddl_rules import Plan, plan
+from state.meta.meta_table import MetaView, collection_prefix
 from streams.channels import assign_pchannels, pchannel_partition, vchannel_name
 from streams.topics import Topics
 

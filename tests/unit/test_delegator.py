@@ -14,7 +14,7 @@ from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from streams.proxy.reduce import reduce_search_results
+from state.readpath.reduce import reduce_search_results
 
 DIM = 8
 VCHANNELS = ["by-dev-dml_0_9v0", "by-dev-dml_1_9v1"]

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from schemas.codec import MAGIC, decode, encode
 from schemas.collection import DataType
 from schemas.ddl import DDL_REQUEST, DropAlias
-from schemas.errors import InvalidParameter
 from schemas.dml import DML_EVENT, Column, InsertEvent, TimeTickEvent
+from schemas.errors import InvalidParameter
 
 
 def insert_event(n: int = 100, dim: int = 128) -> InsertEvent:

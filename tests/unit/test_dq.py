@@ -15,14 +15,14 @@ from schemas.collection import ConsistencyLevel
 from schemas.dq import DQ_REQUEST, DQ_RESULT, QueryRequest, QueryResult, ResultBatch, SearchRequest
 from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
 from schemas.meta import PartitionInfo
-from state.meta_table import MetaView, collection_info_key, partition_key
-from state.tso import add_ms, compose_ts
-from state.vector_index import SearchHits
+from state.meta.meta_cache import MetaCache
+from state.meta.meta_table import MetaView, collection_info_key, partition_key
+from state.meta.tso import add_ms, compose_ts
+from state.readpath.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
+from state.readpath.dq_checks import dynamic_keys, prepare
+from state.readpath.search_hits import hits_of, search_result
+from state.segcore.vector_index import SearchHits
 from streams.direct import read_frame, write_frame
-from streams.proxy.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
-from streams.proxy.dq_checks import dynamic_keys, prepare
-from streams.proxy.meta_cache import MetaCache
-from streams.proxy.search_hits import hits_of, search_result
 from tests.unit.test_delegator import DIM, make_collection
 
 
@@ -201,7 +201,7 @@ async def test_a_querynode_reloads_its_meta_once_for_a_partition_created_after_i
 async def test_a_proxy_reloads_its_meta_once_for_a_partition_created_by_another_proxy() -> None:
     from types import SimpleNamespace
 
-    from streams.proxy.search import _ReadTask
+    from agents.proxy.search import _ReadTask
 
     store = LatestMeta()
     store.kvs[collection_info_key(9)] = make_collection().model_dump_json()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter
-from streams.expr import (
+from state.readpath.expr import (
     EXPR_FIELD,
     MAX_NESTING_DEPTH,
     And,
@@ -39,8 +39,8 @@ from streams.expr import (
     parse,
     tokenize,
 )
-from streams.expr.evaluate import json_lookup
-from streams.expr.parser import FLIPPED, ORDER_OPS
+from state.readpath.expr.evaluate import json_lookup
+from state.readpath.expr.parser import FLIPPED, ORDER_OPS
 
 SCHEMA = CollectionSchema(
     fields=[

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-import state.segment as segment_module
+import state.segcore.segment as segment_module
 from agents.querynode import Worker
 from agents.querynode.worker import IndexBuilder
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
-from state.segment import SearchHits
-from state.vector_index import IndexBusy, VectorIndex, _SearchFirstLock
+from state.segcore.segment import SearchHits
+from state.segcore.vector_index import IndexBusy, VectorIndex, _SearchFirstLock
 from tests.unit.test_segment import (
     LATEST,
     assert_hits_equal,

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.errors import InvalidParameter
-from state.vector_index import SearchHits
-from streams.proxy.reduce import reduce_search_results
+from state.readpath.reduce import reduce_search_results
+from state.segcore.vector_index import SearchHits
 
 METRICS = ("L2", "IP", "COSINE")
 

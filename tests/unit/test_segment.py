@@ -8,8 +8,8 @@ import pytest
 
 from schemas.collection import CollectionSchema
 from schemas.errors import IndexNotFound, InvalidParameter
-from state.segment import INTERIM_INDEX_ROWS, GrowingSegment, SearchHits
-from state.vector_index import VectorIndex, select_candidates
+from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment, SearchHits
+from state.segcore.vector_index import VectorIndex, select_candidates
 
 METRICS = ("L2", "IP", "COSINE")
 NEVER = 10**9  # interim_index_rows that is never reached
@@ -146,7 +146,7 @@ def test_exact_search_equals_brute_force(datasets: dict, metric: str, nq: int, t
 @pytest.mark.parametrize("metric", METRICS)
 def test_exact_search_in_many_blocks(metric: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks much smaller than the segment: per-block selection and merging stay exact."""
-    import state.segment as segment_module
+    import state.segcore.segment as segment_module
 
     monkeypatch.setattr(segment_module, "EXACT_BLOCK_ELEMENTS", 64)
     monkeypatch.setattr(segment_module, "MIN_BLOCK_ROWS", 300)
@@ -431,7 +431,7 @@ def test_index_falls_back_to_exact_when_it_cannot_fill_top_k() -> None:
 
 def test_index_path_rescoring_in_query_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny blocks force the index path to gather and re-score one query at a time: same result."""
-    import state.segment as segment_module
+    import state.segcore.segment as segment_module
 
     rng = np.random.default_rng(12)
     vectors = rng.normal(size=(800, 16)).astype(np.float32)

@@ -12,7 +12,7 @@ from agents.rootcoord.timetick import TimeTickAgent, TimeTickSync
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, ProxyTimeTick, TimeTickEvent
-from state.tso import ts_from_ms as ts
+from state.meta.tso import ts_from_ms as ts
 
 A, B, C = "c.dml_0", "c.dml_1", "c.dml_2"
 NOW = ts(5_000)  # the TSO's "now" in every round below unless said otherwise

@@ -11,8 +11,8 @@ import itertools
 
 import pytest
 
-from state.tso import ts_from_ms as ts
-from streams.proxy.timeticker import ChannelsTimeTicker, DmTaskStats, PChanStatistics, PChanStats
+from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats, PChanStatistics, PChanStats
+from state.meta.tso import ts_from_ms as ts
 
 INTERVAL_MS = 50
 A, B = "c.dml_0", "c.dml_1"

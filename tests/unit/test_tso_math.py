@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.errors import InvalidParameter
-from state.tso import (
+from state.meta.tso import (
     LOGICAL_BITS,
     MAX_LOGICAL,
     MAX_PHYSICAL_MS,

@@ -1,0 +1,62 @@
+"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.worker import Worker
+
+from agents.ports import wait_for_port
+from schemas.config import OspreyConfig
+
+# How long the group waits for a member that stopped heart-beating (a kill -9) before moving its
+# partitions: Kafka's smallest allowed value (group.min.session.timeout.ms = 6 s by default).
+SESSION_TIMEOUT_S = 6.0
+HEARTBEAT_INTERVAL_S = 2.0
+# Bytes one fetch returns per partition (Faust's default is 1 MiB: one ~1 MB insert event per
+# round trip to the broker while a querynode replays or takes a bulk load).
+CONSUMER_MAX_FETCH_BYTES = 8 * 1024 * 1024
+
+
+def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
+    """A Faust app for ``role`` in ``config.cluster``: no web server, memory stores (durable state
+    lives in Redis and the data directory, never in Faust changelogs), acks=all producers."""
+    datadir = Path(config.data_dir) / "faust" / role
+    datadir.mkdir(parents=True, exist_ok=True)
+    return faust.App(
+        f"{config.cluster}-{role}",
+        broker=f"osprey://{config.kafka}",  # streams/transport.py
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        datadir=str(datadir),
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+        consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=CONSUMER_MAX_FETCH_BYTES,
+        producer_acks=-1,
+        topic_allow_declare=False,
+        **settings,
+    )
+
+
+def run_worker(app: faust.App, loglevel: str = "info") -> None:
+    """Run ``app`` until SIGTERM/SIGINT; blocks."""
+    Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+
+DEPENDENCY_WAIT_S = 60.0  # how long a worker waits for the broker and Redis to accept connections
+
+
+def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
+    """A worker process's main: the ``OSPREY_*`` config, wait for the broker and Redis, run the
+    app ``create_app`` builds (log level from ``OSPREY_LOG_LEVEL``)."""
+
+    config = OspreyConfig.from_env()
+    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
+    run_worker(create_app(config), loglevel=os.environ.get("OSPREY_LOG_LEVEL", "info"))

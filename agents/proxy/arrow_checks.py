@@ -1,0 +1,336 @@
+"""Checks of Arrow data against a collection schema: the whole schema before a stream starts, then
+row by row, so a bad row is set aside (dead letter) while the rest of its chunk goes on.
+
+- :func:`check_arrow_schema` — a writer's columns fit the collection, or InvalidParameter naming
+  the field and the rule (Spark types are Arrow types here: ``array<float>`` is ``list<float>``).
+- :func:`split_rows` — per row: the first field (in schema order) that breaks a rule, or none. The
+  good rows come out as columns in the shape :func:`agents.proxy.insert_checks.columns_of` takes,
+  and the insert path runs its own checks on them again, so no rule is enforced in one place only.
+
+Type mapping (Spark → Arrow → Osprey): ``array<float>``/``array<double>`` (also fixed-size lists)
+→ FLOAT_VECTOR, values cast to float32; any integer type → INT8..INT64 (range checked per row);
+``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in characters, as the insert
+path); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text).
+Columns the schema lacks go to the dynamic field when it is enabled (a null value is JSON null).
+A ``map`` at any depth, in a JSON field or the dynamic field, is a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN
+from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema, DataType, FieldSchema
+from schemas.errors import InvalidParameter
+
+RULE_NOT_NULL = "must not be null: Osprey fields are not nullable"
+RULE_MISSING_COLUMN = "is required: the writer's rows have no column for it"
+RULE_UNKNOWN_COLUMN = "is not a field of the collection (enable_dynamic_field is off)"
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+_INTEGER_RANGE: dict[DataType, tuple[int, int]] = {
+    DataType.INT8: (-(1 << 7), (1 << 7) - 1),
+    DataType.INT16: (-(1 << 15), (1 << 15) - 1),
+    DataType.INT32: (-(1 << 31), (1 << 31) - 1),
+    DataType.INT64: (-(1 << 63), (1 << 63) - 1),
+}
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _type_rule(f: FieldSchema) -> str:
+    """What a column for ``f`` must be, in Spark's words."""
+    return {
+        DataType.FLOAT_VECTOR: f"must be array<float> or array<double> (FLOAT_VECTOR, dim {f.dim})",
+        DataType.VARCHAR: "must be string (VARCHAR)",
+        DataType.BOOL: "must be boolean (BOOL)",
+        DataType.FLOAT: "must be float or double (FLOAT)",
+        DataType.DOUBLE: "must be float or double (DOUBLE)",
+        DataType.JSON: "must be map, struct, array or string holding JSON text (JSON)",
+    }.get(f.dtype, f"must be an integer type: byte, short, int or long ({f.dtype.value})")
+
+
+def _fits(f: FieldSchema, t: pa.DataType) -> bool:
+    if pa.types.is_null(t):
+        return True  # an all-null column: every row is refused, row by row
+    if f.dtype == DataType.FLOAT_VECTOR:
+        return _is_list(t) and pa.types.is_floating(t.value_type)
+    if f.dtype == DataType.VARCHAR:
+        return _is_string(t)
+    if f.dtype == DataType.BOOL:
+        return pa.types.is_boolean(t)
+    if f.dtype in (DataType.FLOAT, DataType.DOUBLE):
+        return pa.types.is_floating(t)
+    if f.dtype == DataType.JSON:
+        return pa.types.is_map(t) or pa.types.is_struct(t) or _is_list(t) or _is_string(t)
+    return pa.types.is_integer(t)
+
+
+def check_arrow_schema(arrow_schema: pa.Schema, schema: CollectionSchema) -> None:
+    """Raise InvalidParameter (field, rule, the writer's type) unless rows of ``arrow_schema`` can
+    be inserted into a collection of ``schema``."""
+    names = arrow_schema.names
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InvalidParameter(dup, "column names must be unique")
+    for f in schema.fields:
+        if f.is_dynamic:
+            continue
+        if f.auto_id:
+            if f.name in names:
+                raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
+            continue
+        if f.name not in names:
+            raise InvalidParameter(f.name, RULE_MISSING_COLUMN)
+        t = arrow_schema.field(f.name).type
+        if not _fits(f, t):
+            raise InvalidParameter(f.name, _type_rule(f), str(t))
+        if f.dtype == DataType.FLOAT_VECTOR and pa.types.is_fixed_size_list(t) and t.list_size != f.dim:
+            raise InvalidParameter(f.name, f"must be vectors of dim {f.dim}", t.list_size)
+    extra = [n for n in names if schema.field(n) is None or schema.field(n).is_dynamic]  # type: ignore[union-attr]
+    if extra:
+        if DYNAMIC_FIELD_NAME in extra:
+            raise InvalidParameter(DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED)
+        if schema.dynamic_field is None:
+            raise InvalidParameter(extra[0], RULE_UNKNOWN_COLUMN)
+
+
+@dataclass
+class Reject:
+    """Row ``row`` breaks ``rule`` of ``field``."""
+
+    row: int
+    field: str
+    rule: str
+
+    @property
+    def reason(self) -> str:
+        return f"invalid parameter[field={self.field}][rule={self.rule}]"
+
+
+@dataclass
+class SplitRows:
+    """The good rows (``good``: their offsets in the chunk) as columns for ``columns_of``; the
+    rejected rows with their first broken rule."""
+
+    rows: int
+    good: np.ndarray
+    columns: dict[str, Any] = field(default_factory=dict)
+    rejects: list[Reject] = field(default_factory=list)
+
+
+class _Marks:
+    """Per-row first failure: rule text per bad row, in the order fields are checked."""
+
+    def __init__(self, n: int) -> None:
+        self.bad = np.zeros(n, dtype=bool)
+        self.rejects: dict[int, Reject] = {}
+
+    def mark(self, name: str, mask: np.ndarray, rule: str | Any) -> None:
+        """Rows of ``mask`` break ``rule`` (a string, or a function row -> string) unless an
+        earlier field already refused them."""
+        new = np.flatnonzero(mask & ~self.bad)
+        for row in new.tolist():
+            self.rejects[row] = Reject(row, name, rule if isinstance(rule, str) else rule(row))
+        self.bad[new] = True
+
+
+def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(column.is_null(), dtype=bool)
+
+
+def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
+    """Check every row of ``table`` (whose schema passed :func:`check_arrow_schema`)."""
+    n = table.num_rows
+    marks = _Marks(n)
+    vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (float32 values, parent row)
+    json_values: dict[str, list[Any]] = {}
+    for f in schema.fields:
+        if f.is_dynamic or f.auto_id:
+            continue
+        column = table.column(f.name)
+        marks.mark(f.name, _null_mask(column), RULE_NOT_NULL)
+        if pa.types.is_null(column.type):
+            continue
+        if f.dtype == DataType.FLOAT_VECTOR:
+            vectors[f.name] = _check_vectors(f, column, marks)
+        elif f.dtype == DataType.VARCHAR:
+            lengths = np.asarray(pc.fill_null(pc.utf8_length(column), 0))
+            limit = f.max_length or 0
+            marks.mark(f.name, lengths > limit, lambda row, lengths=lengths, limit=limit:
+                       f"must be at most max_length={limit} characters: this row has {int(lengths[row])}")
+        elif f.dtype in _INTEGER_RANGE:
+            out = _out_of_range(column, f.dtype)
+            if out is not None:
+                low, high = _INTEGER_RANGE[f.dtype]
+                marks.mark(f.name, out, f"must fit {f.dtype.value} ({low}..{high})")
+        elif f.dtype == DataType.JSON:
+            json_values[f.name] = _check_json(f.name, column, marks)
+    extra = [c for c in table.column_names if schema.field(c) is None]
+    if extra and schema.dynamic_field is not None:
+        _check_dynamic(table, extra, marks)
+    good = np.flatnonzero(~marks.bad)
+    out = SplitRows(rows=n, good=good, rejects=[marks.rejects[r] for r in sorted(marks.rejects)])
+    if len(good):
+        out.columns = _good_columns(table, schema, good, marks.bad, vectors, json_values, extra)
+    return out
+
+
+def _narrower(t: pa.DataType, dtype: DataType) -> bool:
+    """Can a value of Arrow integer type ``t`` fall outside ``dtype``'s range?"""
+    low, high = _INTEGER_RANGE[dtype]
+    if pa.types.is_unsigned_integer(t):
+        return (1 << t.bit_width) - 1 > high
+    return t.bit_width > (high + 1).bit_length()
+
+
+def _out_of_range(column: pa.ChunkedArray, dtype: DataType) -> np.ndarray | None:
+    """Per row: is the integer outside ``dtype``'s range (null rows: False)? None when no value of
+    the column's type can be. The bounds are compared in the column's own type (they fit in it
+    whenever it is wider), so no value, not even a uint64 beyond INT64, is cast."""
+    if not _narrower(column.type, dtype):
+        return None
+    low, high = _INTEGER_RANGE[dtype]
+    out = pc.greater(column, pa.scalar(high, column.type))
+    if not pa.types.is_unsigned_integer(column.type):
+        out = pc.or_(out, pc.less(column, pa.scalar(low, column.type)))
+    return np.asarray(pc.fill_null(out, False), dtype=bool)
+
+
+def _check_vectors(f: FieldSchema, column: pa.ChunkedArray, marks: _Marks) -> tuple[np.ndarray, np.ndarray]:
+    """Wrong length, null or non-finite elements (after the cast to float32) mark their row."""
+    dim = f.dim or 0
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), dim), dtype=np.int64)
+    marks.mark(f.name, lengths != dim, lambda row: f"must be vectors of dim {dim}: this row has {int(lengths[row])} values")
+    flat = pc.list_flatten(array)  # skips the values hidden under a null slot: so does ``parent``
+    counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    parent = np.repeat(np.arange(len(array), dtype=np.int64), counts)
+    element_null = np.asarray(flat.is_null(), dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = np.asarray(pc.fill_null(flat, 0.0)).astype(np.float32)
+        broken = element_null | ~np.isfinite(values)
+    if broken.any():
+        rows = np.zeros(len(lengths), dtype=bool)
+        rows[parent[broken]] = True
+        marks.mark(f.name, rows, "must hold finite float32 values (no null, NaN, Inf or beyond float32)")
+    return values, parent
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _json_problem(value: Any, rule: str) -> str | None:
+    """Why ``value`` cannot be stored as JSON (``rule`` prefixes a serialisation error), or None."""
+    try:
+        text = _json_text(value)
+    except (TypeError, ValueError) as exc:
+        return f"{rule}: {exc}"
+    return f"must be at most {MAX_JSON_BYTES} bytes of JSON" if len(text.encode()) > MAX_JSON_BYTES else None
+
+
+def _mark_json(name: str, problems: dict[int, str], n: int, marks: _Marks) -> None:
+    bad = np.zeros(n, dtype=bool)
+    bad[list(problems)] = True
+    marks.mark(name, bad, lambda row: problems[row])
+
+
+def _pylist(column: pa.ChunkedArray) -> list[Any]:
+    """The values as Python objects, each map (at any depth) a dict, i.e. a JSON object; of a key
+    repeated in one map the last value wins, as ``dict(pairs)`` keeps it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pyarrow warns of each repeated key under "lossy"
+        return column.to_pylist(maps_as_pydicts="lossy")
+
+
+def _check_json(name: str, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
+    """The values as Python objects (strings are parsed as JSON text); unusable rows marked."""
+    is_text = _is_string(column.type)
+    values = _pylist(column)
+    problems: dict[int, str] = {}
+    for row, value in enumerate(values):
+        if value is None:
+            continue
+        if is_text:
+            try:
+                value = values[row] = json.loads(value)
+            except ValueError as exc:
+                problems[row] = f"must be a JSON value: {exc}"
+                continue
+        problem = _json_problem(value, "must be a JSON value")
+        if problem:
+            problems[row] = problem
+    _mark_json(name, problems, len(values), marks)
+    return values
+
+
+def _check_dynamic(table: pa.Table, extra: list[str], marks: _Marks) -> None:
+    values = {name: _pylist(table.column(name)) for name in extra}
+    problems: dict[int, str] = {}
+    for row in range(table.num_rows):
+        problem = _json_problem({k: v[row] for k, v in values.items()}, "must hold JSON values")
+        if problem:
+            problems[row] = problem
+    _mark_json(DYNAMIC_FIELD_NAME, problems, table.num_rows, marks)
+
+
+def _good_columns(table: pa.Table, schema: CollectionSchema, good: np.ndarray, bad: np.ndarray,
+                  vectors: dict[str, tuple[np.ndarray, np.ndarray]], json_values: dict[str, list[Any]],
+                  extra: list[str]) -> dict[str, Any]:
+    keep = pa.array(~bad)
+    columns: dict[str, Any] = {}
+    for f in schema.fields:
+        if f.is_dynamic or f.auto_id:
+            continue
+        if f.dtype == DataType.FLOAT_VECTOR:
+            values, parent = vectors[f.name]
+            columns[f.name] = values[~bad[parent]].reshape(len(good), f.dim or 0)
+        elif f.dtype == DataType.JSON:
+            picked = json_values[f.name]
+            columns[f.name] = [picked[i] for i in good.tolist()]
+        elif f.dtype == DataType.VARCHAR:
+            columns[f.name] = table.column(f.name).filter(keep).to_pylist()
+        else:
+            columns[f.name] = table.column(f.name).filter(keep).to_numpy()
+    for name in extra:
+        if schema.dynamic_field is not None:
+            columns[name] = _pylist(table.column(name).filter(keep))
+    return columns
+
+
+def row_ipc(table: pa.Table, row: int) -> bytes:
+    """Row ``row`` of ``table`` as a one-row Arrow IPC stream in the table's own schema."""
+    sink = pa.BufferOutputStream()
+    piece = table.slice(row, 1)
+    with pa.ipc.new_stream(sink, piece.schema) as writer:
+        writer.write_table(piece)
+    return sink.getvalue().to_pybytes()
+
+
+def read_ipc(data: bytes) -> pa.Table:
+    """An Arrow IPC stream as a table; InvalidParameter if it is not one."""
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidParameter("arrow", "must be an Arrow IPC stream", str(exc)[:120]) from None
+
+
+def read_ipc_schema(data: bytes) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidParameter("arrow_schema", "must be an Arrow IPC schema message", str(exc)[:120]) from None

@@ -1,0 +1,165 @@
+"""InsertTask: rows -> checked columns -> shards -> events -> columnar Insert events on ``dml``.
+
+PreExecute resolves the collection once (name or alias -> id, from the meta cache), checks every
+row (``insert_checks``), assigns auto-id primary keys, and routes rows: hash(pk) % shards_num ->
+vchannel -> pchannel. Execute takes the task's timestamp as it enters the pchannels' in-flight
+statistics (so no time tick passes it before the broker acknowledged every event), cuts each
+shard's rows into events under ``MAX_EVENT_BYTES`` and gives each event one segment, publishes
+them all with acks=all and waits for every acknowledgement, then leaves the statistics. A request
+that fails a check publishes nothing.
+
+Event identities are ``<identity prefix>:<n>`` with ``n`` counting events in shard order. How rows
+are cut into events depends only on the rows (never on segment quotas), so a request sent again
+under the same identity prefix (the ingest path, :mod:`agents.proxy.ingest`) produces the same
+events, and the delegators skip the ones they already applied. Its auto ids are remembered per
+identity prefix (``<namespace>:ingest:pk:<prefix>``) so a repeat routes its rows as the first time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agents.proxy.insert_checks import columns_of
+from agents.proxy.task import Task
+from schemas.codec import encode
+from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent
+from schemas.errors import InvalidParameter, PartitionNotFound
+from schemas.meta import DEFAULT_PARTITION_NAME
+from state.meta.segment_alloc import max_rows_of
+from streams.channels import pchannel_partition
+from streams.hashing import shard_of
+
+if TYPE_CHECKING:
+    from agents.proxy.proxy import Proxy
+
+EVENT_FILL = 0.9  # events are cut at 90% of MAX_EVENT_BYTES: room for the header
+PK_ID_BATCH = 100_000
+AUTO_ID_MEMORY_S = 7 * 24 * 3600  # how long the auto ids of an identity prefix are remembered
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    primary_keys: list[Any]
+    insert_count: int
+    timestamp: int
+
+
+class InsertTask(Task[InsertResult]):
+    name = "Insert"
+
+    def __init__(self, proxy: Proxy, collection_name: str, data: Any, partition_name: str = "") -> None:
+        super().__init__()
+        self.proxy = proxy
+        self.collection_name = collection_name
+        self.data = data
+        self.partition_name = partition_name or DEFAULT_PARTITION_NAME
+        self.identity = ""  # the events' identity prefix; set by on_enqueue unless a caller gives one
+        self.replayable = False  # True when the caller's identity may come again with the same rows
+        self.n = 0
+
+    async def on_enqueue(self, ids: Any, tso: Any) -> None:
+        """Only the request id here: the timestamp is taken when the task enters its pchannels."""
+        self.request_id = await ids.alloc()
+        self.identity = self.identity or f"{self.proxy.proxy_id}:{self.request_id}"
+
+    async def pre_execute(self) -> None:
+        desc = await self.proxy.cache.get(self.collection_name)
+        self.info = desc.info
+        part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
+        if part is None:
+            raise PartitionNotFound(f"partition not found[collection={self.collection_name}][partition={self.partition_name}]")
+        self.partition_id = part.partition_id
+        self.columns, self.n = columns_of(self.data, self.info.collection_schema)
+        await self.route()
+
+    async def route(self) -> None:
+        """Auto ids (if the schema has them), then rows grouped by shard (hash of the PK)."""
+        schema = self.info.collection_schema
+        pk = schema.primary_field
+        if pk.auto_id:
+            first = await self.auto_ids(self.n)
+            self.columns[pk.name] = np.arange(first, first + self.n, dtype=np.int64)
+        pks = self.columns[pk.name]
+        shards = shard_of(pks if isinstance(pks, np.ndarray) else list(pks), self.info.shards_num)
+        order = np.argsort(shards, kind="stable")
+        bounds = np.searchsorted(shards[order], np.arange(self.info.shards_num + 1))
+        self.groups = [(s, order[bounds[s] : bounds[s + 1]]) for s in range(self.info.shards_num) if bounds[s + 1] > bounds[s]]
+        self.row_bytes = _row_bytes(self.columns, self.n)
+
+    async def auto_ids(self, n: int) -> int:
+        """The first of ``n`` new auto ids; for a caller-given identity prefix, the same ids every
+        time it is sent (remembered in Redis for ``AUTO_ID_MEMORY_S``)."""
+        first = await self.proxy.pk_ids.alloc(n)
+        if not self.replayable:
+            return first
+        key = f"{self.proxy.config.cluster}:ingest:pk:{self.identity}"
+        mine = f"{first}:{n}"
+        if await self.proxy.redis.set(key, mine, nx=True, ex=AUTO_ID_MEMORY_S):
+            return first
+        kept = (await self.proxy.redis.get(key) or b"").decode()
+        kept_first, _, kept_n = kept.partition(":")
+        if kept_n != str(n):
+            raise InvalidParameter("identity", f"must always carry the same rows: {self.identity} had {kept_n} rows, now {n}")
+        return int(kept_first)
+
+    async def execute(self) -> None:
+        pchannels = sorted({self.info.pchannels[s] for s, _ in self.groups})
+        stats = self.proxy.dm_stats
+        self.ts = await stats.enter(pchannels)
+        try:
+            sends = []
+            chunk = 0
+            rows_per_event = max(1, int(MAX_EVENT_BYTES * EVENT_FILL) // self.row_bytes)
+            max_rows = max_rows_of(self.info.collection_schema)
+            for shard, rows in self.groups:
+                vchannel, pchannel = self.info.vchannels[shard], self.info.pchannels[shard]
+                for lo in range(0, len(rows), rows_per_event):
+                    part = rows[lo : lo + rows_per_event]
+                    segment_id = await self.proxy.quotas.take_whole(
+                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows)
+                    event = self._event(chunk, segment_id, vchannel, part)
+                    chunk += 1
+                    sends.append(await self.proxy.producer.send(
+                        self.proxy.topics.dml, encode(event), partition=pchannel_partition(pchannel)
+                    ))
+            sends.extend(await self.publish_more())
+            for ack in sends:
+                await ack
+        finally:
+            stats.leave(pchannels, self.ts)
+
+    async def publish_more(self) -> list[Any]:
+        """Hook: other records to publish with the events (their acknowledgements are awaited too)."""
+        return []
+
+    def _event(self, chunk: int, segment_id: int, vchannel: str, rows: np.ndarray) -> InsertEvent:
+        columns = []
+        for f in self.info.collection_schema.fields:
+            values = self.columns[f.name]
+            picked = values[rows] if isinstance(values, np.ndarray) else [values[i] for i in rows]
+            columns.append(Column.of(f.field_id or 0, f.name, f.dtype, picked, dim=f.dim))
+        return InsertEvent(
+            identity=f"{self.identity}:{chunk}", request_id=self.request_id,
+            proxy_id=self.proxy.proxy_id, ts=self.ts, collection_id=self.info.collection_id,
+            partition_id=self.partition_id, segment_id=segment_id, vchannel=vchannel,
+            num_rows=len(rows), columns=columns,
+        )
+
+    async def post_execute(self) -> None:
+        pks = self.columns[self.info.collection_schema.primary_field.name]
+        keys = pks.tolist() if isinstance(pks, np.ndarray) else list(pks)
+        self.result = InsertResult(primary_keys=keys, insert_count=self.n, timestamp=self.ts)
+
+
+def _row_bytes(columns: dict[str, Any], n: int) -> int:
+    """Average encoded bytes a row (fixed-width columns exactly, strings by their total length)."""
+    total = 0
+    for values in columns.values():
+        if isinstance(values, np.ndarray):
+            total += values.nbytes
+        else:
+            total += sum(len(v) for v in values) + 4 * len(values)
+    return max(1, total // n + 1)

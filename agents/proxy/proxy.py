@@ -1,0 +1,300 @@
+"""The proxy process core: ids and timestamps, the dd queue, the meta cache, and the reply router.
+
+``Proxy.submit(kind, **fields)`` runs one DDL request through the dd queue and returns its reply
+(or raises its error). One consumer follows ``dd`` (to invalidate the meta cache by the names a
+DDL event mentions) and ``dd-reply`` (to hand each reply to the task waiting for it, and to
+invalidate by the ids a change touched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
+
+from agents.proxy.ddl_task import DdlTask
+from agents.proxy.ingest import IngestTask, open_target
+from agents.proxy.insert import PK_ID_BATCH, InsertResult, InsertTask
+from agents.proxy.queue import DdTaskQueue, DmTaskQueue
+from agents.proxy.search import DqRouter, QueryTask, SearchTask
+from agents.proxy.segment_quotas import SegmentQuotas
+from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
+from agents.service import close_all
+from schemas import ddl
+from schemas.codec import decode, encode
+from schemas.config import OspreyConfig
+from schemas.dml import ProxyTimeTick
+from schemas.dq import DQ_RESULT
+from schemas.errors import RequestTimeout
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
+from state.meta.idalloc import IdAllocator
+from state.meta.ingest_log import IngestLog
+from state.meta.meta_cache import MetaCache
+from state.meta.redis_client import connect
+from state.meta.registry import Lease, NodeRegistry
+from state.meta.segment_alloc import SegmentAssigner
+from state.meta.shard_owners import ShardOwners
+from state.meta.snapshot import SnapshotKV
+from state.meta.status_board import StatusBoard
+from state.meta.tso import TimestampOracle, add_ms
+from streams.channels import pchannel_name
+from streams.direct import DirectPool
+from streams.kafka import make_consumer, make_producer
+from streams.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+ROLE = "proxy"
+REQUEST_ID_BATCH = 1_000
+NAME_FIELDS = ("collection_name", "alias")
+ROUTER_RETRY_S = 0.5
+STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
+STOP_LOOP_TIMEOUT_S = 5.0
+
+
+class Proxy:
+    """One proxy: ``start`` registers it as a node and readies its streams; ``stop`` undoes that."""
+
+    def __init__(self, config: OspreyConfig) -> None:
+        self.config = config
+        self.topics = Topics.of(config)
+        self.proxy_id = 0
+        self._pending: dict[int, asyncio.Future[ddl.DdlReply]] = {}
+        self._router: asyncio.Task[None] | None = None
+        self._closers: list[Any] = []
+        self._closing = asyncio.Event()
+        self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
+        self.lease: Lease | None = None
+
+    async def start(self) -> None:
+        config, ns = self.config, self.config.cluster
+        await ensure_topics(config)
+        self.redis = connect(config)
+        self._closers.append(self.redis.aclose)
+        self.tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
+        self.ids = IdAllocator(self.redis, ns, "request", batch=REQUEST_ID_BATCH)
+        self.store = SnapshotKV(self.redis, ns, self.tso, retention_s=config.meta_retention_s)
+        self.cache = MetaCache(self.store)
+        self.proxy_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
+        self.producer = make_producer(config)
+        await self.producer.start()
+        self._closers.insert(0, self.producer.stop)
+        self.consumer = make_consumer(config)
+        await self.consumer.start()
+        self._closers.insert(0, self.consumer.stop)
+        partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0),
+                      TopicPartition(self.topics.dq_result, 0)]
+        self.consumer.assign(partitions)
+        # Only replies to requests published after this point matter. Resolve positions now,
+        # before the first request is published.
+        await self.consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await self.consumer.position(tp)
+        self._router = asyncio.create_task(self._route(), name="proxy-router")
+        self.queue = DdTaskQueue(self.ids, self.tso)
+        await self.queue.start()
+        # the DML side: auto ids, segment quotas, in-flight statistics and the time ticker
+        self.pk_ids = IdAllocator(self.redis, ns, "pk", batch=PK_ID_BATCH)
+        self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns))
+        self.dm_stats = DmTaskStats(self.tso.now)
+        self.dm_queue = DmTaskQueue(self.ids, self.tso)
+        self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms, idle_reports_now=True)
+        now = await self.tso.now()
+        self._last_now = (now, time.monotonic())
+        for partition in range(config.dml_partitions):
+            self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
+        self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
+        # the DQ side: searches and queries run in parallel, routed to the shards' delegators
+        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
+        self.dq_queue = DmTaskQueue(self.ids, self.tso)
+        self.shard_owners = ShardOwners(self.redis, ns)
+        self.direct = DirectPool()
+        self._closers.insert(0, self.direct.close)
+        self.dq_router = DqRouter(self)
+        self.status_board = StatusBoard(self.redis, ns)
+        self.ingest_log = IngestLog(self.redis, ns)
+        self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
+        self._closers.insert(0, self.lease.stop)
+
+    async def stop(self) -> None:
+        self._closing.set()
+        self._tick_soon.set()
+        ticking = getattr(self, "_ticking", None)
+        if ticking is not None:
+            try:
+                await asyncio.wait_for(ticking, STOP_LOOP_TIMEOUT_S)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                pass
+            self._ticking = None
+        if hasattr(self, "dm_queue"):
+            await self.dm_queue.stop()
+        if hasattr(self, "dq_queue"):
+            await self.dq_queue.stop()
+        if self._router is not None:
+            self._router.cancel()
+            try:
+                await self._router
+            except asyncio.CancelledError:
+                pass
+            self._router = None
+        if hasattr(self, "queue"):
+            await self.queue.stop()
+        await close_all(self._closers, log, "proxy")
+
+    async def submit(self, kind: type[ddl.DdlEvent], **fields: Any) -> ddl.DdlReply:
+        """Run a DDL request through the dd queue; its reply, or its error raised."""
+        task = DdlTask(self, kind, fields)
+        await self.queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+        """Run an insert through the dm queue: its primary keys and timestamp once every event
+        was acknowledged by the broker, or its error (nothing published on a failed check)."""
+        task = InsertTask(self, collection_name, data, partition_name)
+        await self.dm_queue.enqueue(task)
+        result = await task.wait_to_finish()
+        self.last_write_ts = max(self.last_write_ts, result.timestamp)
+        return result
+
+    async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        """Resolve a stream writer's collection and check its Arrow schema (see agents/proxy/ingest.py)."""
+        return await open_target(self, request)
+
+    async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
+        """Run one writer chunk through the dm queue: good rows inserted under the chunk's
+        identity, bad rows on the dead-letter topic; returns the counts once all are acknowledged.
+        Like an insert, rows written advance ``last_write_ts``, so a Session read here sees them."""
+        task = IngestTask(self, chunk)
+        await self.dm_queue.enqueue(task)
+        reply = await task.wait_to_finish()
+        if reply.written:
+            self.last_write_ts = max(self.last_write_ts, reply.ts)
+        return reply
+
+    async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
+        """Record a committed micro-batch in the sink's commit log; the query's totals after it."""
+        return await self.ingest_log.record(commit, await self.tso.now())
+
+    async def ingest_progress(self, query_id: str) -> dict[str, Any]:
+        return await self.ingest_log.progress(query_id)
+
+    def request_tick(self) -> None:
+        """Report the time tick now instead of at the end of the interval: a Strong read's
+        guarantee timestamp is only served once a tick above it reaches the delegators."""
+        self._tick_soon.set()
+
+    def approx_now(self) -> int:
+        """An estimate of the TSO's now without a round trip: the last TSO timestamp this proxy
+        took (every tick interval) plus the time elapsed since on this process's monotonic clock.
+        Never used where a true TSO timestamp is needed (writes, Strong reads)."""
+        ts, taken = self._last_now
+        return add_ms(ts, int((time.monotonic() - taken) * 1000))
+
+    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[list[dict[str, Any]]]:
+        """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
+        its hits ``{"id", "distance", "entity"}``, best first."""
+        task = SearchTask(self, collection_name, data, limit, **options)
+        await self.dq_queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]:
+        """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
+        task = QueryTask(self, collection_name, **options)
+        await self.dq_queue.enqueue(task)
+        return await task.wait_to_finish()
+
+    async def _tick_loop(self) -> None:
+        """channelsTimeTicker: every interval, report per pchannel the timestamp below which every
+        DML task of this proxy was acknowledged, on proxy-tt."""
+        interval_s = self.config.time_tick_interval_ms / 1000
+        next_status = 0.0
+        while not self._closing.is_set():
+            try:
+                now, stats = await self.dm_stats.snapshot()
+                self._last_now = (now, time.monotonic())
+                ticks = self.ticker.tick(now, stats)
+                report = ProxyTimeTick(proxy_id=self.proxy_id, ticks=ticks)
+                await self.producer.send_and_wait(self.topics.proxy_tt, encode(report), key=str(self.proxy_id).encode())
+                if time.monotonic() >= next_status:
+                    next_status = time.monotonic() + STATUS_INTERVAL_S
+                    await self.status_board.publish(ROLE, self.proxy_id, self.health(), ttl_s=3 * STATUS_INTERVAL_S)
+            except (KafkaError, RedisError) as err:
+                log.warning("proxy: time tick report failed (%r)", err)
+            try:  # sleep, but wake at once on stop or when a Strong read asks for a tick
+                # (cancellation alone is not enough: a client library that swallows
+                # CancelledError would keep this loop alive)
+                await asyncio.wait_for(self._tick_soon.wait(), interval_s)
+            except TimeoutError:
+                pass
+            self._tick_soon.clear()
+
+    async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
+        """Publish ``event`` on dd (acks=all) and wait for its reply, at most ``ddl_timeout_s``."""
+        future: asyncio.Future[ddl.DdlReply] = asyncio.get_running_loop().create_future()
+        self._pending[event.request_id] = future
+        try:
+            meta = await self.producer.send_and_wait(self.topics.dd, event.model_dump_json().encode(), key=str(event.proxy_id).encode())
+            try:
+                return await asyncio.wait_for(future, self.config.ddl_timeout_s)
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"no reply to {event.kind} (request_id={event.request_id}) within "  # type: ignore[attr-defined]
+                    f"{self.config.ddl_timeout_s:g} s: it is on {self.topics.dd} at offset {meta.offset} and will be "
+                    "applied once when the rootcoord runs; see ./osprey status"
+                ) from None
+        finally:
+            self._pending.pop(event.request_id, None)
+
+    async def _route(self) -> None:
+        """Follow dd and dd-reply for the proxy's lifetime; a broker error pauses, never ends it."""
+        while True:
+            try:
+                async for record in self.consumer:
+                    self._route_one(record)
+            except KafkaError as err:
+                log.warning("proxy: reading %s/%s failed (%r); retrying", self.topics.dd, self.topics.dd_reply, err)
+                await asyncio.sleep(ROUTER_RETRY_S)
+
+    def _route_one(self, record: Any) -> None:
+        try:
+            if record.topic == self.topics.dq_result:
+                self.dq_router.on_result(decode(record.value, DQ_RESULT))
+            elif record.topic == self.topics.dd_reply:
+                self._on_reply(ddl.DDL_REPLY.validate_json(record.value))
+            else:
+                self._on_dd_event(record.value)
+        except Exception:  # a malformed record must not stop the router
+            log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
+
+    def _on_reply(self, reply: ddl.DdlReply) -> None:
+        self.cache.invalidate_ids(reply.invalidate)
+        if reply.proxy_id == self.proxy_id:
+            future = self._pending.get(reply.request_id)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    def _on_dd_event(self, raw: bytes) -> None:
+        head = json.loads(raw)
+        kind = ddl.REQUEST_TYPE.get(head.get("kind"))
+        if kind is not None and "as_of" not in kind.model_fields:
+            self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
+
+    def health(self) -> dict[str, Any]:
+        stats = self.dm_stats.stats.statistics()
+        return {
+            "proxy_id": self.proxy_id,
+            "pending": len(self._pending),
+            "dd_queue": self.queue.health(),
+            "dm_queue": self.dm_queue.health(),
+            "dq_queue": self.dq_queue.health(),
+            "dq_router": self.dq_router.health(),
+            "meta_cache": self.cache.health(),
+            "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
+            "last_ticks": self.ticker.get_min_ts_statistics(),
+        }

@@ -1,0 +1,98 @@
+"""The dd task queue: DDL tasks run strictly one at a time, in enqueue (and so timestamp) order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from agents.proxy.task import Task
+from state.meta.idalloc import IdAllocator
+from state.meta.tso import TimestampOracle
+
+log = logging.getLogger(__name__)
+
+
+class DdTaskQueue:
+    """``enqueue`` tags a task (id, timestamp) under a lock, so a task entering later has a larger
+    timestamp than every task already queued or active; one background loop runs them serially."""
+
+    def __init__(self, ids: IdAllocator, tso: TimestampOracle, max_tasks: int = 1024) -> None:
+        self.ids = ids
+        self.tso = tso
+        self._unissued: asyncio.Queue[Task[Any]] = asyncio.Queue(max_tasks)
+        self._enqueue_lock = asyncio.Lock()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.active: Task[Any] | None = None
+        self.done_count = 0
+
+    async def enqueue(self, task: Task[Any]) -> None:
+        async with self._enqueue_lock:
+            await task.on_enqueue(self.ids, self.tso)
+            await self._unissued.put(task)
+
+    async def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._schedule(), name="dd-queue")
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None
+        while not self._unissued.empty():
+            self._unissued.get_nowait().notify(RuntimeError("proxy stopped before the request ran"))
+
+    async def _schedule(self) -> None:
+        while True:
+            task = await self._unissued.get()
+            self.active = task
+            try:
+                await task.run()
+            finally:
+                self.active = None
+                self.done_count += 1
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "unissued": self._unissued.qsize(),
+            "active": None if self.active is None else {"name": self.active.name, "request_id": self.active.request_id},
+            "done": self.done_count,
+        }
+
+
+class DmTaskQueue:
+    """DML tasks run in parallel (seed 001: the dm queue schedules several tasks at once), at most
+    ``max_active`` at a time; each takes its timestamp when it enters its pchannels' statistics."""
+
+    def __init__(self, ids: IdAllocator, tso: TimestampOracle, max_active: int = 64) -> None:
+        self.ids = ids
+        self.tso = tso
+        self._slots = asyncio.Semaphore(max_active)
+        self._active: set[asyncio.Task[None]] = set()
+        self.done_count = 0
+
+    async def enqueue(self, task: Task[Any]) -> None:
+        await task.on_enqueue(self.ids, self.tso)
+        await self._slots.acquire()
+        runner = asyncio.create_task(self._run(task), name=f"dm-{task.name}-{task.request_id}")
+        self._active.add(runner)
+        runner.add_done_callback(self._active.discard)
+
+    async def _run(self, task: Task[Any]) -> None:
+        try:
+            await task.run()
+        finally:
+            self._slots.release()
+            self.done_count += 1
+
+    async def stop(self) -> None:
+        for runner in list(self._active):
+            runner.cancel()
+        await asyncio.gather(*self._active, return_exceptions=True)
+
+    def health(self) -> dict[str, Any]:
+        return {"active": len(self._active), "done": self.done_count}

@@ -1,0 +1,430 @@
+"""SearchTask and QueryTask (seed 001's dq queue): check, stamp, fan out to shards, reduce.
+
+PreExecute resolves the collection once (name or alias -> id) and checks the request with the
+query node's own rules (:func:`state.readpath.dq_checks.prepare`); the guarantee timestamp comes
+from the consistency level (the collection's default unless the request names one) or is given.
+Execute sends one request covering every shard through the :class:`DqRouter` (direct TCP to the
+owning query nodes, or ``dq-request``/``dq-result``) and gets one result per vchannel; PostExecute
+reduces them: the global top-k per query (ties by PK) for a search, a PK-ordered merge with
+offset/limit (or a sum for ``count(*)``) for a query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agents.proxy.task import Task
+from schemas.codec import encode
+from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
+from schemas.dml import Column
+from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
+from schemas.errors import InvalidParameter, OspreyError, PartitionNotFound, RequestTimeout, from_status
+from schemas.meta import CollectionInfo
+from state.meta.shard_owners import ShardOwner
+from state.readpath.consistency import guarantee_ts
+from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
+from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.readpath.search_hits import hits_of
+
+if TYPE_CHECKING:
+    from agents.proxy.proxy import Proxy
+
+__all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"]
+
+OWNERS_TTL_S = 1.0  # how long the proxy trusts its copy of the pchannel -> query node map
+RETRY_PAUSE_S = 0.05  # pause before asking again for a shard whose owner is unknown or moving
+ROUTER_SLACK_S = 1.0
+TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner  # the proxy waits this much longer than a delegator may wait for tsafe
+
+Result = SearchResult | QueryResult
+
+
+def parse_level(level: ConsistencyLevel | str | None) -> ConsistencyLevel | None:
+    if level is None or isinstance(level, ConsistencyLevel):
+        return level
+    for each in ConsistencyLevel:
+        if isinstance(level, str) and level.lower() == each.value.lower():
+            return each
+    raise InvalidParameter("consistency_level", "must be one of Strong, Bounded, Session, Eventually", level)
+
+
+def query_vectors(data: Any) -> np.ndarray:
+    """Search ``data`` (a list of vectors or an (nq, dim) array) as contiguous float32 (nq, dim)."""
+    try:
+        array = np.asarray(data, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise InvalidParameter("data", "must be a list of query vectors of numbers") from None
+    if array.ndim != 2:
+        raise InvalidParameter("data", "must be a list of query vectors (nq x dim)", f"shape {array.shape}")
+    if array.shape[0] == 0:
+        raise InvalidParameter("nq", "a search needs at least one query vector", 0)
+    return np.ascontiguousarray(array)
+
+
+def _timeout_ms(timeout: float | None, default_s: float) -> int:
+    if timeout is None:
+        return int(default_s * 1000)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidParameter("timeout", "must be a number of seconds > 0", timeout)
+    return max(1, int(timeout * 1000))
+
+
+@dataclass
+class _Collector:
+    expected: set[str]
+    results: dict[str, Result] = field(default_factory=dict)
+    error: Result | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, result: Result) -> None:
+        if not result.vchannel:
+            self.error = result
+            self.done.set()
+        elif result.vchannel in self.expected and result.vchannel not in self.results:
+            self.results[result.vchannel] = result
+            if len(self.results) == len(self.expected):
+                self.done.set()
+
+
+class DqRouter:
+    """Gets one result per vchannel of a request, by the configured path (``dq_path``)."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self._owners: dict[str, ShardOwner] = {}
+        self._owners_at = float("-inf")
+        self._collectors: dict[int, _Collector] = {}
+
+    @property
+    def origin(self) -> str:
+        return f"proxy-{self.proxy.proxy_id}"
+
+    async def run(self, request: SearchRequest | QueryRequest, info: CollectionInfo) -> list[Result]:
+        deadline = time.monotonic() + request.timeout_ms / 1000 + ROUTER_SLACK_S
+        if self.proxy.config.dq_path == "topic":
+            results = await self._via_topic(request, info, deadline)
+        else:
+            results = await self._direct(request, info, deadline)
+        return [results[v] for v in info.vchannels]
+
+    # -- direct path
+
+    async def _owner_map(self, refresh: bool) -> dict[str, ShardOwner]:
+        if refresh or time.monotonic() - self._owners_at > OWNERS_TTL_S:
+            self._owners = await self.proxy.shard_owners.owners()
+            self._owners_at = time.monotonic()
+        return self._owners
+
+    async def _direct(self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float) -> dict[str, Result]:
+        pending = list(info.vchannels)
+        results: dict[str, Result] = {}
+        refresh = False
+        last_error = ""
+        while pending:
+            owners = await self._owner_map(refresh)
+            groups: dict[str, list[str]] = {}
+            for vchannel in pending:
+                owner = owners.get(info.pchannels[info.vchannels.index(vchannel)])
+                if owner is not None:
+                    groups.setdefault(owner.address, []).append(vchannel)
+            calls = [self._call(address, request.model_copy(update={"vchannels": vchannels}), deadline)
+                     for address, vchannels in groups.items()]
+            for outcome in await asyncio.gather(*calls, return_exceptions=True):
+                if isinstance(outcome, OspreyError):
+                    last_error = outcome.reason
+                    continue
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                for result in outcome:
+                    if not result.vchannel:  # the whole request was refused
+                        raise from_status(result.code, result.reason)
+                    if result.moved:
+                        last_error = result.reason  # not (or no longer) its owner: ask the new one
+                        continue
+                    results[result.vchannel] = result
+            pending = [v for v in info.vchannels if v not in results]
+            if pending:
+                if time.monotonic() >= deadline:
+                    raise RequestTimeout(f"no query node answered for vchannels {pending} of collection "
+                                         f"{info.collection_name} in time; last error: {last_error or 'none serves them'}")
+                refresh = True
+                await asyncio.sleep(RETRY_PAUSE_S)
+        return results
+
+    async def _call(self, address: str, request: SearchRequest | QueryRequest, deadline: float) -> list[Result]:
+        client = await self.proxy.direct.get(address)
+        batch = await client.call(request, max(0.001, deadline - time.monotonic()))
+        return list(batch.results)
+
+    # -- topic path
+
+    async def _via_topic(self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float) -> dict[str, Result]:
+        """Publish on dq-request and collect one result per vchannel from dq-result. Only the owner
+        of a shard answers for it, so a shard whose owner changes while the request is out (a
+        rebalance, a querynode just starting) would never answer: such vchannels are asked again,
+        in a request naming just them, whenever the pchannel owner map shows a new owner."""
+        request = request.model_copy(update={"origin": self.origin, "vchannels": []})
+        collector = _Collector(set(info.vchannels))
+        self._collectors[request.request_id] = collector
+        pchannel_of = dict(zip(info.vchannels, info.pchannels))
+        try:
+            asked = await self._owner_map(refresh=True)
+            await self._publish(request)
+            while not collector.done.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(collector.expected - set(collector.results))
+                    raise RequestTimeout(f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
+                                         f"collection {info.collection_name} (request_id={request.request_id}); "
+                                         "is a querynode running? see ./osprey status")
+                try:
+                    await asyncio.wait_for(collector.done.wait(), min(left, TOPIC_OWNER_CHECK_S))
+                except TimeoutError:
+                    owners = await self._owner_map(refresh=True)
+                    moved = [v for v in sorted(collector.expected - set(collector.results))
+                             if owners.get(pchannel_of[v]) is not None
+                             and owners.get(pchannel_of[v]) != asked.get(pchannel_of[v])]
+                    if moved:
+                        asked = owners
+                        await self._publish(request.model_copy(update={"vchannels": moved}))
+        finally:
+            self._collectors.pop(request.request_id, None)
+        if collector.error is not None:
+            raise from_status(collector.error.code, collector.error.reason)
+        return collector.results
+
+    async def _publish(self, request: SearchRequest | QueryRequest) -> None:
+        await self.proxy.producer.send_and_wait(self.proxy.topics.dq_request, encode(request), key=self.origin.encode())
+
+    def on_result(self, result: Result) -> None:
+        """A result read from dq-result (the proxy's router calls this)."""
+        if result.origin == self.origin:
+            collector = self._collectors.get(result.request_id)
+            if collector is not None:
+                collector.add(result)
+
+    def health(self) -> dict[str, Any]:
+        return {"path": self.proxy.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
+
+
+def _raise_errors(results: Sequence[Result]) -> None:
+    for result in results:
+        if not result.ok:
+            raise from_status(result.code, result.reason)
+
+
+def _values(column: Column) -> Any:
+    """Output values of a result column: numpy for numbers and vectors, str / parsed JSON otherwise."""
+    if column.dtype is DataType.JSON:
+        return [json.loads(t) for t in column.texts or []]
+    return column.array() if column.data is not None else list(column.texts or [])
+
+
+def _inline_dynamic(row: dict[str, Any], keys: list[str] | None) -> dict[str, Any]:
+    """``row`` with its ``$meta`` document replaced by the asked dynamic keys inline (all of them
+    for None), as Milvus returns dynamic fields; static fields win over same-named keys."""
+    meta = row.pop(DYNAMIC_FIELD_NAME, None)
+    if isinstance(meta, dict):
+        for key, value in meta.items():
+            if (keys is None or key in keys) and key not in row:
+                row[key] = value
+    return row
+
+
+def _py(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else (value.item() if isinstance(value, np.generic) else value)
+
+
+class _ReadTask(Task[Any]):
+    """What search and query share: resolve, check, guarantee timestamp, route."""
+
+    def __init__(self, proxy: Proxy, collection_name: str, consistency_level: Any, guarantee_timestamp: int | None,
+                 timeout: float | None) -> None:
+        super().__init__()
+        self.proxy = proxy
+        self.collection_name = collection_name
+        self.level = parse_level(consistency_level)
+        if guarantee_timestamp is not None and (isinstance(guarantee_timestamp, bool) or not isinstance(guarantee_timestamp, int)
+                                                or guarantee_timestamp < 0):
+            raise InvalidParameter("guarantee_timestamp", "must be an integer >= 0", guarantee_timestamp)
+        self.given_guarantee = guarantee_timestamp
+        self.timeout_ms = _timeout_ms(timeout, proxy.config.search_timeout_s)
+
+    async def on_enqueue(self, ids: Any, tso: Any) -> None:
+        """Only the request id: the timestamp depends on the consistency level (``_resolve``)."""
+        self.request_id = await ids.alloc()
+
+    async def _resolve(self) -> CollectionInfo:
+        """The collection (resolved once, by id from here on), and the request's timestamp: a fresh
+        TSO timestamp for Strong (it must follow every acknowledged write); otherwise the proxy's
+        estimate of now, which costs no round trip and only feeds Bounded's "now - graceful time"."""
+        info = (await self.proxy.cache.get(self.collection_name)).info
+        if self.given_guarantee is None and (self.level or info.consistency_level) is ConsistencyLevel.Strong:
+            self.ts = await self.proxy.tso.now()
+            self.proxy.request_tick()
+        else:
+            self.ts = self.proxy.approx_now()
+        return info
+
+    def _guarantee(self, info: CollectionInfo) -> int:
+        if self.given_guarantee is not None:
+            return self.given_guarantee
+        level = self.level or info.consistency_level
+        return guarantee_ts(level, self.ts, self.proxy.config.graceful_time_ms, self.proxy.last_write_ts)
+
+    async def _check(self, request: SearchRequest | QueryRequest) -> Prepared:
+        """The request checked against the cached meta; a partition the cache does not know may
+        have been created (by another proxy) after it was loaded: reloaded once, checked again."""
+        try:
+            return prepare(request, await self.proxy.cache.view())
+        except PartitionNotFound:
+            return prepare(request, await self.proxy.cache.refresh())
+
+    async def execute(self) -> None:
+        self.results = await self.proxy.dq_router.run(self.prepared.request, self.prepared.info)
+        _raise_errors(self.results)
+
+
+class SearchTask(_ReadTask):
+    name = "Search"
+
+    def __init__(self, proxy: Proxy, collection_name: str, data: Any, limit: int, filter: str = "",
+                 output_fields: Sequence[str] | None = None, search_params: dict[str, Any] | None = None,
+                 anns_field: str = "", partition_names: Sequence[str] | None = None, consistency_level: Any = None,
+                 guarantee_timestamp: int | None = None, timeout: float | None = None) -> None:
+        super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
+        self.queries = query_vectors(data)
+        params = dict(search_params or {})
+        self.metric = params.pop("metric_type", "L2")
+        inner = params.pop("params", {}) or {}
+        if not isinstance(inner, dict):
+            raise InvalidParameter("search_params.params", "must be a dict", inner)
+        self.params = {**params, **inner}
+        self.limit = limit
+        self.filter = filter or ""
+        self.output_fields = list(output_fields or [])
+        self.anns_field = anns_field or ""
+        self.partition_names = list(partition_names or [])
+
+    async def pre_execute(self) -> None:
+        info = await self._resolve()
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int):
+            raise InvalidParameter("top_k", "must be an integer in [1, 16384]", self.limit)
+        request = SearchRequest(
+            request_id=self.request_id, ts=self.ts, collection_id=info.collection_id,
+            partition_names=self.partition_names, filter=self.filter, output_fields=self.output_fields,
+            guarantee_ts=self._guarantee(info), timeout_ms=self.timeout_ms, anns_field=self.anns_field,
+            metric_type=str(self.metric), top_k=self.limit, nq=self.queries.shape[0], dim=self.queries.shape[1],
+            vectors=self.queries.astype("<f4", copy=False).tobytes(), params=self.params,
+        )
+        prepared = await self._check(request)
+        # partitions travel as ids (resolved here, once)
+        request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
+        self.prepared = dataclasses.replace(prepared, request=request)
+
+    async def post_execute(self) -> None:
+        prepared = self.prepared
+        parts = [hits_of(r) for r in self.results]  # type: ignore[arg-type]
+        hits = reduce_search_results(parts, prepared.top_k, prepared.metric) if len(parts) > 1 else parts[0]
+        names = prepared.output_fields[1:]
+        # (pk) -> output values, per query, from the shard results that hold it
+        lookup: list[dict[Any, dict[str, Any]]] = [{} for _ in range(hits.nq)]
+        if names:
+            for result in self.results:
+                assert isinstance(result, SearchResult)
+                part = hits_of(result)
+                columns = {c.name: _values(c) for c in result.fields}
+                row = 0
+                for q in range(part.nq):
+                    for slot in range(int(part.counts[q])):
+                        pk = _py(part.pks[q, slot])
+                        lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
+                        row += 1
+        keys = dynamic_keys(self.output_fields, prepared.info)
+        out = []
+        for q in range(hits.nq):
+            n = int(hits.counts[q])
+            pks = hits.pks[q, :n].tolist()
+            distances = hits.distances[q, :n].tolist()
+            out.append([{"id": pk, "distance": d,
+                         "entity": _inline_dynamic(dict(lookup[q].get(pk, {})), keys) if names else {}}
+                        for pk, d in zip(pks, distances)])
+        self.result = out
+
+
+class QueryTask(_ReadTask):
+    name = "Query"
+
+    def __init__(self, proxy: Proxy, collection_name: str, filter: str = "", output_fields: Sequence[str] | None = None,
+                 limit: int | None = None, offset: int = 0, partition_names: Sequence[str] | None = None,
+                 ids: Sequence[Any] | None = None, consistency_level: Any = None,
+                 guarantee_timestamp: int | None = None, timeout: float | None = None) -> None:
+        super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
+        self.filter = filter or ""
+        self.output_fields = list(output_fields or [])
+        self.limit = limit
+        self.offset = offset
+        self.partition_names = list(partition_names or [])
+        self.ids = None if ids is None else list(ids)
+
+    async def pre_execute(self) -> None:
+        info = await self._resolve()
+        expr = self.filter
+        if self.ids is not None:
+            expr = _ids_filter(info, self.ids, expr)
+        if not expr and self.limit is None and COUNT_STAR not in self.output_fields:
+            raise InvalidParameter("limit", "a query without filter expression needs a limit (Milvus rule)")
+        for name, value in (("offset", self.offset), ("limit", self.limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidParameter(name, "must be an integer >= 0", value)
+        self.count_only = COUNT_STAR in self.output_fields
+        if self.count_only and len(self.output_fields) > 1:
+            raise InvalidParameter("output_fields", f"{COUNT_STAR} cannot be combined with other output fields")
+        request = QueryRequest(
+            request_id=self.request_id, ts=self.ts, collection_id=info.collection_id,
+            partition_names=self.partition_names, filter=expr, output_fields=self.output_fields,
+            guarantee_ts=self._guarantee(info), timeout_ms=self.timeout_ms, limit=self.limit, offset=self.offset,
+            count=self.count_only,
+        )
+        prepared = await self._check(request)
+        request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
+        self.prepared = dataclasses.replace(prepared, request=request)
+
+    async def post_execute(self) -> None:
+        if self.count_only:
+            self.result = [{COUNT_STAR: sum(r.count for r in self.results)}]  # type: ignore[union-attr]
+            return
+        parts = [{c.name: _values(c) for c in r.fields} for r in self.results]  # type: ignore[union-attr]
+        names = self.prepared.output_fields
+        parts = [p for p in parts if p]
+        if not parts:
+            self.result = []
+            return
+        merged = merge_query_results(parts, self.offset, self.limit)
+        rows = len(merged[names[0]])
+        keys = dynamic_keys(self.output_fields, self.prepared.info)
+        self.result = [_inline_dynamic({n: _py(merged[n][i]) for n in names}, keys) for i in range(rows)]
+
+
+def _ids_filter(info: CollectionInfo, ids: Sequence[Any], expr: str) -> str:
+    pk = info.collection_schema.primary_field
+    if not ids:
+        raise InvalidParameter("ids", "must hold at least one primary key")
+    if pk.dtype is DataType.VARCHAR:
+        if not all(isinstance(i, str) for i in ids):
+            raise InvalidParameter("ids", f"primary key {pk.name} is VARCHAR: ids must be strings")
+        values = ", ".join(json.dumps(i) for i in ids)
+    else:
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
+            raise InvalidParameter("ids", f"primary key {pk.name} is INT64: ids must be integers")
+        values = ", ".join(str(int(i)) for i in ids)
+    by_ids = f"{pk.name} in [{values}]"
+    return f"({by_ids}) and ({expr})" if expr else by_ids

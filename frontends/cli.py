@@ -1,0 +1,261 @@
+"""The ``osprey`` command line: the embedded stack, workers, DDL commands, demo and tests.
+
+Global flags (``--kafka``, ``--redis``, ``--cluster``, ``--data-dir``) override ``OSPREY_*``
+variables, so every command runs against the embedded stack or an external Kafka and Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from schemas.config import OspreyConfig
+from schemas.errors import OspreyError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _print(value: Any) -> None:
+    if value is None:
+        value = "ok"
+    elif hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json")
+    elif isinstance(value, list):
+        value = [v.model_dump(mode="json") if hasattr(v, "model_dump") else v for v in value]
+    print(json.dumps(value, indent=2) if not isinstance(value, str) else value)
+
+
+def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) -> Any:
+    from frontends.inprocess import Client
+
+    async def run() -> Any:
+        async with Client(config) as client:
+            return await action(client)
+
+    return asyncio.run(run())
+
+
+def _simple_schema(args: argparse.Namespace) -> dict[str, Any]:
+    if args.schema:
+        return json.loads(Path(args.schema).read_text())
+    pk: dict[str, Any] = {"name": "id", "dtype": args.pk_type, "is_primary": True, "auto_id": args.auto_id}
+    if args.pk_type.upper() == "VARCHAR":
+        pk["max_length"] = 64
+    return {
+        "fields": [pk, {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": args.dim}],
+        "enable_dynamic_field": args.dynamic,
+    }
+
+
+def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
+    group, op = args.command, args.op
+    as_of = getattr(args, "as_of", 0) or 0
+    calls: dict[tuple[str, str], Callable[[Any], Awaitable[Any]]] = {
+        ("collection", "create"): lambda c: c.create_collection(
+            args.name, _simple_schema(args), shards_num=args.shards, consistency_level=args.consistency
+        ),
+        ("collection", "describe"): lambda c: c.describe_collection(args.name, as_of=as_of),
+        ("collection", "has"): lambda c: c.has_collection(args.name, as_of=as_of),
+        ("collection", "list"): lambda c: c.show_collections(as_of=as_of),
+        ("collection", "drop"): lambda c: c.drop_collection(args.name),
+        ("partition", "create"): lambda c: c.create_partition(args.collection, args.partition),
+        ("partition", "drop"): lambda c: c.drop_partition(args.collection, args.partition),
+        ("partition", "has"): lambda c: c.has_partition(args.collection, args.partition, as_of=as_of),
+        ("partition", "list"): lambda c: c.show_partitions(args.collection, as_of=as_of),
+        ("alias", "create"): lambda c: c.create_alias(args.alias, args.collection),
+        ("alias", "alter"): lambda c: c.alter_alias(args.alias, args.collection),
+        ("alias", "drop"): lambda c: c.drop_alias(args.alias),
+        ("alias", "describe"): lambda c: c.describe_alias(args.alias, as_of=as_of),
+        ("alias", "list"): lambda c: c.list_aliases(args.collection or "", as_of=as_of),
+    }
+    return _with_client(config, calls[(group, op)])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="osprey", description=__doc__.split("\n")[0])
+    p.add_argument("--kafka", help="Kafka bootstrap servers (OSPREY_KAFKA)")
+    p.add_argument("--redis", help="Redis URL (OSPREY_REDIS)")
+    p.add_argument("--cluster", help="topic/key prefix (OSPREY_CLUSTER)")
+    p.add_argument("--data-dir", help="data directory (OSPREY_DATA_DIR)")
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord, a querynode and a proxy")
+    up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
+    sub.add_parser("down", help="stop what `up` started")
+    sub.add_parser("status", help="nodes, dd position, meta counts")
+    sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
+    sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
+    sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
+    sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
+    sub.add_parser("ingest", help="stream a directory of Parquet/JSON files into a collection with Spark "
+                   "(DIR --collection NAME [--follow] ...; `ingest --help` for more)", add_help=False)
+    sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
+    srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
+    srv.add_argument("server", choices=["broker", "redis"])
+    sub.add_parser("tso", help="print a fresh TSO timestamp")
+
+    def as_of(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--as-of", type=int, default=0, help="read the meta as of this TSO timestamp")
+
+    col = sub.add_parser("collection", help="collections").add_subparsers(dest="op", required=True)
+    c = col.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--dim", type=int, default=128)
+    c.add_argument("--pk-type", default="INT64", choices=["INT64", "VARCHAR", "int64", "varchar"])
+    c.add_argument("--auto-id", action="store_true")
+    c.add_argument("--dynamic", action="store_true", help="enable the dynamic field")
+    c.add_argument("--shards", type=int, default=1)
+    c.add_argument("--consistency", default=None)
+    c.add_argument("--schema", help="JSON file with a full collection schema (overrides --dim/--pk-type)")
+    for op in ("describe", "has", "drop"):
+        q = col.add_parser(op)
+        q.add_argument("name")
+        if op != "drop":
+            as_of(q)
+    as_of(col.add_parser("list"))
+
+    part = sub.add_parser("partition", help="partitions").add_subparsers(dest="op", required=True)
+    for op in ("create", "drop", "has"):
+        q = part.add_parser(op)
+        q.add_argument("collection")
+        q.add_argument("partition")
+        if op == "has":
+            as_of(q)
+    q = part.add_parser("list")
+    q.add_argument("collection")
+    as_of(q)
+
+    al = sub.add_parser("alias", help="aliases").add_subparsers(dest="op", required=True)
+    for op in ("create", "alter"):
+        q = al.add_parser(op)
+        q.add_argument("alias")
+        q.add_argument("collection")
+    al.add_parser("drop").add_argument("alias")
+    q = al.add_parser("describe")
+    q.add_argument("alias")
+    as_of(q)
+    q = al.add_parser("list")
+    q.add_argument("collection", nargs="?")
+    as_of(q)
+    return p
+
+
+GLOBAL_FLAGS = ("--kafka", "--redis", "--cluster", "--data-dir")
+
+
+PASS_THROUGH = ("test", "ingest")  # commands whose own arguments are parsed by what they run
+
+
+def _split_test_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Everything after ``test`` goes to pytest untouched (argparse would reject ``-m``, ``-k`` ...),
+    and everything after ``ingest`` to the ingest job's own parser."""
+    i = 0
+    while i < len(argv) and argv[i].split("=", 1)[0] in GLOBAL_FLAGS:
+        i += 1 if "=" in argv[i] else 2
+    if i < len(argv) and argv[i] in PASS_THROUGH:
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, pytest_args = _split_test_args(list(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(argv)
+    args.pytest_args = pytest_args
+    config = OspreyConfig.from_env(kafka=args.kafka, redis=args.redis, cluster=args.cluster, data_dir=args.data_dir)
+    try:
+        return _dispatch(args, config)
+    except OspreyError as err:
+        print(f"error {err.code}: {err.reason}", file=sys.stderr)
+        return 1
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
+    cmd = args.command
+    if cmd == "test":
+        extra = args.pytest_args
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *extra])
+    if cmd == "ingest":
+        from spark_streaming.jobs import ingest_files
+
+        return ingest_files.main(args.pytest_args, config)
+    if cmd in ("up", "down", "status", "serve"):
+        from frontends.embedded.cluster import LocalCluster
+
+        cluster = LocalCluster(config)
+        if cmd == "up":
+            cluster.up(workers=not args.no_workers, proxy=not args.no_workers)
+            print(f"osprey up: kafka={config.kafka} redis={config.redis} proxy=http://{config.proxy_http} "
+                  f"data={Path(config.data_dir).resolve()}")
+        elif cmd == "down":
+            cluster.down()
+            print("osprey down")
+        elif cmd == "serve":
+            server = next(s for s in cluster.servers if s.name == args.server)
+            server.data_dir.mkdir(parents=True, exist_ok=True)
+            server.prepare()
+            os.chdir(server.data_dir)
+            os.execv(server.command()[0], server.command())
+        else:
+            from frontends.status import status
+
+            _print(cluster.status())
+            try:
+                _print(asyncio.run(status(config)))
+            except (OSError, RedisConnectionError) as err:
+                print(f"osprey status: Redis at {config.redis} is not reachable ({err}); is the stack up? (./osprey up)",
+                      file=sys.stderr)
+                return 1
+        return 0
+    if cmd == "rootcoord":
+        from agents.rootcoord.__main__ import main as rootcoord_main
+
+        os.environ.update(config.to_env())
+        rootcoord_main()
+        return 0
+    if cmd == "querynode":
+        from agents.querynode.__main__ import main as querynode_main
+
+        os.environ.update(config.to_env())
+        querynode_main()
+        return 0
+    if cmd == "proxy":
+        from frontends.proxy_server import main as proxy_main
+
+        proxy_main(config)
+        return 0
+    if cmd == "demo":
+        from frontends.demo import run_demo
+
+        return run_demo(config)
+    if cmd == "tso":
+        from state.meta.redis_client import connect
+        from state.meta.tso import TimestampOracle, parse_ts
+
+        async def now() -> int:
+            redis = connect(config)
+            try:
+                return await TimestampOracle(redis, config.cluster).now()
+            finally:
+                await redis.aclose()
+
+        ts = asyncio.run(now())
+        physical, logical = parse_ts(ts)
+        _print({"ts": ts, "physical_ms": physical, "logical": logical})
+        return 0
+    _print(_ddl(args, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

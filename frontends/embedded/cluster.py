@@ -1,0 +1,86 @@
+"""A local Osprey cluster for one config: broker and redis-server (embedded) plus worker processes.
+
+``LocalCluster.up()`` starts what is not running yet and waits until each part answers;
+``down()`` stops the workers, then the servers. Used by ``./osprey up|down|demo`` and by tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess
+from schemas.config import OspreyConfig
+from state.meta.redis_client import connect
+from state.meta.registry import NodeRegistry
+from streams.topics import ensure_topics
+
+WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode"}
+PROXY_MODULE = "frontends.proxy_server"  # the proxy process with its REST front end on proxy_http
+
+
+def live_pids(config: OspreyConfig, role: str) -> set[int]:
+    """Pids of the live nodes of ``role`` in the registry."""
+
+    async def query() -> set[int]:
+        redis = connect(config)
+        try:
+            nodes = await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
+            return {int(info.get("pid", 0)) for info in nodes.values()}
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(query())
+
+
+def embedded_broker(config: OspreyConfig) -> KafkaBroker:
+    """The embedded Kafka broker of ``config``: its first bootstrap address, data under ``data_dir``."""
+    host, port = config.kafka_host_port
+    return KafkaBroker(host, port, Path(config.data_dir), controller_port=config.kafka_controller_port,
+                       heap_mb=config.kafka_heap_mb, lib_dir=Path(config.kafka_lib_dir) if config.kafka_lib_dir else None)
+
+
+class LocalCluster:
+    def __init__(self, config: OspreyConfig, *, embedded: bool = True) -> None:
+        self.config = config
+        data_dir = Path(config.data_dir)
+        rhost, rport = config.redis_host_port
+        self.servers: list[EmbeddedProcess] = [embedded_broker(config), RedisServer(rhost, rport, data_dir)] if embedded else []
+        self.workers = {role: self._worker(role) for role in WORKER_MODULES}
+        self.proxy = self._worker("proxy")
+
+    def _worker(self, role: str, name: str = "") -> WorkerProcess:
+        module = PROXY_MODULE if role == "proxy" else WORKER_MODULES[role]
+        worker = WorkerProcess(role, module, self.config.to_env(), Path(self.config.data_dir))
+        worker.name = name or role
+        worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
+        return worker
+
+    def extra_worker(self, role: str, name: str) -> WorkerProcess:
+        """Another worker of ``role`` (e.g. a second querynode) with its own pid and log file."""
+        return self._worker(role, name)
+
+    def up(self, *, workers: bool = True, proxy: bool = False) -> None:
+        """Start the servers, then (``workers``) the rootcoord and a querynode, then (``proxy``)
+        a proxy process serving REST and the stream writers on ``proxy_http``."""
+        for server in self.servers:
+            server.start()
+        asyncio.run(ensure_topics(self.config))
+        if workers:
+            for worker in self.workers.values():
+                worker.start()
+        if proxy:
+            self.proxy.start()
+
+    def down(self) -> None:
+        self.proxy.stop()
+        for worker in self.workers.values():
+            worker.stop()
+        for server in reversed(self.servers):
+            server.stop()
+
+    def status(self) -> dict[str, bool]:
+        parts = {s.name: s.running() and s.ready() for s in self.servers}
+        parts.update({w.name: w.running() for w in (*self.workers.values(), self.proxy)})
+        return parts

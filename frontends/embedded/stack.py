@@ -1,0 +1,245 @@
+"""The embedded stack's processes: a redis-server and Osprey workers on loopback ports of their own
+(the Kafka broker is :class:`frontends.embedded.broker.KafkaBroker`).
+
+``EmbeddedProcess`` subclasses start a server as a detached child (its own session, so it
+outlives the ``./osprey up`` command), record its pid under ``<data_dir>/run/``, wait until it
+answers, and stop it on ``down``. Test fixtures use the same classes on free ports.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agents.ports import port_open
+
+READY_TIMEOUT_S = 20.0
+WORKER_READY_TIMEOUT_S = 60.0  # a Faust worker starts in ~5 s, slower on a loaded 2-core machine
+STOP_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.05
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies (Linux)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class EmbeddedProcess:
+    """A server process owned by Osprey: ``start`` (idempotent), ``stop``, ``kill``, ``running``.
+
+    It runs in a session of its own, so ``./osprey up`` can return and leave it running. Tests
+    set ``die_with_parent``: a test run that is killed takes its servers with it."""
+
+    name = "process"
+    die_with_parent = False
+    ready_timeout_s = READY_TIMEOUT_S
+    stop_timeout_s = STOP_TIMEOUT_S
+
+    def __init__(self, host: str, port: int, data_dir: Path) -> None:
+        self.host = host
+        self.port = port
+        self.data_dir = Path(data_dir).resolve()
+        self.run_dir = self.data_dir / "run"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- what a subclass provides
+    def prepare(self) -> None:
+        """Make the files the server needs before ``command`` runs (first start: format storage)."""
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return port_open(self.host, self.port)
+
+    def ports(self) -> list[int]:
+        """The ports this server listens on (each must be free before it starts)."""
+        return [self.port]
+
+    # -- lifecycle
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}-{self.port}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / f"{self.name}-{self.port}.log"
+
+    def pid(self) -> int | None:
+        if self._proc is not None:
+            return self._proc.pid
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        pid = self.pid()
+        return pid is not None and _pid_alive(pid)
+
+    def start(self) -> None:
+        """Start unless already running, then wait until it answers (or raise with the log tail)."""
+        if self.running() and self.ready():
+            return
+        for port in self.ports():
+            if port_open(self.host, port):
+                raise RuntimeError(f"{self.name}: port {self.host}:{port} is taken by another process")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        self._spawn(env=None, cwd=self.data_dir)
+        self._wait_ready(self.ready_timeout_s)
+
+    def _spawn(self, env: dict[str, str] | None, cwd: Path) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=cwd, env=env,
+                preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
+            )
+        self.pid_file.write_text(str(self._proc.pid))
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                break
+            if self.ready():
+                return
+            time.sleep(POLL_INTERVAL_S)
+        tail = self.log_file.read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"{self.name} did not become ready within {timeout_s:g} s; log tail:\n{tail}")
+
+    def _signal(self, sig: int) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _wait_exit(self, timeout_s: float) -> bool:
+        pid = self.pid()
+        deadline = time.monotonic() + timeout_s
+        while pid is not None and time.monotonic() < deadline:
+            if self._proc is not None:
+                if self._proc.poll() is not None:
+                    return True
+            elif not _pid_alive(pid):
+                return True
+            time.sleep(POLL_INTERVAL_S)
+        return pid is None
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after ``stop_timeout_s``; forget the pid."""
+        if self.running():
+            self._signal(signal.SIGTERM)
+            if not self._wait_exit(self.stop_timeout_s):
+                self._signal(signal.SIGKILL)
+                self._wait_exit(STOP_TIMEOUT_S)
+        self._forget()
+
+    def kill(self) -> None:
+        """SIGKILL at once (crash tests)."""
+        self._signal(signal.SIGKILL)
+        self._wait_exit(STOP_TIMEOUT_S)
+        self._forget()
+
+    def _forget(self) -> None:
+        self.pid_file.unlink(missing_ok=True)
+        self._proc = None
+
+
+class RedisServer(EmbeddedProcess):
+    """redis-server with AOF on, data under ``<data_dir>/redis-<port>``."""
+
+    name = "redis"
+
+    def command(self) -> list[str]:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found on PATH; run ./osprey (it installs Debian redis-server as root)")
+        workdir = self.data_dir / f"redis-{self.port}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return [
+            binary, "--bind", self.host, "--port", str(self.port), "--dir", str(workdir),
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+        ]
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+class WorkerProcess(EmbeddedProcess):
+    """An Osprey worker (``python -m <module>``) with the config passed as ``OSPREY_*`` variables.
+
+    Ready when the node registry shows a live lease of ``role`` (checked by ``ready_check``)."""
+
+    def __init__(self, role: str, module: str, env: dict[str, str], data_dir: Path, ready_check=None) -> None:
+        super().__init__("127.0.0.1", 0, data_dir)
+        self.name = role
+        self.module = module
+        self.env = env
+        self.ready_check = ready_check
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / f"{self.name}.log"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", self.module]
+
+    def ready(self) -> bool:
+        return self.ready_check() if self.ready_check is not None else self.running()
+
+    def start(self) -> None:
+        if self.running():
+            return
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, **self.env, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self._spawn(env=env, cwd=root)
+        self._wait_ready(WORKER_READY_TIMEOUT_S)

@@ -1,0 +1,200 @@
+"""The Python ``Client``: every DDL operation of Milvus's collection, partition and alias API.
+
+A ``Client`` runs its own :class:`Proxy` in process (``async with Client(config) as c``).
+Names may be collection names or aliases wherever Milvus accepts both; ``as_of`` (a TSO
+timestamp) reads the meta as it was then, 0 reads the latest. Errors are ``OspreyError``s with a
+Milvus code and a reason naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agents.proxy.insert import InsertResult
+from agents.proxy.proxy import Proxy
+from schemas import ddl
+from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.config import OspreyConfig
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+
+
+class Client:
+    def __init__(self, config: OspreyConfig | None = None) -> None:
+        self.config = config or OspreyConfig.from_env()
+        self.proxy = Proxy(self.config)
+
+    async def start(self) -> Client:
+        await self.proxy.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.proxy.stop()
+
+    async def __aenter__(self) -> Client:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def now(self) -> int:
+        """A fresh TSO timestamp (for ``as_of`` reads)."""
+        return await self.proxy.tso.now()
+
+    async def _call(self, kind: type[ddl.DdlEvent], **fields: Any) -> Any:
+        return await self.proxy.submit(kind, **fields)
+
+    # -- collections
+    async def create_collection(
+        self,
+        collection_name: str,
+        schema: CollectionSchema | dict[str, Any],
+        shards_num: int = 1,
+        consistency_level: ConsistencyLevel | str | None = None,
+    ) -> int:
+        """Create a collection; returns its id."""
+        fields: dict[str, Any] = {"collection_name": collection_name, "collection_schema": schema, "shards_num": shards_num}
+        if consistency_level is not None:
+            fields["consistency_level"] = consistency_level
+        reply = await self._call(ddl.CreateCollection, **fields)
+        return reply.collection_id
+
+    async def drop_collection(self, collection_name: str) -> int:
+        """Drop a collection by its own name (not an alias); returns the dropped id."""
+        return (await self._call(ddl.DropCollection, collection_name=collection_name)).collection_id
+
+    async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:
+        return (await self._call(ddl.HasCollection, collection_name=collection_name, as_of=as_of)).value
+
+    async def describe_collection(self, collection_name: str, as_of: int = 0) -> CollectionDescription:
+        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases."""
+        return (await self._call(ddl.DescribeCollection, collection_name=collection_name, as_of=as_of)).collection
+
+    async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
+        return (await self._call(ddl.ShowCollections, as_of=as_of)).collections
+
+    async def list_collections(self, as_of: int = 0) -> list[str]:
+        return [c.collection_name for c in await self.show_collections(as_of)]
+
+    # -- partitions
+    async def create_partition(self, collection_name: str, partition_name: str) -> int:
+        return (await self._call(ddl.CreatePartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+
+    async def drop_partition(self, collection_name: str, partition_name: str) -> int:
+        return (await self._call(ddl.DropPartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+
+    async def has_partition(self, collection_name: str, partition_name: str, as_of: int = 0) -> bool:
+        return (
+            await self._call(ddl.HasPartition, collection_name=collection_name, partition_name=partition_name, as_of=as_of)
+        ).value
+
+    async def show_partitions(self, collection_name: str, as_of: int = 0) -> list[PartitionInfo]:
+        return (await self._call(ddl.ShowPartitions, collection_name=collection_name, as_of=as_of)).partitions
+
+    async def list_partitions(self, collection_name: str, as_of: int = 0) -> list[str]:
+        return [p.partition_name for p in await self.show_partitions(collection_name, as_of)]
+
+    # -- aliases
+    async def create_alias(self, alias: str, collection_name: str) -> None:
+        await self._call(ddl.CreateAlias, alias=alias, collection_name=collection_name)
+
+    async def drop_alias(self, alias: str) -> None:
+        await self._call(ddl.DropAlias, alias=alias)
+
+    async def alter_alias(self, alias: str, collection_name: str) -> bool:
+        """Point ``alias`` at ``collection_name``. Returns False if a later AlterAlias (by timestamp)
+        had already won, so this one had no effect."""
+        return not (await self._call(ddl.AlterAlias, alias=alias, collection_name=collection_name)).superseded
+
+    async def describe_alias(self, alias: str, as_of: int = 0) -> AliasDescription:
+        return (await self._call(ddl.DescribeAlias, alias=alias, as_of=as_of)).alias
+
+    async def list_aliases(self, collection_name: str = "", as_of: int = 0) -> list[str]:
+        return (await self._call(ddl.ListAliases, collection_name=collection_name, as_of=as_of)).aliases
+
+    # -- data
+    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+        """Insert rows (a list of dicts) or columns (a dict of field -> sequence or numpy array).
+
+        Returns the primary keys (assigned ones for auto_id) and the insert timestamp, once the
+        broker acknowledged every event. A row breaking a rule fails the whole request, naming the
+        field, the rule and the row, and nothing of it is published."""
+        return await self.proxy.insert(collection_name, data, partition_name)
+
+    # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
+    async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        """Resolve the target collection once and check the writer's Arrow schema against it."""
+        return await self.proxy.ingest_open(request)
+
+    async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
+        """Insert an Arrow chunk row by row: good rows under the chunk's identity (a repeat is
+        skipped downstream), bad rows to the dead-letter topic; the counts."""
+        return await self.proxy.ingest(chunk)
+
+    async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
+        """Record a committed micro-batch's counts; the query's totals after it."""
+        return await self.proxy.ingest_commit(commit)
+
+    async def ingest_progress(self, query_id: str) -> dict[str, Any]:
+        """A streaming query's totals: batches, rows, written, rejected, last batch."""
+        return await self.proxy.ingest_progress(query_id)
+
+    async def search(
+        self,
+        collection_name: str,
+        data: Any,
+        limit: int = 10,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        search_params: dict[str, Any] | None = None,
+        anns_field: str = "",
+        partition_names: Sequence[str] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[list[dict[str, Any]]]:
+        """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
+        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
+        best first (L2 ascending, IP/COSINE descending, ties by id). ``search_params`` is
+        ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``consistency_level``
+        overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
+        ``timeout`` in seconds bounds the wait for the shards' tsafe."""
+        return await self.proxy.search(
+            collection_name, data, limit, filter=filter, output_fields=output_fields, search_params=search_params,
+            anns_field=anns_field, partition_names=partition_names, consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+
+    async def query(
+        self,
+        collection_name: str,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        partition_names: Sequence[str] | None = None,
+        ids: Sequence[Any] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
+        ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
+        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+        return await self.proxy.query(
+            collection_name, filter=filter, output_fields=output_fields, limit=limit, offset=offset,
+            partition_names=partition_names, ids=ids, consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+
+    async def get(self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None,
+                  **options: Any) -> list[dict[str, Any]]:
+        """The rows with these primary keys (missing ones are simply absent), in PK order."""
+        return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
+
+    async def count(self, collection_name: str, filter: str = "", **options: Any) -> int:
+        """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
+        rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
+        return int(rows[0]["count(*)"])
+
+    def health(self) -> dict[str, Any]:
+        return self.proxy.health()

@@ -1,0 +1,71 @@
+"""``./osprey proxy`` (or ``python -m frontends.proxy_server``): the proxy process in the foreground.
+
+Waits for the broker and Redis, starts a :class:`Client` (its proxy registers the node lease)
+and the REST front end on ``proxy_http``, runs until SIGTERM or SIGINT, then stops both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable
+
+from agents.ports import wait_for_port
+from frontends.inprocess import Client
+from frontends.rest import RestFrontEnd
+from schemas.config import OspreyConfig
+
+log = logging.getLogger("osprey.proxy")
+
+DEPENDENCY_WAIT_S = 60.0  # how long to wait for the broker and Redis to accept connections
+STOP_TIMEOUT_S = 10.0  # per component; a stop that hangs (broker already gone) is abandoned
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
+    """Run the client and the REST front end until ``stop`` is set, then stop both (REST first)."""
+    client = Client(config)
+    await client.start()
+    try:
+        rest = RestFrontEnd(client)
+        await rest.start()
+        log.info("proxy %s: REST front end on %s", client.proxy.proxy_id, rest.url)
+        try:
+            await stop.wait()
+        finally:
+            await _bounded(rest.stop(), "REST front end")
+    finally:
+        await _bounded(client.stop(), "client")
+    log.info("proxy stopped")
+
+
+async def _bounded(stopping: Awaitable[None], what: str) -> None:
+    try:
+        await asyncio.wait_for(stopping, STOP_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("stopping the %s took over %g s; abandoned", what, STOP_TIMEOUT_S)
+
+
+async def _run(config: OspreyConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    await serve(config, stop)
+
+
+def main(config: OspreyConfig | None = None) -> None:
+    """Run the proxy process with ``config`` (default: the ``OSPREY_*`` environment); blocks."""
+    config = config or OspreyConfig.from_env()
+    logging.basicConfig(
+        level=os.environ.get("OSPREY_LOG_LEVEL", "info").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
+    asyncio.run(_run(config))
+
+
+if __name__ == "__main__":
+    main()

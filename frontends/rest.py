@@ -1,0 +1,658 @@
+"""The proxy's REST front end: Milvus RESTful API v2 (Milvus 2.4) over a started :class:`Client`.
+
+Every endpoint is ``POST /v2/vectordb/<group>/<action>`` with a JSON object body whose fields are
+camelCase like Milvus's (``collectionName``, ``partitionName``, ``aliasName``). The answer is
+always HTTP 200 with ``{"code": 0, "data": ...}`` on success or ``{"code": <Milvus code>,
+"message": <reason>}`` on error, as Milvus does; an unknown path is HTTP 404.
+
+- Body keys are matched like Go's ``encoding/json`` (Milvus): exact first, else case-insensitively,
+  so ``autoID`` and ``autoId`` both work. Unknown keys are ignored, except Milvus features Osprey
+  lacks (partition keys, nullable fields, ...) which are refused when set.
+- Bad JSON, a missing or ill-typed field: code 1100 naming the field (``[field=collectionName]``)
+  and the rule. Errors of the Osprey rules name REST fields too (``schema.fields[1].dataType``).
+- ``asOf`` (Osprey extension) on every read: a TSO timestamp; the meta as it was then, 0 = latest.
+- ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database.
+
+The endpoints are one table, :data:`ENDPOINTS`: Client method, body arguments, rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from frontends.inprocess import Client
+from schemas.codec import decode
+from schemas.collection import DataType, FieldSchema
+from schemas.errors import InvalidParameter, OspreyError, from_status
+from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
+from schemas.meta import AliasDescription, CollectionDescription
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v2/vectordb"
+DEFAULT_DB_NAME = "default"  # the one database Osprey has
+MAX_BODY_BYTES = 1 << 20  # request bodies larger than 1 MiB are refused (HTTP 413)
+
+# Milvus RESTful dataType spelling -> Osprey DataType. Looked up ignoring case and "_", so
+# "Int64", "int64", "FloatVector" and Osprey's own "FLOAT_VECTOR" all work.
+MILVUS_DATA_TYPES: dict[str, DataType] = {
+    "Bool": DataType.BOOL,
+    "Int8": DataType.INT8,
+    "Int16": DataType.INT16,
+    "Int32": DataType.INT32,
+    "Int64": DataType.INT64,
+    "Float": DataType.FLOAT,
+    "Double": DataType.DOUBLE,
+    "VarChar": DataType.VARCHAR,
+    "JSON": DataType.JSON,
+    "FloatVector": DataType.FLOAT_VECTOR,
+}
+_DATA_TYPE_BY_KEY = {k.lower(): v for k, v in MILVUS_DATA_TYPES.items()}
+_MILVUS_NAME = {v: k for k, v in MILVUS_DATA_TYPES.items()}
+RULE_DATA_TYPE = "must be one of " + ", ".join(MILVUS_DATA_TYPES)
+
+# elementTypeParams keys -> Osprey field schema keys.
+ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length"}
+# Milvus field features Osprey does not have: refused when set to anything but their default.
+UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isPartitionKey", "isClusteringKey", "nullable", "defaultValue")
+
+# Quick setup (a create without schema.fields), Milvus's defaults.
+QUICK_PRIMARY_FIELD = "id"
+QUICK_VECTOR_FIELD = "vector"
+QUICK_ID_TYPES = {"int64": DataType.INT64, "varchar": DataType.VARCHAR}
+QUICK_VARCHAR_MAX_LENGTH = 65535  # bytes, for a VarChar primary key when params.max_length is absent
+QUICK_ENABLE_DYNAMIC_FIELD = True  # Milvus's quick setup turns the dynamic field on
+
+# Osprey request field names -> REST names, to reword the field path of an Osprey error.
+REST_FIELD_NAMES: dict[str, str] = {
+    "collection_name": "collectionName",
+    "partition_name": "partitionName",
+    "alias": "aliasName",
+    "as_of": "asOf",
+    "shards_num": "shardsNum",
+    "consistency_level": "consistencyLevel",
+    "collection_schema": "schema",
+    "enable_dynamic_field": "enableDynamicField",
+    "name": "fieldName",
+    "dtype": "dataType",
+    "is_primary": "isPrimary",
+    "auto_id": "autoID",
+    "dim": "elementTypeParams.dim",
+    "max_length": "elementTypeParams.max_length",
+}
+
+# Quick setup: the schema is built from top-level fields, so its errors name those.
+QUICK_SETUP_FIELDS: dict[str, str] = {
+    "collection_schema.fields[0].name": "primaryFieldName",
+    "collection_schema.fields[0].auto_id": "autoID",
+    "collection_schema.fields[0].max_length": "params.max_length",
+    "collection_schema.fields[1].name": "vectorFieldName",
+    "collection_schema.fields[1].dim": "dimension",
+    "collection_schema.enable_dynamic_field": "enableDynamicField",
+}
+
+
+# -- reading a JSON body
+class Body:
+    """A JSON object from a request, read field by field; a broken rule raises InvalidParameter
+    naming the field's path under ``root`` (``schema.fields[0].dataType``)."""
+
+    def __init__(self, data: Mapping[str, Any], root: str = "") -> None:
+        self.data = data
+        self.root = root
+
+    def path(self, key: str) -> str:
+        return f"{self.root}.{key}" if self.root else key
+
+    def has(self, key: str) -> bool:
+        return self._key(key) is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` (exact match first, then ignoring case, like Go's encoding/json)."""
+        found = self._key(key)
+        return default if found is None else self.data[found]
+
+    def _key(self, key: str) -> str | None:
+        if key in self.data:
+            return key
+        folded = key.casefold()
+        return next((k for k in self.data if k.casefold() == folded), None)
+
+    def string(self, key: str, default: str | None = None) -> str:
+        """A string; required unless ``default`` is given (absent or null takes the default)."""
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise InvalidParameter(self.path(key), "is required")
+            return default
+        if not isinstance(value, str):
+            raise InvalidParameter(self.path(key), "must be a string", value)
+        return value
+
+    def integer(self, key: str, default: int, minimum: int = 0) -> int:
+        """An integer >= ``minimum``: a JSON number without fraction, or a decimal string (for
+        64-bit values such as TSO timestamps, which JavaScript numbers cannot hold); no booleans."""
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, str) and value.strip().lstrip("-").isdecimal():
+            number = int(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, float) and value.is_integer():
+            number = int(value)
+        else:
+            raise InvalidParameter(self.path(key), "must be an integer", value)
+        if number < minimum:
+            raise InvalidParameter(self.path(key), f"must be >= {minimum}", value)
+        return number
+
+    def boolean(self, key: str, default: bool = False) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InvalidParameter(self.path(key), "must be a boolean", value)
+        return value
+
+    def obj(self, key: str) -> Body:
+        """A nested object (absent or null reads as an empty one)."""
+        value = self.raw(key)
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise InvalidParameter(self.path(key), "must be an object", value)
+        return Body(value, self.path(key))
+
+    def objects(self, key: str) -> list[Body]:
+        """A list of objects (absent or null reads as an empty list)."""
+        value = self.raw(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise InvalidParameter(self.path(key), "must be a list", value)
+        items = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise InvalidParameter(f"{self.path(key)}[{i}]", "must be an object", item)
+            items.append(Body(item, f"{self.path(key)}[{i}]"))
+        return items
+
+    def setting(self, key: str) -> Any:
+        """A collection setting Milvus reads from ``params.<key>`` and Osprey also at the top
+        level; raw (Osprey's rules check it). Both given and different is an error."""
+        params = self.obj("params")
+        top, nested = self.raw(key), params.raw(key)
+        if top is not None and nested is not None and top != nested:
+            raise InvalidParameter(params.path(key), f"conflicts with {self.path(key)}", nested)
+        return top if top is not None else nested
+
+
+def parse_body(raw: bytes) -> Body:
+    """The request body as a :class:`Body`; an empty body is ``{}``."""
+    if not raw.strip():
+        return Body({})
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidParameter("body", "must be UTF-8 encoded JSON") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidParameter("body", f"must be a JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise InvalidParameter("body", "must be a JSON object", type(data).__name__)
+    return Body(data)
+
+
+# -- request arguments
+@dataclass(frozen=True)
+class Arg:
+    """A body field passed to the Client method as keyword ``kwarg``."""
+
+    key: str
+    kwarg: str
+    kind: Literal["str", "int"] = "str"
+    required: bool = True
+
+    def read(self, body: Body) -> Any:
+        if self.kind == "int":
+            return body.integer(self.key, default=0)
+        return body.string(self.key, default=None if self.required else "")
+
+
+COLLECTION = Arg("collectionName", "collection_name")
+ANY_COLLECTION = Arg("collectionName", "collection_name", required=False)
+PARTITION = Arg("partitionName", "partition_name")
+ALIAS = Arg("aliasName", "alias")
+AS_OF = Arg("asOf", "as_of", kind="int", required=False)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A request read from its body: keyword arguments of the Client method, and how the field
+    paths of an Osprey InvalidParameter map to this request's REST fields (beyond the defaults)."""
+
+    kwargs: dict[str, Any]
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+
+# -- collections/create
+def _unset(value: Any) -> bool:
+    """Null, false or "": what a Milvus client sends for a feature it does not use."""
+    return value is None or value is False or value == ""
+
+
+def _field_schema(body: Body, auto_id: bool) -> dict[str, Any]:
+    """One Milvus field object -> an Osprey field schema dict (checked by Osprey's rules later)."""
+    for key in UNSUPPORTED_FIELD_KEYS:
+        if not _unset(body.raw(key)):
+            raise InvalidParameter(body.path(key), "is not supported by Osprey", body.raw(key))
+    is_primary = body.boolean("isPrimary")
+    spec: dict[str, Any] = {
+        "name": body.string("fieldName"),
+        "dtype": _data_type(body.string("dataType"), body.path("dataType")),
+        "is_primary": is_primary,
+        "auto_id": auto_id and is_primary,
+        "description": body.string("description", default=""),
+    }
+    params = body.obj("elementTypeParams")
+    for key in params.data:
+        if key not in ELEMENT_TYPE_PARAMS:
+            raise InvalidParameter(params.path(key), "is not supported: Osprey knows " + ", ".join(ELEMENT_TYPE_PARAMS))
+        spec[ELEMENT_TYPE_PARAMS[key]] = params.data[key]
+    return spec
+
+
+def _data_type(name: str, path: str) -> str:
+    dtype = _DATA_TYPE_BY_KEY.get(name.replace("_", "").lower())
+    if dtype is None:
+        raise InvalidParameter(path, RULE_DATA_TYPE, name)
+    return dtype.value
+
+
+def _full_schema(body: Body, schema: Body) -> dict[str, Any]:
+    auto_id = schema.boolean("autoID")
+    return {
+        "fields": [_field_schema(f, auto_id) for f in schema.objects("fields")],
+        "enable_dynamic_field": schema.boolean("enableDynamicField"),
+        "description": body.string("description", default=""),
+    }
+
+
+def _quick_schema(body: Body) -> dict[str, Any]:
+    """Milvus's quick setup: a primary key (Int64 or VarChar) and one FloatVector of ``dimension``."""
+    if not body.has("dimension"):
+        raise InvalidParameter("dimension", "is required for the quick setup (a create without schema.fields)")
+    id_name = body.string("idType", default="Int64")
+    id_type = QUICK_ID_TYPES.get(id_name.lower())
+    if id_type is None:
+        raise InvalidParameter("idType", "must be Int64 or VarChar", id_name)
+    primary: dict[str, Any] = {
+        "name": body.string("primaryFieldName", default=QUICK_PRIMARY_FIELD) or QUICK_PRIMARY_FIELD,
+        "dtype": id_type.value, "is_primary": True, "auto_id": body.boolean("autoID"),
+    }
+    if id_type is DataType.VARCHAR:
+        max_length = body.obj("params").raw("max_length")
+        primary["max_length"] = QUICK_VARCHAR_MAX_LENGTH if max_length is None else max_length
+    vector = {
+        "name": body.string("vectorFieldName", default=QUICK_VECTOR_FIELD) or QUICK_VECTOR_FIELD,
+        "dtype": DataType.FLOAT_VECTOR.value, "dim": body.integer("dimension", default=0),
+    }
+    dynamic = body.setting("enableDynamicField")
+    return {
+        "fields": [primary, vector],
+        "enable_dynamic_field": QUICK_ENABLE_DYNAMIC_FIELD if dynamic is None else dynamic,
+        "description": body.string("description", default=""),
+    }
+
+
+def _parse_create(body: Body) -> Parsed:
+    name = body.string("collectionName")
+    schema = body.obj("schema")
+    quick = not schema.objects("fields")
+    kwargs: dict[str, Any] = {
+        "collection_name": name,
+        "schema": _quick_schema(body) if quick else _full_schema(body, schema),
+    }
+    shards, level = body.setting("shardsNum"), body.setting("consistencyLevel")
+    if shards is not None:
+        kwargs["shards_num"] = shards
+    if level is not None:
+        kwargs["consistency_level"] = level
+    return Parsed(kwargs, QUICK_SETUP_FIELDS if quick else {})
+
+
+# -- rendering results as Milvus does
+def _empty(_: Any) -> dict[str, Any]:
+    return {}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _has(value: bool) -> dict[str, Any]:
+    return {"has": value}
+
+
+def _created(collection_id: int) -> dict[str, Any]:
+    return {"collectionID": collection_id}
+
+
+def _altered(applied: bool) -> dict[str, Any]:
+    """``superseded`` (Osprey): a later AlterAlias by timestamp had already won; no effect."""
+    return {"superseded": not applied}
+
+
+def _type_params(f: FieldSchema) -> list[dict[str, str]]:
+    """Milvus shows type parameters as string key/value pairs."""
+    return [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
+
+
+def _collection(desc: CollectionDescription) -> dict[str, Any]:
+    """DescribeCollection as Milvus RESTful v2 shows it (the dynamic ``$meta`` field is hidden),
+    plus ``createdTimestamp`` (TSO) and the partition names."""
+    info, schema = desc.info, desc.info.collection_schema
+    fields = [
+        {
+            "name": f.name, "id": f.field_id, "type": _MILVUS_NAME[f.dtype], "primaryKey": f.is_primary,
+            "autoId": f.auto_id, "description": f.description, "params": _type_params(f),
+        }
+        for f in schema.fields
+        if not f.is_dynamic
+    ]
+    return {
+        "collectionName": info.collection_name,
+        "collectionID": info.collection_id,
+        "description": schema.description,
+        "autoId": schema.primary_field.auto_id,
+        "enableDynamicField": schema.enable_dynamic_field,
+        "shardsNum": info.shards_num,
+        "consistencyLevel": info.consistency_level.value,
+        "fields": fields,
+        "aliases": desc.aliases,
+        "partitionsNum": len(desc.partitions),
+        "partitions": [p.partition_name for p in desc.partitions],
+        "createdTimestamp": info.created_ts,
+    }
+
+
+def _alias(desc: AliasDescription) -> dict[str, Any]:
+    return {
+        "aliasName": desc.alias, "collectionName": desc.collection_name,
+        "collectionID": desc.collection_id, "createdTimestamp": desc.created_ts,
+    }
+
+
+# -- entities (Milvus RESTful v2: entities/insert, search, query, get)
+def _list(body: Body, key: str, default: list[Any] | None = None) -> list[Any]:
+    value = body.raw(key)
+    if value is None:
+        if default is None:
+            raise InvalidParameter(body.path(key), "is required")
+        return default
+    if not isinstance(value, list):
+        raise InvalidParameter(body.path(key), "must be a list", value)
+    return value
+
+
+def _read_options(body: Body) -> dict[str, Any]:
+    options: dict[str, Any] = {"filter": body.string("filter", default=""),
+                               "output_fields": _list(body, "outputFields", []),
+                               "partition_names": _list(body, "partitionNames", [])}
+    level = body.raw("consistencyLevel")
+    if level is not None:
+        options["consistency_level"] = level
+    if body.has("guaranteeTimestamp"):
+        options["guarantee_timestamp"] = body.integer("guaranteeTimestamp", default=0)
+    return options
+
+
+def _parse_insert(body: Body) -> Parsed:
+    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
+                   "partition_name": body.string("partitionName", default="")})
+
+
+def _parse_search(body: Body) -> Parsed:
+    params = body.obj("searchParams")
+    search_params = {"metric_type": params.string("metricType", default="L2"), "params": dict(params.obj("params").data)}
+    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
+                   "limit": body.integer("limit", default=10), "anns_field": body.string("annsField", default=""),
+                   "search_params": search_params, **_read_options(body)},
+                  {"top_k": "limit", "anns_field": "annsField", "output_fields": "outputFields", "expr": "filter"})
+
+
+def _parse_query(body: Body) -> Parsed:
+    limit = body.integer("limit", default=-1, minimum=-1)
+    return Parsed({"collection_name": body.string("collectionName"), "limit": None if limit < 0 else limit,
+                   "offset": body.integer("offset", default=0), **_read_options(body)},
+                  {"output_fields": "outputFields", "expr": "filter"})
+
+
+def _parse_get(body: Body) -> Parsed:
+    ids = body.raw("id")
+    ids = ids if isinstance(ids, list) else [ids]
+    options = _read_options(body)
+    options.pop("filter")
+    return Parsed({"collection_name": body.string("collectionName"), "ids": ids, **options},
+                  {"output_fields": "outputFields", "ids": "id"})
+
+
+def _inserted(result: Any) -> dict[str, Any]:
+    return {"insertCount": result.insert_count, "insertIds": result.primary_keys, "timestamp": result.timestamp}
+
+
+def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Search hits flattened as Milvus's REST API returns them: one object per hit, with the
+    entity's fields inline (and ``query`` = the index of its query vector when nq > 1)."""
+    flat = []
+    for q, hits in enumerate(result):
+        for hit in hits:
+            row = {"id": hit["id"], "distance": hit["distance"], **hit["entity"]}
+            if len(result) > 1:
+                row["query"] = q
+            flat.append(row)
+    return flat
+
+
+# -- the endpoint table
+@dataclass(frozen=True)
+class Endpoint:
+    """One REST endpoint: the Client ``method`` it calls, with ``args`` read from the body (or a
+    custom ``parse``), and ``render`` turning the method's result into ``data``."""
+
+    method: str
+    args: tuple[Arg, ...] = ()
+    render: Callable[[Any], Any] = _empty
+    parse: Callable[[Body], Parsed] | None = None
+
+    def read(self, body: Body) -> Parsed:
+        if self.parse is not None:
+            return self.parse(body)
+        return Parsed({a.kwarg: a.read(body) for a in self.args})
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "collections/create": Endpoint("create_collection", render=_created, parse=_parse_create),
+    "collections/describe": Endpoint("describe_collection", (COLLECTION, AS_OF), _collection),
+    "collections/list": Endpoint("list_collections", (AS_OF,), _same),
+    "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), _has),
+    "collections/drop": Endpoint("drop_collection", (COLLECTION,)),
+    "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION)),
+    "partitions/drop": Endpoint("drop_partition", (COLLECTION, PARTITION)),
+    "partitions/has": Endpoint("has_partition", (COLLECTION, PARTITION, AS_OF), _has),
+    "partitions/list": Endpoint("list_partitions", (COLLECTION, AS_OF), _same),
+    "aliases/create": Endpoint("create_alias", (ALIAS, COLLECTION)),
+    "aliases/drop": Endpoint("drop_alias", (ALIAS,)),
+    "aliases/alter": Endpoint("alter_alias", (ALIAS, COLLECTION), _altered),
+    "aliases/describe": Endpoint("describe_alias", (ALIAS, AS_OF), _alias),
+    "aliases/list": Endpoint("list_aliases", (ANY_COLLECTION, AS_OF), _same),
+    "entities/insert": Endpoint("insert", render=_inserted, parse=_parse_insert),
+    "entities/search": Endpoint("search", render=_hits, parse=_parse_search),
+    "entities/query": Endpoint("query", render=_same, parse=_parse_query),
+    "entities/get": Endpoint("get", render=_same, parse=_parse_get),
+}
+
+
+# -- errors
+def rest_field(path: str, overrides: Mapping[str, str] | None = None) -> str:
+    """An Osprey field path as the REST request spells it:
+    ``collection_schema.fields[1].dim`` -> ``schema.fields[1].elementTypeParams.dim``."""
+    if overrides and path in overrides:
+        return overrides[path]
+    parts = []
+    for part in path.split("."):
+        name, bracket, index = part.partition("[")
+        parts.append(REST_FIELD_NAMES.get(name, name) + bracket + index)
+    return ".".join(parts)
+
+
+def as_rest_error(err: InvalidParameter, overrides: Mapping[str, str] | None = None) -> InvalidParameter:
+    """``err`` with its field path reworded for the REST request (same rule, same value)."""
+    if not err.field:
+        return err
+    renamed = rest_field(err.field, overrides)
+    if renamed == err.field:
+        return err
+    reason = err.reason.replace(f"[field={err.field}]", f"[field={renamed}]", 1)
+    rebuilt = from_status(InvalidParameter.code, reason)
+    assert isinstance(rebuilt, InvalidParameter)
+    return rebuilt
+
+
+def _check_db(body: Body) -> None:
+    db = body.string("dbName", default="")
+    if db not in ("", DEFAULT_DB_NAME):
+        raise InvalidParameter("dbName", f"must be {DEFAULT_DB_NAME!r}: Osprey has one database", db)
+
+
+def success(data: Any) -> dict[str, Any]:
+    return {"code": 0, "data": data}
+
+
+def failure(err: OspreyError) -> dict[str, Any]:
+    return {"code": err.code, "message": err.reason}
+
+
+# -- the front end
+# Osprey's stream-writer routes (the Spark sink): path -> (request model, Client method). Bodies are
+# codec frames (schemas/codec.py; Arrow bytes travel raw) or JSON, up to MAX_CHUNK_BYTES.
+INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
+    "ingest/open": (IngestOpen, "ingest_open"),
+    "ingest/write": (IngestChunk, "ingest"),
+    "ingest/commit": (IngestCommit, "ingest_commit"),
+    "ingest/progress": (IngestProgress, "ingest_progress"),
+}
+
+
+class RestFrontEnd:
+    """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
+    ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine."""
+
+    def __init__(self, client: Client, bind: str | None = None) -> None:
+        self.client = client
+        host, _, port = (bind or client.config.proxy_http).rpartition(":")
+        self.host, self.port = host, int(port)
+        self._runner: web.AppRunner | None = None
+        self.requests = 0
+        self.errors = 0
+
+    def app(self) -> web.Application:
+        """The aiohttp application: one POST route per :data:`ENDPOINTS` entry, and the stream
+        writers' routes (:data:`INGEST_ENDPOINTS`)."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        for path, endpoint in ENDPOINTS.items():
+            app.router.add_post(f"{API_PREFIX}/{path}", self._handler(endpoint))
+        for path, (model, method) in INGEST_ENDPOINTS.items():
+            app.router.add_post(f"{API_PREFIX}/{path}", self._ingest_handler(model, method))
+        return app
+
+    def _ingest_handler(self, model: Any, method: str) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            length = request.content_length
+            if length is None or length > MAX_CHUNK_BYTES:
+                return web.json_response(failure(InvalidParameter(
+                    "body", f"must have a Content-Length of at most {MAX_CHUNK_BYTES} bytes", length)), status=413)
+            raw = await request.content.readexactly(length)
+            return web.json_response(await self.serve_ingest(model, method, raw))
+
+        return handle
+
+    async def serve_ingest(self, model: Any, method: str, raw: bytes) -> dict[str, Any]:
+        """One stream-writer request: the body is the model (codec frame or JSON), the answer
+        ``{"code": 0, "data": <reply as JSON>}`` or the error's code and message."""
+        self.requests += 1
+        try:
+            try:
+                request = decode(raw, model)
+            except ValidationError as err:
+                first = err.errors()[0]
+                raise InvalidParameter(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+            argument = request.query_id if method == "ingest_progress" else request
+            result = await getattr(self.client, method)(argument)
+            return success(result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
+        except OspreyError as err:
+            self.errors += 1
+            return failure(err)
+        except Exception as exc:
+            self.errors += 1
+            log.exception("rest: %s failed", method)
+            return failure(OspreyError(f"internal error in {method}: {exc!r}"))
+
+    def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            return web.json_response(await self.serve(endpoint, await request.read()))
+
+        return handle
+
+    async def serve(self, endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
+        """Run one request: its response body (``code`` 0 and ``data``, or ``code`` and ``message``)."""
+        self.requests += 1
+        try:
+            body = parse_body(raw)
+            _check_db(body)
+            parsed = endpoint.read(body)
+            try:
+                result = await getattr(self.client, endpoint.method)(**parsed.kwargs)
+            except InvalidParameter as err:
+                raise as_rest_error(err, parsed.fields) from None
+            return success(endpoint.render(result))
+        except OspreyError as err:
+            self.errors += 1
+            return failure(err)
+        except Exception as exc:  # an unexpected failure is the service's: code 5, logged
+            self.errors += 1
+            log.exception("rest: %s failed", endpoint.method)
+            return failure(OspreyError(f"internal error in {endpoint.method}: {exc!r}"))
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the front end (the bound port once started)."""
+        return f"http://{self.host}:{self.port}"
+
+    def health(self) -> dict[str, Any]:
+        return {"url": self.url, "serving": self._runner is not None, "requests": self.requests, "errors": self.errors}

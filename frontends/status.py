@@ -1,0 +1,80 @@
+"""``./osprey status``: what the cluster's state in Redis says about it right now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.config import OspreyConfig
+from state.meta.dd_checkpoint import DdCheckpoint
+from state.meta.ingest_log import IngestLog
+from state.meta.meta_table import META_PREFIX, MetaView
+from state.meta.redis_client import connect
+from state.meta.registry import NodeRegistry
+from state.meta.shard_owners import ShardOwners
+from state.meta.snapshot import SnapshotKV
+from state.meta.status_board import StatusBoard
+from state.meta.tso import TimestampOracle, parse_ts
+from streams.channels import pchannel_partition
+
+ROLES = ("rootcoord", "proxy", "querynode")
+
+
+async def status(config: OspreyConfig) -> dict[str, Any]:
+    redis = connect(config)
+    try:
+        ns = config.cluster
+        registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
+        tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
+        store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
+        checkpoint = DdCheckpoint(redis, ns)
+        await checkpoint.load()
+        view = MetaView.from_kvs(await store.load_with_prefix(META_PREFIX, 0))
+        now = await tso.now()
+        ticks = {k.decode(): int(v) for k, v in (await redis.hgetall(f"{ns}:timetick")).items()}
+        now_ms = parse_ts(now)[0]
+        board = StatusBoard(redis, ns)
+        owners = await ShardOwners(redis, ns).owners()
+        return {
+            "cluster": ns,
+            "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
+            "nodes": {role: await registry.alive(role) for role in ROLES},
+            "rootcoord": {"dd_position": checkpoint.position, "publishers_seen": len(checkpoint.last_request)},
+            "pchannels": {
+                p: {"last_tick": ts, "lag_ms": now_ms - parse_ts(ts)[0]}
+                for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
+            },
+            "vchannels": _vchannels(await board.read("querynode"), now_ms),
+            "pchannel_owners": {p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))},
+            "proxies": {
+                pid: {"pchan_stats": doc.get("pchan_stats", {}), "last_ticks": doc.get("last_ticks", {}),
+                      "dq_router": doc.get("dq_router", {})}
+                for pid, doc in (await board.read("proxy")).items()
+            },
+            "ingest": {q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}
+                       for q in await IngestLog(redis, ns).queries()},
+            "meta": {
+                "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
+                "aliases": {a.alias: a.collection_id for a in view.aliases.values()},
+                "last_write_ts": await store.last_write_ts(),
+            },
+        }
+    finally:
+        await redis.aclose()
+
+
+def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
+    """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
+    nodes publish these documents every second, so the age includes up to a second of staleness),
+    and its growing segments with row counts and how many of their rows the interim index holds."""
+    out: dict[str, Any] = {}
+    for node_id, doc in querynodes.items():
+        for pchannel in doc.get("pchannels", {}).values():
+            for vchannel, d in pchannel.get("vchannels", {}).items():
+                tsafe = int(d.get("tsafe", 0))
+                out[vchannel] = {
+                    "querynode": node_id, "pchannel": d.get("pchannel"), "tsafe": tsafe,
+                    "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
+                    "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
+                    "indexed_rows": {sid: seg.get("indexed_rows") for sid, seg in d.get("segments", {}).items()},
+                }
+    return dict(sorted(out.items()))

@@ -1,0 +1,305 @@
+"""What one DDL event does to the meta table: a :class:`Plan` computed from a :class:`MetaView`.
+
+``plan(event, view, new_id)`` checks the event against the meta as it stands (alias rules of seed
+000, name rules, partitions) and returns the keys to save and remove, the additions that need the
+write's timestamp (a collection's created timestamp is its meta write's timestamp, seed 003), and
+how to build the reply once that timestamp is known. It raises an :class:`OspreyError` naming the
+field and the rule for a request that must be refused; a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from schemas import ddl
+from schemas.errors import (
+    AliasAlreadyExists,
+    AliasCollectionNameConflict,
+    AliasNotFound,
+    CollectionNotFound,
+    InvalidParameter,
+    PartitionNotFound,
+)
+from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, PartitionInfo
+from schemas.validation import validate_name
+from state.meta import meta_table as keys
+from state.meta.meta_table import MetaView
+from streams.channels import assign_pchannels, vchannel_name
+from streams.topics import Topics
+
+MAX_PARTITIONS_PER_COLLECTION = 1024  # Milvus rootCoord.maxPartitionNum
+DATABASE = "default"
+
+NewId = Callable[[], Awaitable[int]]
+Addition = Callable[[int], tuple[str, str]]
+
+
+@dataclass
+class Plan:
+    """The meta change of one event. ``make_reply(ts)`` gets the write's timestamp (or, for a
+    read or a change with no effect, the event's own timestamp)."""
+
+    make_reply: Callable[[int], ddl.DdlReply]
+    saves: dict[str, str] = field(default_factory=dict)
+    removals: list[str] = field(default_factory=list)
+    removal_prefixes: list[str] = field(default_factory=list)
+    additions: list[Addition] = field(default_factory=list)
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.saves or self.removals or self.removal_prefixes or self.additions)
+
+
+# -- errors worded close to Milvus's
+def collection_not_found(name: str) -> CollectionNotFound:
+    return CollectionNotFound(f"collection not found[database={DATABASE}][collection={name}]")
+
+
+def alias_not_found(alias: str) -> AliasNotFound:
+    return AliasNotFound(f"alias not found[database={DATABASE}][alias={alias}]")
+
+
+def _reply(event: ddl.DdlEvent, **fields: object) -> Callable[[int], ddl.DdlReply]:
+    reply_type = ddl.REPLY_TYPE[event.kind]  # type: ignore[attr-defined]
+    return lambda ts: reply_type(request_id=event.request_id, proxy_id=event.proxy_id, ts=ts, **fields)
+
+
+def error_reply(event: ddl.DdlEvent, code: int, reason: str) -> ddl.DdlReply:
+    reply_type = ddl.REPLY_TYPE[event.kind]  # type: ignore[attr-defined]
+    return reply_type(request_id=event.request_id, proxy_id=event.proxy_id, ts=event.ts, code=code, reason=reason)
+
+
+def _collection_target(view: MetaView, field_name: str, name: str) -> CollectionInfo:
+    """A collection named by its own name; an alias name here is refused (an alias points at a
+    collection, never at another alias)."""
+    validate_name(field_name, name)
+    info = view.collection_by_name(name)
+    if info is not None:
+        return info
+    if name in view.aliases:
+        raise InvalidParameter(field_name, "must name a collection, not an alias: an alias cannot point to another alias", name)
+    raise collection_not_found(name)
+
+
+def _resolve(view: MetaView, field_name: str, name: str) -> CollectionInfo:
+    """A collection by name or alias (they share one namespace)."""
+    validate_name(field_name, name)
+    info = view.resolve(name)
+    if info is None:
+        raise collection_not_found(name)
+    return info
+
+
+# -- collections
+async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
+    name = validate_name("collection_name", e.collection_name)
+    if name in view.aliases:
+        raise AliasCollectionNameConflict(
+            f"collection name conflicts with an existing alias[database={DATABASE}][collection={name}][alias={name}]"
+        )
+    if name in view.names:
+        raise InvalidParameter("collection_name", "must be unique: a collection with this name already exists", name)
+    schema = e.collection_schema.with_field_ids()
+    collection_id = await new_id()
+    partition_id = await new_id()
+    pchannels = assign_pchannels(topics.dml, topics.dml_partitions, e.shards_num, view.pchannels_in_use())
+    vchannels = [vchannel_name(collection_id, shard) for shard in range(e.shards_num)]
+
+    def info(ts: int) -> tuple[str, str]:
+        record = CollectionInfo(
+            collection_id=collection_id, collection_name=name, collection_schema=schema,
+            shards_num=e.shards_num, consistency_level=e.consistency_level,
+            vchannels=vchannels, pchannels=pchannels, created_ts=ts,
+        )
+        return keys.collection_info_key(collection_id), record.model_dump_json()
+
+    def default_partition(ts: int) -> tuple[str, str]:
+        record = PartitionInfo(partition_id=partition_id, partition_name=DEFAULT_PARTITION_NAME, collection_id=collection_id, created_ts=ts)
+        return keys.partition_key(collection_id, partition_id), record.model_dump_json()
+
+    reply_type = ddl.CreateCollectionReply
+    return Plan(
+        additions=[info, default_partition],
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, collection_id=collection_id, created_ts=ts, invalidate=[collection_id]
+        ),
+    )
+
+
+async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
+    name = validate_name("collection_name", e.collection_name)
+    info = view.collection_by_name(name)
+    if info is None:
+        if name in view.aliases:
+            raise InvalidParameter(
+                "collection_name", "must name a collection, not an alias: a collection cannot be dropped through an alias", name
+            )
+        raise collection_not_found(name)
+    aliases = view.aliases_of(info.collection_id)
+    if aliases:
+        raise InvalidParameter(
+            "collection_name", f"must have no aliases to be dropped: drop its aliases first ({', '.join(aliases)})", name
+        )
+    cid = info.collection_id
+    return Plan(removal_prefixes=[keys.collection_prefix(cid)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+
+
+def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
+    if e.collection_name:
+        info = _resolve(view, "collection_name", e.collection_name)
+    elif e.collection_id:
+        found = view.collections.get(e.collection_id)
+        if found is None:
+            raise CollectionNotFound(f"collection not found[database={DATABASE}][collection_id={e.collection_id}]")
+        info = found
+    else:
+        raise InvalidParameter("collection_name", "is required (or collection_id)", "")
+    return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
+
+
+# -- partitions
+async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewId) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    name = validate_name("partition_name", e.partition_name)
+    cid = info.collection_id
+    if view.partition_by_name(cid, name) is not None:
+        raise InvalidParameter("partition_name", "must be unique in the collection: a partition with this name already exists", name)
+    if len(view.partitions.get(cid, {})) >= MAX_PARTITIONS_PER_COLLECTION:
+        raise InvalidParameter("partition_name", f"a collection holds at most {MAX_PARTITIONS_PER_COLLECTION} partitions", name)
+    partition_id = await new_id()
+
+    def record(ts: int) -> tuple[str, str]:
+        part = PartitionInfo(partition_id=partition_id, partition_name=name, collection_id=cid, created_ts=ts)
+        return keys.partition_key(cid, partition_id), part.model_dump_json()
+
+    reply_type = ddl.PartitionReply
+    return Plan(
+        additions=[record],
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, partition_id=partition_id, created_ts=ts, invalidate=[cid]
+        ),
+    )
+
+
+def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    name = validate_name("partition_name", e.partition_name)
+    if name == DEFAULT_PARTITION_NAME:
+        raise InvalidParameter("partition_name", "the default partition cannot be dropped", name)
+    part = view.partition_by_name(info.collection_id, name)
+    if part is None:
+        raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={name}]")
+    cid = info.collection_id
+    return Plan(
+        removals=[keys.partition_key(cid, part.partition_id)],
+        make_reply=_reply(e, partition_id=part.partition_id, invalidate=[cid]),
+    )
+
+
+# -- aliases
+def _create_alias(e: ddl.CreateAlias, view: MetaView) -> Plan:
+    alias = validate_name("alias", e.alias)
+    if alias in view.names:
+        raise AliasCollectionNameConflict(f"alias and collection name conflict[database={DATABASE}][alias={alias}]")
+    target = _collection_target(view, "collection_name", e.collection_name)
+    cid = target.collection_id
+    existing = view.aliases.get(alias)
+    if existing is not None:
+        if existing.collection_id == cid:  # the same alias for the same collection again: success
+            return Plan(make_reply=_reply(e, collection_id=cid))
+        other = view.collections.get(existing.collection_id)
+        raise AliasAlreadyExists(
+            f"alias already exists and points to another collection[database={DATABASE}][alias={alias}]"
+            f"[collection={other.collection_name if other else existing.collection_id}]"
+        )
+
+    def record(ts: int) -> tuple[str, str]:
+        return keys.alias_key(alias), AliasInfo(alias=alias, collection_id=cid, created_ts=ts, updated_ts=e.ts).model_dump_json()
+
+    return Plan(additions=[record], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+
+
+def _drop_alias(e: ddl.DropAlias, view: MetaView) -> Plan:
+    alias = validate_name("alias", e.alias)
+    existing = view.aliases.get(alias)
+    if existing is None:
+        raise alias_not_found(alias)
+    cid = existing.collection_id
+    return Plan(removals=[keys.alias_key(alias)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+
+
+def _alter_alias(e: ddl.AlterAlias, view: MetaView) -> Plan:
+    alias = validate_name("alias", e.alias)
+    existing = view.aliases.get(alias)
+    if existing is None:
+        raise alias_not_found(alias)
+    target = _collection_target(view, "collection_name", e.collection_name)
+    cid = target.collection_id
+    if e.ts < existing.updated_ts:  # a later AlterAlias already won: last writer by timestamp wins
+        return Plan(make_reply=_reply(e, collection_id=existing.collection_id, superseded=True))
+    record = AliasInfo(alias=alias, collection_id=cid, created_ts=existing.created_ts, updated_ts=e.ts)
+    return Plan(
+        saves={keys.alias_key(alias): record.model_dump_json()},
+        make_reply=_reply(e, collection_id=cid, invalidate=sorted({existing.collection_id, cid})),
+    )
+
+
+def _describe_alias(e: ddl.DescribeAlias, view: MetaView) -> Plan:
+    alias = validate_name("alias", e.alias)
+    existing = view.aliases.get(alias)
+    target = None if existing is None else view.collections.get(existing.collection_id)
+    if existing is None or target is None:
+        raise alias_not_found(alias)
+    description = AliasDescription(
+        alias=alias, collection_name=target.collection_name, collection_id=target.collection_id, created_ts=existing.created_ts
+    )
+    return Plan(make_reply=_reply(e, alias=description))
+
+
+def _list_aliases(e: ddl.ListAliases, view: MetaView) -> Plan:
+    if e.collection_name:
+        info = _resolve(view, "collection_name", e.collection_name)
+        return Plan(make_reply=_reply(e, collection_name=info.collection_name, aliases=view.aliases_of(info.collection_id)))
+    return Plan(make_reply=_reply(e, aliases=sorted(view.aliases)))
+
+
+async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
+    """The meta change ``event`` makes on ``view``; raises OspreyError if it must be refused."""
+    match event:
+        case ddl.CreateCollection():
+            return await _create_collection(event, view, new_id, topics)
+        case ddl.DropCollection():
+            return await _drop_collection(event, view)
+        case ddl.HasCollection():
+            validate_name("collection_name", event.collection_name)
+            return Plan(make_reply=_reply(event, value=view.resolve(event.collection_name) is not None))
+        case ddl.DescribeCollection():
+            return _describe_collection(event, view)
+        case ddl.ShowCollections():
+            return Plan(make_reply=_reply(event, collections=view.briefs()))
+        case ddl.CreatePartition():
+            return await _create_partition(event, view, new_id)
+        case ddl.DropPartition():
+            return _drop_partition(event, view)
+        case ddl.HasPartition():
+            info = _resolve(view, "collection_name", event.collection_name)
+            name = validate_name("partition_name", event.partition_name)
+            return Plan(make_reply=_reply(event, value=view.partition_by_name(info.collection_id, name) is not None))
+        case ddl.ShowPartitions():
+            info = _resolve(view, "collection_name", event.collection_name)
+            return Plan(make_reply=_reply(event, partitions=view.partitions_of(info.collection_id)))
+        case ddl.CreateAlias():
+            return _create_alias(event, view)
+        case ddl.DropAlias():
+            return _drop_alias(event, view)
+        case ddl.AlterAlias():
+            return _alter_alias(event, view)
+        case ddl.DescribeAlias():
+            return _describe_alias(event, view)
+        case ddl.ListAliases():
+            return _list_aliases(event, view)
+    raise InvalidParameter("kind", "must be a known DDL request kind", getattr(event, "kind", None))
+
+
+__all__ = ["Plan", "error_reply", "plan"]

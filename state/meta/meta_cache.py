@@ -1,0 +1,68 @@
+"""globalMetaCache (seed 001 §6.6.4): the proxy's copy of the meta, keyed by collection id.
+
+It holds a :class:`MetaView` (collections and partitions by id; names and aliases map to ids),
+loaded from the snapshot store on first use. DDL events seen on ``dd`` invalidate the entries of
+the names they mention, and DDL replies the ids they changed; an invalidated entry is reloaded on
+its next use, so a stale entry never outlives the change that made it stale.
+"""
+
+from __future__ import annotations
+
+from schemas.errors import CollectionNotFound
+from schemas.meta import CollectionDescription
+from state.meta.meta_table import META_PREFIX, MetaView
+from state.meta.snapshot import SnapshotKV
+
+
+class MetaCache:
+    def __init__(self, store: SnapshotKV) -> None:
+        self.store = store
+        self._view: MetaView | None = None
+        self.loads = 0
+
+    async def view(self) -> MetaView:
+        """The cached meta; reloaded whole when any of it was invalidated (DDL is rare, reads are not)."""
+        if self._view is None:
+            self._view = MetaView.from_kvs(await self.store.load_with_prefix(META_PREFIX, 0))
+            self.loads += 1
+        return self._view
+
+    async def refresh(self) -> MetaView:
+        """Drop the cached meta and load it again."""
+        self._view = None
+        return await self.view()
+
+    async def get(self, name: str) -> CollectionDescription:
+        """The collection named ``name`` (collection name or alias); CollectionNotFound if none.
+        A miss reloads once, so a collection created through another proxy is found."""
+        view = await self.view()
+        info = view.resolve(name)
+        if info is None:
+            view = await self.refresh()
+            info = view.resolve(name)
+        if info is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
+        return view.describe(info.collection_id)  # type: ignore[return-value]
+
+    async def get_by_id(self, collection_id: int) -> CollectionDescription:
+        """The collection with id ``collection_id``; CollectionNotFound if it does not exist (any
+        more). A miss reloads once. Names resolved at an ingress are followed by id from then on."""
+        desc = (await self.view()).describe(collection_id)
+        if desc is None:
+            desc = (await self.refresh()).describe(collection_id)
+        if desc is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection_id={collection_id}]")
+        return desc
+
+    def invalidate_ids(self, collection_ids: list[int]) -> None:
+        """A change touched these collections: the next use reloads the meta."""
+        if collection_ids:
+            self._view = None
+
+    def invalidate_names(self, names: list[str]) -> None:
+        """A DDL event names these collections or aliases: reload if any is cached."""
+        if self._view is not None and any(self._view.resolve(n) is not None for n in names):
+            self._view = None
+
+    def health(self) -> dict[str, int]:
+        return {"collections": 0 if self._view is None else len(self._view.collections), "loads": self.loads}

@@ -1,0 +1,165 @@
+"""The checks of a search or query request, shared by the proxy and the query node.
+
+The proxy checks a request before publishing it; a query node checks every request it receives
+again (it is the ingress for requests published on ``dq-request`` directly). One function,
+:func:`prepare`, so both ends apply the same rules: each failure is an ``OspreyError`` naming
+the field and the rule. Its result, :class:`Prepared`, is keyed by ids only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schemas.collection import DYNAMIC_FIELD_NAME, DataType
+from schemas.dq import QueryRequest, SearchRequest
+from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
+from schemas.meta import CollectionInfo
+from state.meta.meta_table import MetaView
+from state.readpath.expr import Filter, compile_filter
+from state.segcore.vector_index import check_top_k, normalize_metric
+
+__all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
+
+COUNT_STAR = "count(*)"
+SEARCH_PARAMS = frozenset({"ef", "nprobe", "radius", "range_filter"})  # accepted keys; ef is used, others ignored
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked request: the collection, the partition ids to read (None = all), the compiled filter
+    and the output field names (primary key first). Search requests also carry the vector field,
+    metric, top_k, query vectors and ef."""
+
+    request: SearchRequest | QueryRequest
+    info: CollectionInfo
+    partition_ids: list[int] | None
+    filter: Filter | None
+    output_fields: list[str]
+    field: str = ""
+    metric: str = ""
+    top_k: int = 0
+    queries: np.ndarray | None = None
+    ef: int | None = None
+
+
+def resolve_collection(request: SearchRequest | QueryRequest, view: MetaView) -> CollectionInfo:
+    """The collection a request names: by id if set, else by name or alias (resolved here, once)."""
+    if request.collection_id:
+        info = view.collections.get(request.collection_id)
+        if info is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection={request.collection_id}]")
+        return info
+    if not request.collection_name:
+        raise InvalidParameter("collection_name", "a request needs collection_id or collection_name")
+    info = view.resolve(request.collection_name)
+    if info is None:
+        raise CollectionNotFound(f"collection not found[database=default][collection={request.collection_name}]")
+    return info
+
+
+def _partitions(request: SearchRequest | QueryRequest, info: CollectionInfo, view: MetaView) -> list[int] | None:
+    ids = set(request.partition_ids)
+    known = {p.partition_id for p in view.partitions_of(info.collection_id)}
+    for pid in ids:
+        if pid not in known:
+            raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={pid}]")
+    for name in request.partition_names:
+        part = view.partition_by_name(info.collection_id, name)
+        if part is None:
+            raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={name}]")
+        ids.add(part.partition_id)
+    return sorted(ids) if ids else None
+
+
+def dynamic_keys(names: list[str], info: CollectionInfo) -> list[str] | None:
+    """The output names that are keys of the dynamic field (Milvus returns them inline from
+    ``$meta``); None means every key (``*`` or ``$meta`` itself was asked for)."""
+    schema = info.collection_schema
+    if schema.dynamic_field is None:
+        return []
+    if "*" in names or DYNAMIC_FIELD_NAME in names:
+        return None
+    return [n for n in names if n != COUNT_STAR and schema.field(n) is None]
+
+
+def _output_fields(names: list[str], info: CollectionInfo, allow_count: bool) -> list[str]:
+    """The fields to read: the primary key, then the named ones; a name that is no field reads
+    ``$meta`` when the dynamic field is on (a dynamic key), else is an error."""
+    schema = info.collection_schema
+    dynamic = schema.dynamic_field
+    out = [schema.primary_field.name]
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidParameter("output_fields", "every entry must be a non-empty field name", name)
+        if name == COUNT_STAR:
+            if not allow_count:
+                raise InvalidParameter("output_fields", f"{COUNT_STAR} is only allowed in a query", name)
+            continue
+        expanded = [f.name for f in schema.fields] if name == "*" else [name]
+        for each in expanded:
+            if schema.field(each) is None:
+                if dynamic is None:
+                    raise InvalidParameter("output_fields", f"field '{each}' does not exist in the collection schema", each)
+                each = dynamic.name
+            if each not in out:
+                out.append(each)
+    return out
+
+
+def _vector_field(request: SearchRequest, info: CollectionInfo) -> Any:
+    vectors = info.collection_schema.vector_fields
+    if request.anns_field:
+        field = info.collection_schema.field(request.anns_field)
+        if field is None or field.dtype is not DataType.FLOAT_VECTOR:
+            raise InvalidParameter("anns_field", "must name a FLOAT_VECTOR field of the collection", request.anns_field)
+        return field
+    if len(vectors) != 1:
+        raise InvalidParameter("anns_field", f"must be given: the collection has {len(vectors)} vector fields")
+    return vectors[0]
+
+
+def _ef(params: dict[str, Any]) -> int | None:
+    for key in params:
+        if key not in SEARCH_PARAMS:
+            raise InvalidParameter(f"params.{key}", f"is not a search parameter (known: {', '.join(sorted(SEARCH_PARAMS))})")
+    ef = params.get("ef")
+    if ef is None:
+        return None
+    if isinstance(ef, bool) or not isinstance(ef, int) or not 1 <= ef <= 32_768:
+        raise InvalidParameter("params.ef", "must be an integer in [1, 32768]", ef)
+    return ef
+
+
+def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
+    """Check ``request`` against the meta in ``view``; the checked request, or the first error."""
+    info = resolve_collection(request, view)
+    for vchannel in request.vchannels:
+        if vchannel not in info.vchannels:
+            raise InvalidParameter("vchannels", f"must be vchannels of collection {info.collection_id}", vchannel)
+    partition_ids = _partitions(request, info, view)
+    flt = compile_filter(request.filter, info.collection_schema)
+    if isinstance(request, QueryRequest):
+        if isinstance(request.offset, bool) or request.offset < 0:
+            raise InvalidParameter("offset", "must be an integer >= 0", request.offset)
+        if request.limit is not None and (isinstance(request.limit, bool) or not 0 <= request.limit <= 16_384 * 1024):
+            raise InvalidParameter("limit", "must be an integer in [0, 16777216] or None", request.limit)
+        outputs = _output_fields(request.output_fields, info, allow_count=True)
+        return Prepared(request, info, partition_ids, flt, outputs)
+    field = _vector_field(request, info)
+    if request.nq < 1:
+        raise InvalidParameter("nq", "a search needs at least one query vector", request.nq)
+    if request.dim != field.dim:
+        raise InvalidParameter("data", f"query vectors must have dim {field.dim} (field {field.name})", request.dim)
+    if len(request.vectors) != request.nq * request.dim * 4:
+        raise InvalidParameter("vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)",
+                               len(request.vectors))
+    queries = request.queries()
+    if not np.isfinite(queries).all():
+        raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")
+    metric = normalize_metric(request.metric_type)
+    top_k = check_top_k(request.top_k)
+    outputs = _output_fields(request.output_fields, info, allow_count=False)
+    return Prepared(request, info, partition_ids, flt, outputs, field.name, metric, top_k, queries, _ef(request.params))

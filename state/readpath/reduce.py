@@ -1,0 +1,98 @@
+"""The reduces: per-shard (or per-segment) top-k results into the global top-k, and query rows
+merged in primary-key order (:func:`merge_query_results`).
+
+Milvus semantics: per query, the best ``top_k`` hits over all parts, best first (L2 ascending,
+IP/COSINE descending), ties by PK ascending, each PK at most once (a PK found in two parts keeps
+its better distance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import InvalidParameter
+from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric, pk_sort_keys, scores_of
+
+QueryRows = dict[str, "list[Any] | np.ndarray"]  # field -> values, primary key first, in PK order
+
+
+def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) -> SearchHits:
+    """The global top ``top_k`` per query of ``parts`` (each (nq, k_i), same nq and PK type).
+
+    Vectorized over all queries: concatenate the parts (K = sum k_i columns), lexsort by
+    (pk, invalid, score) to drop duplicate PKs, lexsort by (invalid, score, pk) and cut at top_k.
+    O(nq * K log K) time, O(nq * K) memory. ``counts[i]`` = min(top_k, distinct PKs of query i).
+    """
+    metric = normalize_metric(metric)
+    top_k = check_top_k(top_k)
+    if not parts:
+        raise InvalidParameter("parts", "must hold at least one search result")
+    nq = parts[0].nq
+    varchar = parts[0].varchar_pks
+    for i, part in enumerate(parts):
+        if part.nq != nq or part.pks.shape != part.distances.shape or part.counts.shape != (nq,):
+            raise InvalidParameter(f"parts[{i}]", f"must have nq={nq} rows and matching pks/distances/counts")
+        if part.varchar_pks != varchar:
+            raise InvalidParameter(f"parts[{i}]", "all parts must have the same primary key type")
+    if len(parts) == 1 and parts[0].k == top_k and _distinct_int_pks(parts[0]):
+        return parts[0]  # already the top-k, each PK once: nothing to merge (the common nq=1 case)
+    pks = np.concatenate([p.pks for p in parts], axis=1)
+    distances = np.concatenate([p.distances for p in parts], axis=1).astype(np.float32, copy=False)
+    scores = scores_of(distances, metric)
+    valid = np.concatenate([p.valid_mask() for p in parts], axis=1)
+    if pks.shape[1] == 0:
+        return SearchHits.empty(nq, top_k, metric, varchar)
+
+    keys = pk_sort_keys(pks, valid)
+    # Deduplicate: group equal PKs, the valid entry with the best score first; drop the rest.
+    by_pk = np.lexsort((scores, ~valid, keys), axis=1)
+    keys_sorted = np.take_along_axis(keys, by_pk, axis=1)
+    valid_sorted = np.take_along_axis(valid, by_pk, axis=1)
+    first = np.ones_like(valid_sorted)
+    first[:, 1:] = keys_sorted[:, 1:] != keys_sorted[:, :-1]
+    keep = np.zeros_like(valid)
+    np.put_along_axis(keep, by_pk, first & valid_sorted, axis=1)
+
+    order = np.lexsort((keys, scores, ~keep), axis=1)[:, :top_k]
+    kept = order.shape[1]
+    counts = np.minimum(keep.sum(axis=1), top_k).astype(np.int64)
+    out = SearchHits.empty(nq, top_k, metric, varchar)
+    real = np.arange(kept)[None, :] < counts[:, None]
+    chosen = np.take_along_axis(distances, order, axis=1)
+    out.distances[:, :kept] = np.where(real, chosen, out.distances[:, :kept])
+    out.pks[:, :kept] = np.where(real, np.take_along_axis(pks, order, axis=1), out.pks[:, :kept])
+    return SearchHits(out.pks, out.distances, counts)
+
+
+def _distinct_int_pks(hits: SearchHits) -> bool:
+    """True if ``hits`` has INT64 PKs and no query holds a PK twice (padding never counts). A real
+    PK equal to a padding sentinel only makes this False, which sends the caller the full way."""
+    if hits.varchar_pks:
+        return False
+    sentinels = np.iinfo(np.int64).min + np.arange(hits.k, dtype=np.int64)[None, :]
+    keys = np.sort(np.where(hits.valid_mask(), hits.pks, sentinels), axis=1)
+    return not bool((keys[:, 1:] == keys[:, :-1]).any())
+
+
+def merge_query_results(parts: Sequence[QueryRows], offset: int = 0, limit: int | None = None) -> QueryRows:
+    """Rows of ``parts`` (each in PK order, the primary key first, same fields) in PK order over all
+    parts, skipping ``offset`` then keeping at most ``limit``; ``{}`` for no parts. O(m log m)."""
+    stop = None if limit is None else offset + limit
+    if not parts:
+        return {}
+    if len(parts) == 1:
+        return {name: values[offset:stop] for name, values in parts[0].items()}
+    merged: QueryRows = {}
+    for name, first in parts[0].items():
+        if isinstance(first, np.ndarray):
+            merged[name] = np.concatenate([p[name] for p in parts])  # type: ignore[misc]
+        else:
+            merged[name] = [v for p in parts for v in p[name]]
+    pks = next(iter(merged.values()))
+    keys = pks if isinstance(pks, np.ndarray) else np.array(pks, dtype=object)
+    chosen = np.argsort(keys, kind="stable")[offset:stop]
+    return {name: (values[chosen] if isinstance(values, np.ndarray) else [values[i] for i in chosen])
+            for name, values in merged.items()}
