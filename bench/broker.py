@@ -93,10 +93,14 @@ def main(argv: list[str] | None = None) -> None:
 
     def plot(plt: Any) -> Any:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-        axes[0].bar(["redis", "kafka first", *[f"kafka re{i + 1}" for i in range(len(restarts))]],
-                    [out["redis_start_s"], out["kafka_first_start_s"], *restarts])
+        axes[0].bar(
+            ["redis", "kafka first", *[f"kafka re{i + 1}" for i in range(len(restarts))]],
+            [out["redis_start_s"], out["kafka_first_start_s"], *restarts],
+        )
         axes[0].set_title("time to ready, s")
-        axes[1].bar(["idle", f"after {args.records:,} writes"], [out["kafka_rss_idle_mib"], out["kafka_rss_after_load_mib"]])
+        axes[1].bar(
+            ["idle", f"after {args.records:,} writes"], [out["kafka_rss_idle_mib"], out["kafka_rss_after_load_mib"]]
+        )
         axes[1].set_title("Kafka RSS, MiB")
         return fig
 

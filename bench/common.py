@@ -38,8 +38,12 @@ def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator
     EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
-            "kafka": f"127.0.0.1:{free_port()}", "kafka_controller_port": free_port(), "redis": f"redis://127.0.0.1:{free_port()}/0",
-            "cluster": f"bench{name}", "data_dir": Path(tmp), "proxy_http": f"127.0.0.1:{free_port()}",
+            "kafka": f"127.0.0.1:{free_port()}",
+            "kafka_controller_port": free_port(),
+            "redis": f"redis://127.0.0.1:{free_port()}/0",
+            "cluster": f"bench{name}",
+            "data_dir": Path(tmp),
+            "proxy_http": f"127.0.0.1:{free_port()}",
         }
         values.update(overrides)
         config = OspreyConfig(**values)
@@ -65,8 +69,16 @@ def write_results(name: str, results: dict[str, Any], plot: Any) -> tuple[Path, 
 
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    results = {"benchmark": name, "when": stamp, "machine": {"python": platform.python_version(),
-               "cpus": __import__("os").cpu_count(), "platform": platform.platform()}, **results}
+    results = {
+        "benchmark": name,
+        "when": stamp,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": __import__("os").cpu_count(),
+            "platform": platform.platform(),
+        },
+        **results,
+    }
     json_path = RESULTS_DIR / f"{name}-{stamp}.json"
     json_path.write_text(json.dumps(results, indent=2, default=float) + "\n")
     fig = plot(plt)

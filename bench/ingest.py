@@ -52,8 +52,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def schema(dim: int) -> dict[str, Any]:
-    return {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
-                       {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": dim}]}
+    return {
+        "fields": [
+            {"name": "id", "dtype": "INT64", "is_primary": True},
+            {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": dim},
+        ]
+    }
 
 
 def hnswlib_build_rate(w: Workload) -> float:
@@ -110,9 +114,23 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
     poller = CountPoller(config, "spark_docs", rows).start()
     env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
     launched = time.perf_counter()
-    job = subprocess.run([sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory),
-                          "--collection", "spark_docs", "--checkpoint", str(data / "checkpoint")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    job = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_streaming.jobs.ingest_files",
+            str(directory),
+            "--collection",
+            "spark_docs",
+            "--checkpoint",
+            str(data / "checkpoint"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
     job_done = time.perf_counter()
     if job.returncode != 0:
         raise RuntimeError(f"ingest job failed ({job.returncode}):\n{job.stderr[-4000:]}")
@@ -130,7 +148,10 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
 
     spark_task_s = max(b["seconds"] for b in asyncio.run(batches()))
     out = {
-        "rows": rows, "files": files, "batches": totals["batches"], "written": totals["written"],
+        "rows": rows,
+        "files": files,
+        "batches": totals["batches"],
+        "written": totals["written"],
         "rejected": totals["rejected"],
         "job_wall_s": job_done - launched,
         "spark_to_acked_rows_per_s": rows / spark_task_s,
@@ -141,10 +162,12 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
         "end_to_end_rows_per_s": rows / (every - launched),
         "curve": [(t - launched, n) for t, n in poller.samples],
     }
-    print(f"  spark: {rows:,} rows in {totals['batches']} batch(es); Spark -> acknowledged "
-          f"{out['spark_to_acked_rows_per_s']:,.0f} rows/s ({spark_task_s:.2f} s per task); searchable "
-          f"{out['searchable_rows_per_s']:,.0f} rows/s (first row visible {out['first_visible_after_launch_s']:.1f} s "
-          f"after launch); end to end incl. JVM start {out['end_to_end_rows_per_s']:,.0f} rows/s")
+    print(
+        f"  spark: {rows:,} rows in {totals['batches']} batch(es); Spark -> acknowledged "
+        f"{out['spark_to_acked_rows_per_s']:,.0f} rows/s ({spark_task_s:.2f} s per task); searchable "
+        f"{out['searchable_rows_per_s']:,.0f} rows/s (first row visible {out['first_visible_after_launch_s']:.1f} s "
+        f"after launch); end to end incl. JVM start {out['end_to_end_rows_per_s']:,.0f} rows/s"
+    )
     return out
 
 
@@ -166,17 +189,27 @@ async def run_client_insert(config: OspreyConfig, w: Workload) -> dict[str, Any]
             await asyncio.sleep(POLL_S)
         assert await client.count("insert_docs", consistency_level="Strong") == rows
         every = time.perf_counter()
-    out = {"acked_rows_per_s": rows / (acked - started), "searchable_rows_per_s": rows / (every - started),
-           "curve": samples}
-    print(f"  Client.insert: {out['acked_rows_per_s']:,.0f} rows/s acknowledged, "
-          f"{out['searchable_rows_per_s']:,.0f} rows/s searchable")
+    out = {
+        "acked_rows_per_s": rows / (acked - started),
+        "searchable_rows_per_s": rows / (every - started),
+        "curve": samples,
+    }
+    print(
+        f"  Client.insert: {out['acked_rows_per_s']:,.0f} rows/s acknowledged, "
+        f"{out['searchable_rows_per_s']:,.0f} rows/s searchable"
+    )
     return out
 
 
 async def recall(config: OspreyConfig, w: Workload) -> float:
     async with Client(config) as client:
-        hits = await client.search("spark_docs", w.queries, limit=TOP_K, consistency_level="Strong",
-                                   search_params={"metric_type": "L2", "params": {"ef": EF}})
+        hits = await client.search(
+            "spark_docs",
+            w.queries,
+            limit=TOP_K,
+            consistency_level="Strong",
+            search_params={"metric_type": "L2", "params": {"ef": EF}},
+        )
     return recall_at_k([[h["id"] for h in per_query] for per_query in hits], w.truth)
 
 
@@ -191,8 +224,10 @@ def main(argv: list[str] | None = None) -> None:
     w = gaussian_mixture(args.rows, args.dim, QUERIES, TOP_K)
     build = hnswlib_build_rate(w)
     print(f"raw hnswlib build (M16, efC100), in process: {build:,.0f} rows/s")
-    with tempfile.TemporaryDirectory(prefix="osprey-bench-ingest-data-") as tmp, \
-            embedded_stack("ingest", proxy=True) as config:
+    with (
+        tempfile.TemporaryDirectory(prefix="osprey-bench-ingest-data-") as tmp,
+        embedded_stack("ingest", proxy=True) as config,
+    ):
         print("osprey: Spark ingest job (local[2]) into a 1-shard collection")
         spark = run_spark(config, w, args.files, Path(tmp))
         osp_recall = asyncio.run(recall(config, w))
@@ -201,30 +236,47 @@ def main(argv: list[str] | None = None) -> None:
         insert = asyncio.run(run_client_insert(config, w))
 
     ratios = {
-        "spark_searchable_vs_client_insert_searchable": spark["searchable_rows_per_s"] / insert["searchable_rows_per_s"],
+        "spark_searchable_vs_client_insert_searchable": spark["searchable_rows_per_s"]
+        / insert["searchable_rows_per_s"],
         "spark_acked_vs_client_insert_acked": spark["spark_to_acked_rows_per_s"] / insert["acked_rows_per_s"],
         "spark_searchable_vs_hnswlib_build": spark["searchable_rows_per_s"] / build,
     }
     print("ratios")
     for name, value in ratios.items():
         print(f"  {name:<48} {value:.3f}")
-    goals = {"searchable_rows_per_s>=50000": spark["searchable_rows_per_s"] >= 50_000,
-             "exact_rows": spark["written"] == args.rows and spark["rejected"] == 0}
+    goals = {
+        "searchable_rows_per_s>=50000": spark["searchable_rows_per_s"] >= 50_000,
+        "exact_rows": spark["written"] == args.rows and spark["rejected"] == 0,
+    }
     print("goals", goals)
-    results = {"args": vars(args), "hnswlib_build_rows_per_s": build, "spark": spark, "client_insert": insert,
-               "recall_at_10": osp_recall, "ratios": ratios, "goals": goals}
+    results = {
+        "args": vars(args),
+        "hnswlib_build_rows_per_s": build,
+        "spark": spark,
+        "client_insert": insert,
+        "recall_at_10": osp_recall,
+        "ratios": ratios,
+        "goals": goals,
+    }
 
     def plot(plt: Any) -> Any:
         fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
         for label, curve in (("Spark sink (from job launch)", spark["curve"]), ("Client.insert", insert["curve"])):
-            t, n = zip(*curve) if curve else ((), ())
+            t, n = zip(*curve, strict=False) if curve else ((), ())
             axes[0].plot(t, n, label=label)
         axes[0].set_xlabel("s")
         axes[0].set_ylabel("rows visible (Eventually)")
         axes[0].legend()
-        axes[1].bar(["Spark\n-> acked", "Spark\nsearchable", "insert\nacked", "insert\nsearchable", "hnswlib\nbuild"],
-                    [spark["spark_to_acked_rows_per_s"], spark["searchable_rows_per_s"], insert["acked_rows_per_s"],
-                     insert["searchable_rows_per_s"], build])
+        axes[1].bar(
+            ["Spark\n-> acked", "Spark\nsearchable", "insert\nacked", "insert\nsearchable", "hnswlib\nbuild"],
+            [
+                spark["spark_to_acked_rows_per_s"],
+                spark["searchable_rows_per_s"],
+                insert["acked_rows_per_s"],
+                insert["searchable_rows_per_s"],
+                build,
+            ],
+        )
         axes[1].set_title("rows/s")
         fig.suptitle(f"bench.ingest: {args.rows} x {args.dim} from {args.files} Parquet files")
         return fig

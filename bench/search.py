@@ -59,7 +59,8 @@ def bench_hnswlib(w: Workload, sequential: int) -> dict[str, Any]:
     return {
         "build_rows_per_s": len(w.base) / build_s,
         "sequential_qps": len(latencies) / sum(latencies),
-        "sequential_p50_ms": percentile_ms(latencies, 50), "sequential_p99_ms": percentile_ms(latencies, 99),
+        "sequential_p50_ms": percentile_ms(latencies, 50),
+        "sequential_p99_ms": percentile_ms(latencies, 99),
         "batched_qps": len(w.queries) / batched_s,
         "recall_at_10": recall_at_k(found, w.truth),
     }
@@ -98,8 +99,12 @@ async def wait_indexed(client: Client, rows: int) -> None:
 
 async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, strong: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    schema = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
-                         {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": w.base.shape[1]}]}
+    schema = {
+        "fields": [
+            {"name": "id", "dtype": "INT64", "is_primary": True},
+            {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": w.base.shape[1]},
+        ]
+    }
     async with Client(config) as client:
         await client.create_collection("bench", schema, shards_num=SHARDS)
         n = len(w.base)
@@ -135,14 +140,17 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
             out[f"sequential_qps_{key}"] = len(latencies) / sum(latencies)
             out[f"sequential_p50_ms_{key}"] = percentile_ms(latencies, 50)
             out[f"sequential_p99_ms_{key}"] = percentile_ms(latencies, 99)
-            print(f"  sequential nq=1 {level}: {out[f'sequential_qps_{key}']:,.0f} QPS, "
-                  f"p50 {out[f'sequential_p50_ms_{key}']:.2f} ms, p99 {out[f'sequential_p99_ms_{key}']:.2f} ms")
+            print(
+                f"  sequential nq=1 {level}: {out[f'sequential_qps_{key}']:,.0f} QPS, "
+                f"p50 {out[f'sequential_p50_ms_{key}']:.2f} ms, p99 {out[f'sequential_p99_ms_{key}']:.2f} ms"
+            )
 
         found: list[list[int]] = []
         started = time.perf_counter()
         for lo in range(0, len(w.queries), BATCH_NQ):
-            hits = await client.search("bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params,
-                                       consistency_level="Bounded")
+            hits = await client.search(
+                "bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params, consistency_level="Bounded"
+            )
             found.extend([h["id"] for h in per_query] for per_query in hits)
         out["batched_qps"] = len(w.queries) / (time.perf_counter() - started)
         out["recall_at_10"] = recall_at_k(found, w.truth)
@@ -163,8 +171,10 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
         out["freshness_p50_ms"] = percentile_ms(fresh, 50)
         out["freshness_p99_ms"] = percentile_ms(fresh, 99)
         out["time_tick_interval_ms"] = config.time_tick_interval_ms
-        print(f"  freshness (ack -> visible, Strong): p50 {out['freshness_p50_ms']:.1f} ms, "
-              f"p99 {out['freshness_p99_ms']:.1f} ms (tick {config.time_tick_interval_ms} ms)")
+        print(
+            f"  freshness (ack -> visible, Strong): p50 {out['freshness_p50_ms']:.1f} ms, "
+            f"p99 {out['freshness_p99_ms']:.1f} ms (tick {config.time_tick_interval_ms} ms)"
+        )
     return out
 
 
@@ -182,8 +192,10 @@ def main(argv: list[str] | None = None) -> None:
     w = gaussian_mixture(args.rows, args.dim, args.queries, TOP_K)
     print("raw hnswlib (M16, efC200, ef64), in process")
     ref = bench_hnswlib(w, args.sequential)
-    print(f"  build {ref['build_rows_per_s']:,.0f} rows/s, sequential {ref['sequential_qps']:,.0f} QPS, "
-          f"batched {ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}")
+    print(
+        f"  build {ref['build_rows_per_s']:,.0f} rows/s, sequential {ref['sequential_qps']:,.0f} QPS, "
+        f"batched {ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}"
+    )
     brute = bench_numpy(w, args.sequential)
     print(f"numpy brute force: {brute['sequential_qps']:,.0f} QPS (nq=1)")
     print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode)")
@@ -214,17 +226,23 @@ def main(argv: list[str] | None = None) -> None:
 
     def plot(plt: Any) -> Any:
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-        axes[0].bar(["osprey\nbounded", "osprey\nstrong", "hnswlib"],
-                    [osp["sequential_qps_bounded"], osp["sequential_qps_strong"], ref["sequential_qps"]])
+        axes[0].bar(
+            ["osprey\nbounded", "osprey\nstrong", "hnswlib"],
+            [osp["sequential_qps_bounded"], osp["sequential_qps_strong"], ref["sequential_qps"]],
+        )
         axes[0].set_title("sequential QPS (nq=1)")
         axes[0].set_yscale("log")
         axes[1].bar(["osprey", "hnswlib"], [osp["batched_qps"], ref["batched_qps"]])
         axes[1].set_title(f"batched QPS (nq={BATCH_NQ})")
-        axes[2].bar(["acked", "searchable", "hnswlib build"],
-                    [osp["insert_rows_per_s_acked"], osp["insert_rows_per_s_searchable"], ref["build_rows_per_s"]])
+        axes[2].bar(
+            ["acked", "searchable", "hnswlib build"],
+            [osp["insert_rows_per_s_acked"], osp["insert_rows_per_s_searchable"], ref["build_rows_per_s"]],
+        )
         axes[2].set_title("insert rows/s")
-        fig.suptitle(f"bench.search: {args.rows} x {args.dim}, recall@10 osprey {osp['recall_at_10']:.3f} "
-                     f"/ hnswlib {ref['recall_at_10']:.3f}")
+        fig.suptitle(
+            f"bench.search: {args.rows} x {args.dim}, recall@10 osprey {osp['recall_at_10']:.3f} "
+            f"/ hnswlib {ref['recall_at_10']:.3f}"
+        )
         return fig
 
     json_path, png_path = write_results("search", results, plot)

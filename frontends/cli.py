@@ -94,8 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
-    sub.add_parser("ingest", help="stream a directory of Parquet/JSON files into a collection with Spark "
-                   "(DIR --collection NAME [--follow] ...; `ingest --help` for more)", add_help=False)
+    sub.add_parser(
+        "ingest",
+        help="stream a directory of Parquet/JSON files into a collection with Spark "
+        "(DIR --collection NAME [--follow] ...; `ingest --help` for more)",
+        add_help=False,
+    )
     sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis"])
@@ -195,8 +199,10 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
         cluster = LocalCluster(config)
         if cmd == "up":
             cluster.up(workers=not args.no_workers, proxy=not args.no_workers)
-            print(f"osprey up: kafka={config.kafka} redis={config.redis} proxy=http://{config.proxy_http} "
-                  f"data={Path(config.data_dir).resolve()}")
+            print(
+                f"osprey up: kafka={config.kafka} redis={config.redis} proxy=http://{config.proxy_http} "
+                f"data={Path(config.data_dir).resolve()}"
+            )
         elif cmd == "down":
             cluster.down()
             print("osprey down")
@@ -213,8 +219,10 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
             try:
                 _print(asyncio.run(status(config)))
             except (OSError, RedisConnectionError) as err:
-                print(f"osprey status: Redis at {config.redis} is not reachable ({err}); is the stack up? (./osprey up)",
-                      file=sys.stderr)
+                print(
+                    f"osprey status: Redis at {config.redis} is not reachable ({err}); is the stack up? (./osprey up)",
+                    file=sys.stderr,
+                )
                 return 1
         return 0
     if cmd == "rootcoord":

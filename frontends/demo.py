@@ -53,7 +53,7 @@ async def walkthrough(client: Client) -> None:
     cid = await client.create_collection(a, SCHEMA, shards_num=2)
     d = await client.describe_collection(a)
     say(f"create {a}", f"id={cid}")
-    say("  vchannels -> pchannels", dict(zip(d.info.vchannels, d.info.pchannels)))
+    say("  vchannels -> pchannels", dict(zip(d.info.vchannels, d.info.pchannels, strict=False)))
     say("  fields", [(f.field_id, f.name, f.dtype.value) for f in d.info.collection_schema.fields])
     say("  created_ts", d.info.created_ts)
 
@@ -84,23 +84,31 @@ async def walkthrough(client: Client) -> None:
     rng = np.random.default_rng(42)
     titles = ["dune", "emma", "ulysses", "beloved", "dracula", "walden"]
     vecs = rng.standard_normal((len(titles), DIM)).astype(np.float32)
-    rows = [{"title": t, "embedding": v, "year": 1800 + 37 * i} for i, (t, v) in enumerate(zip(titles, vecs))]
+    rows = [
+        {"title": t, "embedding": v, "year": 1800 + 37 * i} for i, (t, v) in enumerate(zip(titles, vecs, strict=False))
+    ]
     inserted = await client.insert(z, rows)
     say(f"insert {len(rows)} rows into {z} (auto id)", f"ids {inserted.primary_keys[0]}..; ts {inserted.timestamp}")
     hits = await client.search(z, vecs[2:3], limit=3, output_fields=["title", "year"], consistency_level="Strong")
     say("search Strong for ulysses' vector, top 3", [(h["entity"]["title"], round(h["distance"], 3)) for h in hits[0]])
-    rows_found = await client.query(z, filter='year > 1850 and title like "d%"', output_fields=["title", "year"],
-                                    consistency_level="Strong")
+    rows_found = await client.query(
+        z, filter='year > 1850 and title like "d%"', output_fields=["title", "year"], consistency_level="Strong"
+    )
     say('query year > 1850 and title like "d%"', [(r["title"], r["year"]) for r in rows_found])
-    say("count(*) Strong / Eventually", (await client.count(z, consistency_level="Strong"),
-                                         await client.count(z, consistency_level="Eventually")))
+    say(
+        "count(*) Strong / Eventually",
+        (await client.count(z, consistency_level="Strong"), await client.count(z, consistency_level="Eventually")),
+    )
     await asyncio.sleep(1.2)  # query nodes publish their status every second
     cluster_status = await status(client.config)
     cid_b = (await client.describe_collection(b)).info.collection_id
     for vchannel, shard in cluster_status["vchannels"].items():
         if vchannel.startswith(f"{cid_b}_"):
-            say(f"  ./osprey status: {vchannel}", f"querynode {shard['querynode']}, tsafe age {shard['tsafe_age_ms']} ms, "
-                f"growing segments {shard['growing_segments']}")
+            say(
+                f"  ./osprey status: {vchannel}",
+                f"querynode {shard['querynode']}, tsafe age {shard['tsafe_age_ms']} ms, "
+                f"growing segments {shard['growing_segments']}",
+            )
     try:
         await client.search(z, [[0.0] * (DIM + 1)], limit=3)
     except OspreyError as err:
@@ -114,9 +122,18 @@ async def walkthrough(client: Client) -> None:
         (f"drop collection through alias {z}", client.drop_collection(z)),
         (f"create collection named like alias {z}", client.create_collection(z, SCHEMA)),
         (f"create alias named like collection {a}", client.create_alias(a, b)),
-        ("create collection with dim 1", client.create_collection("bad_dim", {"fields": [
-            {"name": "id", "dtype": "INT64", "is_primary": True},
-            {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 1}]})),
+        (
+            "create collection with dim 1",
+            client.create_collection(
+                "bad_dim",
+                {
+                    "fields": [
+                        {"name": "id", "dtype": "INT64", "is_primary": True},
+                        {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 1},
+                    ]
+                },
+            ),
+        ),
     ):
         try:
             await call
@@ -138,17 +155,33 @@ async def spark_ingest(client: Client, suffix: str) -> None:
     config = client.config
     print(f"Spark ingest: the standard workload, {INGEST_ROWS:,} x {INGEST_DIM} in {INGEST_FILES} Parquet files")
     w = gaussian_mixture(INGEST_ROWS, INGEST_DIM, INGEST_QUERIES)
-    directory = Path(config.data_dir).resolve() / f"demo-ingest-{suffix}"
+    directory = Path(config.data_dir).resolve() / f"demo-ingest-{suffix}"  # noqa: ASYNC240 (nothing else runs on the demo's loop yet)
     write_parquet_files(directory, w.base, INGEST_FILES)
     name = f"docs_{suffix}"
-    await client.create_collection(name, {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
-                                                     {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": INGEST_DIM}]})
+    await client.create_collection(
+        name,
+        {
+            "fields": [
+                {"name": "id", "dtype": "INT64", "is_primary": True},
+                {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": INGEST_DIM},
+            ]
+        },
+    )
     say(f"create {name}; files in", directory)
     say(f"./osprey ingest {directory.name} --collection {name}", "(Spark local[2]: ~10 s to start)")
     job = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory), "--collection", name,
-        "--checkpoint", str(directory.parent / f"demo-checkpoint-{suffix}"),
-        env={**os.environ, **config.to_env()}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "spark_streaming.jobs.ingest_files",
+        str(directory),
+        "--collection",
+        name,
+        "--checkpoint",
+        str(directory.parent / f"demo-checkpoint-{suffix}"),
+        env={**os.environ, **config.to_env()},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert job.stderr is not None and job.stdout is not None
     errors: list[str] = []
     async for raw in job.stderr:
@@ -162,12 +195,17 @@ async def spark_ingest(client: Client, suffix: str) -> None:
         say("ingest job failed", "\n".join(errors[-20:]))
         return
     totals = json.loads(out)
-    say("  done", f"{totals['written']:,} written, {totals['rejected']:,} rejected in {totals['seconds']:.1f} s "
-        f"({totals['rows_per_s']:,.0f} rows/s, Spark start included)")
+    say(
+        "  done",
+        f"{totals['written']:,} written, {totals['rejected']:,} rejected in {totals['seconds']:.1f} s "
+        f"({totals['rows_per_s']:,.0f} rows/s, Spark start included)",
+    )
     say("count(*) Strong", await client.count(name, consistency_level="Strong"))
     hits = await client.search(name, w.queries, limit=10, consistency_level="Strong")
-    say(f"search {INGEST_QUERIES} queries Strong: recall@10 vs numpy",
-        round(recall_at_k([[h["id"] for h in q] for q in hits], w.truth), 3))
+    say(
+        f"search {INGEST_QUERIES} queries Strong: recall@10 vs numpy",
+        round(recall_at_k([[h["id"] for h in q] for q in hits], w.truth), 3),
+    )
     say("  first query's top 3", [(h["id"], round(h["distance"], 3)) for h in hits[0][:3]])
     ingest = (await status(config))["ingest"].get(totals["query_id"], {})
     say("  ./osprey status: ingest", {k: ingest.get(k) for k in ("batches", "written", "rejected", "last_batch")})

@@ -54,7 +54,11 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
     ) -> int:
         """Create a collection; returns its id."""
-        fields: dict[str, Any] = {"collection_name": collection_name, "collection_schema": schema, "shards_num": shards_num}
+        fields: dict[str, Any] = {
+            "collection_name": collection_name,
+            "collection_schema": schema,
+            "shards_num": shards_num,
+        }
         if consistency_level is not None:
             fields["consistency_level"] = consistency_level
         reply = await self._call(ddl.CreateCollection, **fields)
@@ -79,14 +83,20 @@ class Client:
 
     # -- partitions
     async def create_partition(self, collection_name: str, partition_name: str) -> int:
-        return (await self._call(ddl.CreatePartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+        return (
+            await self._call(ddl.CreatePartition, collection_name=collection_name, partition_name=partition_name)
+        ).partition_id
 
     async def drop_partition(self, collection_name: str, partition_name: str) -> int:
-        return (await self._call(ddl.DropPartition, collection_name=collection_name, partition_name=partition_name)).partition_id
+        return (
+            await self._call(ddl.DropPartition, collection_name=collection_name, partition_name=partition_name)
+        ).partition_id
 
     async def has_partition(self, collection_name: str, partition_name: str, as_of: int = 0) -> bool:
         return (
-            await self._call(ddl.HasPartition, collection_name=collection_name, partition_name=partition_name, as_of=as_of)
+            await self._call(
+                ddl.HasPartition, collection_name=collection_name, partition_name=partition_name, as_of=as_of
+            )
         ).value
 
     async def show_partitions(self, collection_name: str, as_of: int = 0) -> list[PartitionInfo]:
@@ -161,9 +171,18 @@ class Client:
         overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
         ``timeout`` in seconds bounds the wait for the shards' tsafe."""
         return await self.proxy.search(
-            collection_name, data, limit, filter=filter, output_fields=output_fields, search_params=search_params,
-            anns_field=anns_field, partition_names=partition_names, consistency_level=consistency_level,
-            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+            collection_name,
+            data,
+            limit,
+            filter=filter,
+            output_fields=output_fields,
+            search_params=search_params,
+            anns_field=anns_field,
+            partition_names=partition_names,
+            consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp,
+            timeout=timeout,
+        )
 
     async def query(
         self,
@@ -182,12 +201,21 @@ class Client:
         ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
         ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
         return await self.proxy.query(
-            collection_name, filter=filter, output_fields=output_fields, limit=limit, offset=offset,
-            partition_names=partition_names, ids=ids, consistency_level=consistency_level,
-            guarantee_timestamp=guarantee_timestamp, timeout=timeout)
+            collection_name,
+            filter=filter,
+            output_fields=output_fields,
+            limit=limit,
+            offset=offset,
+            partition_names=partition_names,
+            ids=ids,
+            consistency_level=consistency_level,
+            guarantee_timestamp=guarantee_timestamp,
+            timeout=timeout,
+        )
 
-    async def get(self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None,
-                  **options: Any) -> list[dict[str, Any]]:
+    async def get(
+        self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None, **options: Any
+    ) -> list[dict[str, Any]]:
         """The rows with these primary keys (missing ones are simply absent), in PK order."""
         return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
 

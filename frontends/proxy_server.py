@@ -60,7 +60,8 @@ def main(config: OspreyConfig | None = None) -> None:
     """Run the proxy process with ``config`` (default: the ``OSPREY_*`` environment); blocks."""
     config = config or OspreyConfig.from_env()
     logging.basicConfig(
-        level=os.environ.get("OSPREY_LOG_LEVEL", "info").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=os.environ.get("OSPREY_LOG_LEVEL", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")

@@ -204,7 +204,9 @@ def parse_body(raw: bytes) -> Body:
     except UnicodeDecodeError:
         raise InvalidParameter("body", "must be UTF-8 encoded JSON") from None
     except json.JSONDecodeError as exc:
-        raise InvalidParameter("body", f"must be a JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise InvalidParameter(
+            "body", f"must be a JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
     if not isinstance(data, dict):
         raise InvalidParameter("body", "must be a JSON object", type(data).__name__)
     return Body(data)
@@ -295,14 +297,17 @@ def _quick_schema(body: Body) -> dict[str, Any]:
         raise InvalidParameter("idType", "must be Int64 or VarChar", id_name)
     primary: dict[str, Any] = {
         "name": body.string("primaryFieldName", default=QUICK_PRIMARY_FIELD) or QUICK_PRIMARY_FIELD,
-        "dtype": id_type.value, "is_primary": True, "auto_id": body.boolean("autoID"),
+        "dtype": id_type.value,
+        "is_primary": True,
+        "auto_id": body.boolean("autoID"),
     }
     if id_type is DataType.VARCHAR:
         max_length = body.obj("params").raw("max_length")
         primary["max_length"] = QUICK_VARCHAR_MAX_LENGTH if max_length is None else max_length
     vector = {
         "name": body.string("vectorFieldName", default=QUICK_VECTOR_FIELD) or QUICK_VECTOR_FIELD,
-        "dtype": DataType.FLOAT_VECTOR.value, "dim": body.integer("dimension", default=0),
+        "dtype": DataType.FLOAT_VECTOR.value,
+        "dim": body.integer("dimension", default=0),
     }
     dynamic = body.setting("enableDynamicField")
     return {
@@ -361,8 +366,13 @@ def _collection(desc: CollectionDescription) -> dict[str, Any]:
     info, schema = desc.info, desc.info.collection_schema
     fields = [
         {
-            "name": f.name, "id": f.field_id, "type": _MILVUS_NAME[f.dtype], "primaryKey": f.is_primary,
-            "autoId": f.auto_id, "description": f.description, "params": _type_params(f),
+            "name": f.name,
+            "id": f.field_id,
+            "type": _MILVUS_NAME[f.dtype],
+            "primaryKey": f.is_primary,
+            "autoId": f.auto_id,
+            "description": f.description,
+            "params": _type_params(f),
         }
         for f in schema.fields
         if not f.is_dynamic
@@ -385,8 +395,10 @@ def _collection(desc: CollectionDescription) -> dict[str, Any]:
 
 def _alias(desc: AliasDescription) -> dict[str, Any]:
     return {
-        "aliasName": desc.alias, "collectionName": desc.collection_name,
-        "collectionID": desc.collection_id, "createdTimestamp": desc.created_ts,
+        "aliasName": desc.alias,
+        "collectionName": desc.collection_name,
+        "collectionID": desc.collection_id,
+        "createdTimestamp": desc.created_ts,
     }
 
 
@@ -403,9 +415,11 @@ def _list(body: Body, key: str, default: list[Any] | None = None) -> list[Any]:
 
 
 def _read_options(body: Body) -> dict[str, Any]:
-    options: dict[str, Any] = {"filter": body.string("filter", default=""),
-                               "output_fields": _list(body, "outputFields", []),
-                               "partition_names": _list(body, "partitionNames", [])}
+    options: dict[str, Any] = {
+        "filter": body.string("filter", default=""),
+        "output_fields": _list(body, "outputFields", []),
+        "partition_names": _list(body, "partitionNames", []),
+    }
     level = body.raw("consistencyLevel")
     if level is not None:
         options["consistency_level"] = level
@@ -415,24 +429,45 @@ def _read_options(body: Body) -> dict[str, Any]:
 
 
 def _parse_insert(body: Body) -> Parsed:
-    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
-                   "partition_name": body.string("partitionName", default="")})
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "data": _list(body, "data"),
+            "partition_name": body.string("partitionName", default=""),
+        }
+    )
 
 
 def _parse_search(body: Body) -> Parsed:
     params = body.obj("searchParams")
-    search_params = {"metric_type": params.string("metricType", default="L2"), "params": dict(params.obj("params").data)}
-    return Parsed({"collection_name": body.string("collectionName"), "data": _list(body, "data"),
-                   "limit": body.integer("limit", default=10), "anns_field": body.string("annsField", default=""),
-                   "search_params": search_params, **_read_options(body)},
-                  {"top_k": "limit", "anns_field": "annsField", "output_fields": "outputFields", "expr": "filter"})
+    search_params = {
+        "metric_type": params.string("metricType", default="L2"),
+        "params": dict(params.obj("params").data),
+    }
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "data": _list(body, "data"),
+            "limit": body.integer("limit", default=10),
+            "anns_field": body.string("annsField", default=""),
+            "search_params": search_params,
+            **_read_options(body),
+        },
+        {"top_k": "limit", "anns_field": "annsField", "output_fields": "outputFields", "expr": "filter"},
+    )
 
 
 def _parse_query(body: Body) -> Parsed:
     limit = body.integer("limit", default=-1, minimum=-1)
-    return Parsed({"collection_name": body.string("collectionName"), "limit": None if limit < 0 else limit,
-                   "offset": body.integer("offset", default=0), **_read_options(body)},
-                  {"output_fields": "outputFields", "expr": "filter"})
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "limit": None if limit < 0 else limit,
+            "offset": body.integer("offset", default=0),
+            **_read_options(body),
+        },
+        {"output_fields": "outputFields", "expr": "filter"},
+    )
 
 
 def _parse_get(body: Body) -> Parsed:
@@ -440,8 +475,10 @@ def _parse_get(body: Body) -> Parsed:
     ids = ids if isinstance(ids, list) else [ids]
     options = _read_options(body)
     options.pop("filter")
-    return Parsed({"collection_name": body.string("collectionName"), "ids": ids, **options},
-                  {"output_fields": "outputFields", "ids": "id"})
+    return Parsed(
+        {"collection_name": body.string("collectionName"), "ids": ids, **options},
+        {"output_fields": "outputFields", "ids": "id"},
+    )
 
 
 def _inserted(result: Any) -> dict[str, Any]:
@@ -577,8 +614,14 @@ class RestFrontEnd:
         async def handle(request: web.Request) -> web.Response:
             length = request.content_length
             if length is None or length > MAX_CHUNK_BYTES:
-                return web.json_response(failure(InvalidParameter(
-                    "body", f"must have a Content-Length of at most {MAX_CHUNK_BYTES} bytes", length)), status=413)
+                return web.json_response(
+                    failure(
+                        InvalidParameter(
+                            "body", f"must have a Content-Length of at most {MAX_CHUNK_BYTES} bytes", length
+                        )
+                    ),
+                    status=413,
+                )
             raw = await request.content.readexactly(length)
             return web.json_response(await self.serve_ingest(model, method, raw))
 

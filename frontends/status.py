@@ -44,14 +44,21 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
             "vchannels": _vchannels(await board.read("querynode"), now_ms),
-            "pchannel_owners": {p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))},
+            "pchannel_owners": {
+                p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))
+            },
             "proxies": {
-                pid: {"pchan_stats": doc.get("pchan_stats", {}), "last_ticks": doc.get("last_ticks", {}),
-                      "dq_router": doc.get("dq_router", {})}
+                pid: {
+                    "pchan_stats": doc.get("pchan_stats", {}),
+                    "last_ticks": doc.get("last_ticks", {}),
+                    "dq_router": doc.get("dq_router", {}),
+                }
                 for pid, doc in (await board.read("proxy")).items()
             },
-            "ingest": {q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}
-                       for q in await IngestLog(redis, ns).queries()},
+            "ingest": {
+                q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}
+                for q in await IngestLog(redis, ns).queries()
+            },
             "meta": {
                 "collections": {c.collection_name: c.collection_id for c in view.collections.values()},
                 "aliases": {a.alias: a.collection_id for a in view.aliases.values()},
@@ -72,7 +79,9 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
             for vchannel, d in pchannel.get("vchannels", {}).items():
                 tsafe = int(d.get("tsafe", 0))
                 out[vchannel] = {
-                    "querynode": node_id, "pchannel": d.get("pchannel"), "tsafe": tsafe,
+                    "querynode": node_id,
+                    "pchannel": d.get("pchannel"),
+                    "tsafe": tsafe,
                     "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
                     "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
                     "indexed_rows": {sid: seg.get("indexed_rows") for sid, seg in d.get("segments", {}).items()},

@@ -29,7 +29,9 @@ def gaussian_mixture(rows: int, dim: int, queries: int, k: int = 10, seed: int =
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, CENTRE_SPREAD, (CENTRES, dim)).astype(np.float32)
     base = (centres[rng.integers(0, CENTRES, rows)] + rng.normal(0.0, CLUSTER_SPREAD, (rows, dim))).astype(np.float32)
-    q = (centres[rng.integers(0, CENTRES, queries)] + rng.normal(0.0, CLUSTER_SPREAD, (queries, dim))).astype(np.float32)
+    q = (centres[rng.integers(0, CENTRES, queries)] + rng.normal(0.0, CLUSTER_SPREAD, (queries, dim))).astype(
+        np.float32
+    )
     return Workload(base, q, exact_top_k(base, q, k))
 
 
@@ -48,11 +50,17 @@ def exact_top_k(base: np.ndarray, queries: np.ndarray, k: int, block: int = 100)
 
 def recall_at_k(found: list[list[int]] | np.ndarray, truth: np.ndarray) -> float:
     k = truth.shape[1]
-    return float(np.mean([len(set(list(f)[:k]) & set(t.tolist())) / k for f, t in zip(found, truth)]))
+    return float(np.mean([len(set(list(f)[:k]) & set(t.tolist())) / k for f, t in zip(found, truth, strict=False)]))
 
 
-def write_parquet_files(directory: Path, vectors: np.ndarray, files: int, first_id: int = 0,
-                        vector_field: str = "vector", id_field: str = "id") -> list[Path]:
+def write_parquet_files(
+    directory: Path,
+    vectors: np.ndarray,
+    files: int,
+    first_id: int = 0,
+    vector_field: str = "vector",
+    id_field: str = "id",
+) -> list[Path]:
     """Rows ``(id, vector)`` (ids from ``first_id``; vectors as Spark ``array<float>``) split
     evenly into ``files`` Parquet files ``part-00000.parquet`` ... under ``directory``."""
     import pyarrow as pa
@@ -65,10 +73,14 @@ def write_parquet_files(directory: Path, vectors: np.ndarray, files: int, first_
     for i in range(files):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         flat = pa.array(np.ascontiguousarray(vectors[lo:hi], dtype=np.float32).ravel())
-        table = pa.table({
-            id_field: pa.array(np.arange(first_id + lo, first_id + hi), pa.int64()),
-            vector_field: pa.ListArray.from_arrays(pa.array(np.arange(0, (hi - lo) * dim + 1, dim, dtype=np.int32)), flat),
-        })
+        table = pa.table(
+            {
+                id_field: pa.array(np.arange(first_id + lo, first_id + hi), pa.int64()),
+                vector_field: pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, (hi - lo) * dim + 1, dim, dtype=np.int32)), flat
+                ),
+            }
+        )
         path = directory / f"part-{i:05d}.parquet"
         pq.write_table(table, path)
         paths.append(path)

@@ -51,7 +51,9 @@ RULE_UNIQUE_NAME = "field names must be unique"
 RULE_DYNAMIC_RESERVED = f"{DYNAMIC_FIELD_NAME} is reserved for the dynamic field: set enable_dynamic_field instead"
 RULE_DYNAMIC_LAST = f"the dynamic field {DYNAMIC_FIELD_NAME} must be the last field"
 RULE_FIELD_IDS_ALL_OR_NONE = "must be set on every field or on none"
-RULE_FIELD_ID_POSITION = f"must be {FIRST_FIELD_ID} + the field's position ({FIRST_FIELD_ID}, {FIRST_FIELD_ID + 1}, ...)"
+RULE_FIELD_ID_POSITION = (
+    f"must be {FIRST_FIELD_ID} + the field's position ({FIRST_FIELD_ID}, {FIRST_FIELD_ID + 1}, ...)"
+)
 
 
 class DataType(str, Enum):
@@ -233,8 +235,9 @@ class CollectionSchema(BaseModel):
         seen: dict[str, int] = {}
         for i, f in enumerate(fields):
             if f.name in seen:
-                raise rule_error(f"{RULE_UNIQUE_NAME}: fields[{seen[f.name]}] is also named {f.name!r}", f.name,
-                                 f"fields[{i}].name")
+                raise rule_error(
+                    f"{RULE_UNIQUE_NAME}: fields[{seen[f.name]}] is also named {f.name!r}", f.name, f"fields[{i}].name"
+                )
             seen[f.name] = i
 
         for i, f in enumerate(fields):
@@ -249,15 +252,17 @@ class CollectionSchema(BaseModel):
             raise rule_error(f"{RULE_ONE_PRIMARY}, found none", None, "fields")
         if len(primaries) > 1:
             names = ", ".join(fields[i].name for i in primaries)
-            raise rule_error(f"{RULE_ONE_PRIMARY}, found {len(primaries)}: {names}", None,
-                             f"fields[{primaries[1]}].is_primary")
+            raise rule_error(
+                f"{RULE_ONE_PRIMARY}, found {len(primaries)}: {names}", None, f"fields[{primaries[1]}].is_primary"
+            )
 
         vectors = [i for i, f in enumerate(fields) if f.dtype.is_vector]
         if not vectors:
             raise rule_error(RULE_NEED_VECTOR, None, "fields")
         if len(vectors) > MAX_VECTOR_FIELDS:
-            raise rule_error(f"{RULE_MAX_VECTORS}, found {len(vectors)}", None,
-                             f"fields[{vectors[MAX_VECTOR_FIELDS]}].dtype")
+            raise rule_error(
+                f"{RULE_MAX_VECTORS}, found {len(vectors)}", None, f"fields[{vectors[MAX_VECTOR_FIELDS]}].dtype"
+            )
 
         with_ids = [f.field_id is not None for f in fields]
         if any(with_ids):
@@ -309,8 +314,9 @@ class CollectionSchema(BaseModel):
         ]
         if numbered == self.fields:
             return self
-        return CollectionSchema(fields=numbered, description=self.description,
-                                enable_dynamic_field=self.enable_dynamic_field)
+        return CollectionSchema(
+            fields=numbered, description=self.description, enable_dynamic_field=self.enable_dynamic_field
+        )
 
 
 def parse_field_schema(data: object, root: str = "field_schema") -> FieldSchema:
@@ -318,6 +324,9 @@ def parse_field_schema(data: object, root: str = "field_schema") -> FieldSchema:
     return parse_model(FieldSchema, data, root)
 
 
-def parse_collection_schema(data: dict[str, Any] | CollectionSchema, root: str = "collection_schema") -> CollectionSchema:
-    """Validate a collection schema (dict or CollectionSchema); InvalidParameter with a ``root``-prefixed path on failure."""
+def parse_collection_schema(
+    data: dict[str, Any] | CollectionSchema, root: str = "collection_schema"
+) -> CollectionSchema:
+    """Validate a collection schema (dict or CollectionSchema); InvalidParameter with a
+    ``root``-prefixed path on failure."""
     return parse_model(CollectionSchema, data, root)

@@ -29,36 +29,60 @@ class OspreyConfig(BaseModel):
 
     kafka: str = Field(f"127.0.0.1:{DEFAULT_KAFKA_PORT}", description="Kafka bootstrap servers, host:port[,host:port]")
     kafka_idempotence: bool = Field(
-        True, description="enable_idempotence on producers (a retried send is written once); consumers deduplicate either way",
+        True,
+        description="enable_idempotence on producers (a retried send is written once); consumers deduplicate anyway",
     )
     kafka_replication: int = Field(
-        1, ge=1, le=32, description="replication factor of the topics Osprey creates (1 on the embedded broker; 3 on a cluster)",
+        1,
+        ge=1,
+        le=32,
+        description="replication factor of the topics Osprey creates (1 on the embedded broker; 3 on a cluster)",
     )
     kafka_controller_port: int = Field(
-        DEFAULT_KAFKA_CONTROLLER_PORT, ge=1, le=65535,
+        DEFAULT_KAFKA_CONTROLLER_PORT,
+        ge=1,
+        le=65535,
         description="embedded broker only: its KRaft controller listener, on the host of `kafka`",
     )
     kafka_heap_mb: int = Field(384, ge=128, le=65536, description="embedded broker only: the JVM's maximum heap, MiB")
     kafka_lib_dir: str = Field(
-        "", description="embedded broker only: folder of the Kafka jars (default: .cache/jvm/lib, fetched by ./osprey)",
+        "",
+        description="embedded broker only: folder of the Kafka jars (default: .cache/jvm/lib, fetched by ./osprey)",
     )
     redis: str = Field(f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", description="Redis URL of the meta store")
-    proxy_http: str = Field("127.0.0.1:19121", description="host:port of the proxy's REST front end (Milvus RESTful v2 style)")
-    cluster: str = Field("osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys")
+    proxy_http: str = Field(
+        "127.0.0.1:19121", description="host:port of the proxy's REST front end (Milvus RESTful v2 style)"
+    )
+    cluster: str = Field(
+        "osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys"
+    )
     dml_partitions: int = Field(16, ge=1, le=1024, description="partitions of the dml topic = pchannels")
     data_dir: Path = Field(Path("data"), description="embedded redis AOF, object store, logs")
     ddl_timeout_s: float = Field(30.0, gt=0, description="how long the proxy waits for a DDL reply")
     meta_retention_s: float = Field(86_400.0, gt=0, description="how long old meta versions stay readable by timestamp")
     meta_gc_interval_s: float = Field(60.0, gt=0, description="how often the rootcoord collects old meta versions")
-    node_lease_ttl_s: float = Field(10.0, gt=0, description="node registry lease; a node missing keepalives this long is dead")
-    time_tick_interval_ms: int = Field(50, ge=5, le=10_000, description="how often proxies report and the rootcoord writes time ticks")
-    tso_window_ms: int = Field(3_000, ge=100, description="TSO persisted window lead over the last issued physical time")
+    node_lease_ttl_s: float = Field(
+        10.0, gt=0, description="node registry lease; a node missing keepalives this long is dead"
+    )
+    time_tick_interval_ms: int = Field(
+        50, ge=5, le=10_000, description="how often proxies report and the rootcoord writes time ticks"
+    )
+    tso_window_ms: int = Field(
+        3_000, ge=100, description="TSO persisted window lead over the last issued physical time"
+    )
     graceful_time_ms: int = Field(5_000, ge=0, description="consistency level Bounded reads at now minus this many ms")
-    search_timeout_s: float = Field(10.0, gt=0, description="how long a search/query may wait for tsafe and for its results")
-    dq_path: str = Field("direct", pattern=r"^(direct|topic)$",
-                         description="how the proxy reaches delegators: 'direct' (TCP to the query node) or 'topic' "
-                         "(dq-request/dq-result); both have the same semantics")
-    querynode_host: str = Field("127.0.0.1", description="address a query node's direct search server binds and advertises")
+    search_timeout_s: float = Field(
+        10.0, gt=0, description="how long a search/query may wait for tsafe and for its results"
+    )
+    dq_path: str = Field(
+        "direct",
+        pattern=r"^(direct|topic)$",
+        description="how the proxy reaches delegators: 'direct' (TCP to the query node) or 'topic' "
+        "(dq-request/dq-result); both have the same semantics",
+    )
+    querynode_host: str = Field(
+        "127.0.0.1", description="address a query node's direct search server binds and advertises"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OspreyConfig:

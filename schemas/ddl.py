@@ -125,16 +125,40 @@ class ListAliases(_ReadEvent):
 
 
 DdlRequest = Annotated[
-    CreateCollection | DropCollection | HasCollection | DescribeCollection | ShowCollections | CreatePartition | DropPartition | HasPartition | ShowPartitions | CreateAlias | DropAlias | AlterAlias | DescribeAlias | ListAliases,
+    CreateCollection
+    | DropCollection
+    | HasCollection
+    | DescribeCollection
+    | ShowCollections
+    | CreatePartition
+    | DropPartition
+    | HasPartition
+    | ShowPartitions
+    | CreateAlias
+    | DropAlias
+    | AlterAlias
+    | DescribeAlias
+    | ListAliases,
     Field(discriminator="kind"),
 ]
 DDL_REQUEST = TypeAdapter(DdlRequest)
 REQUEST_TYPE: dict[str, type[DdlEvent]] = {
     cls.model_fields["kind"].default: cls
     for cls in (
-        CreateCollection, DropCollection, HasCollection, DescribeCollection, ShowCollections,
-        CreatePartition, DropPartition, HasPartition, ShowPartitions,
-        CreateAlias, DropAlias, AlterAlias, DescribeAlias, ListAliases,
+        CreateCollection,
+        DropCollection,
+        HasCollection,
+        DescribeCollection,
+        ShowCollections,
+        CreatePartition,
+        DropPartition,
+        HasPartition,
+        ShowPartitions,
+        CreateAlias,
+        DropAlias,
+        AlterAlias,
+        DescribeAlias,
+        ListAliases,
     )
 }
 
@@ -229,7 +253,17 @@ class ErrorReply(DdlReply):
 
 
 AnyDdlReply = Annotated[
-    CreateCollectionReply | DropCollectionReply | HasReply | DescribeCollectionReply | ShowCollectionsReply | PartitionReply | ShowPartitionsReply | AliasReply | DescribeAliasReply | ListAliasesReply | ErrorReply,
+    CreateCollectionReply
+    | DropCollectionReply
+    | HasReply
+    | DescribeCollectionReply
+    | ShowCollectionsReply
+    | PartitionReply
+    | ShowPartitionsReply
+    | AliasReply
+    | DescribeAliasReply
+    | ListAliasesReply
+    | ErrorReply,
     Field(discriminator="kind"),
 ]
 DDL_REPLY = TypeAdapter(AnyDdlReply)

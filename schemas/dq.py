@@ -39,7 +39,9 @@ class _Request(_Event):
     filter: str = ""
     output_fields: list[str] = Field(default_factory=list)
     consistency_level: ConsistencyLevel | None = Field(None, description="used when guarantee_ts is None")
-    guarantee_ts: int | None = Field(None, ge=0, description="serve once every row with ts <= this is applied; 0 = no wait")
+    guarantee_ts: int | None = Field(
+        None, ge=0, description="serve once every row with ts <= this is applied; 0 = no wait"
+    )
     timeout_ms: int = Field(DEFAULT_TIMEOUT_MS, ge=1, description="how long a delegator may wait for tsafe")
 
 

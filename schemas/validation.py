@@ -146,7 +146,9 @@ def invalid_from_validation_error(exc: ValidationError, root: str = "") -> Inval
     path = format_loc(err["loc"], root)
     if err["type"] == RULE_ERROR_TYPE:
         ctx = err.get("ctx") or {}
-        return InvalidParameter(_join(path, str(ctx.get("field", ""))) or exc.title, str(ctx.get("rule")), ctx.get("got"))
+        return InvalidParameter(
+            _join(path, str(ctx.get("field", ""))) or exc.title, str(ctx.get("rule")), ctx.get("got")
+        )
     got = None if err["type"] == "missing" else err.get("input")
     return InvalidParameter(path or exc.title, _rule_of(err), got)
 

@@ -69,8 +69,9 @@ class IngestClient:
             try:
                 if self._conn is None:
                     self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-                self._conn.request("POST", API_PREFIX + action, body=body,
-                                   headers={"Content-Type": "application/octet-stream"})
+                self._conn.request(
+                    "POST", API_PREFIX + action, body=body, headers={"Content-Type": "application/octet-stream"}
+                )
                 response = self._conn.getresponse()
                 payload = response.read()
                 break
@@ -79,12 +80,15 @@ class IngestClient:
                 if time.monotonic() >= deadline:
                     raise ServiceUnavailable(
                         f"proxy {self.host}:{self.port} unreachable for {self.retry_s:g} s ({exc!r}); "
-                        "is `./osprey proxy` running?") from None
+                        "is `./osprey proxy` running?"
+                    ) from None
                 time.sleep(RETRY_PAUSE_S)
         try:
             answer = json.loads(payload)
         except ValueError:
-            raise ServiceUnavailable(f"proxy {self.host}:{self.port} answered HTTP {response.status} without JSON") from None
+            raise ServiceUnavailable(
+                f"proxy {self.host}:{self.port} answered HTTP {response.status} without JSON"
+            ) from None
         if answer.get("code", 0) != 0:
             raise from_status(answer["code"], answer.get("message", ""))
         return answer.get("data")

@@ -67,19 +67,30 @@ class SinkOptions:
     def of(cls, options: Any) -> SinkOptions:
         collection = options.get("collection")
         if not collection:
-            raise ValueError("invalid parameter[field=collection][rule=the osprey sink needs .option('collection', NAME)]")
+            raise ValueError(
+                "invalid parameter[field=collection][rule=the osprey sink needs .option('collection', NAME)]"
+            )
         proxy = options.get("proxy") or OspreyConfig.from_env().proxy_http
-        return cls(collection=collection, partition=options.get("partition", ""), proxy=proxy,
-                   chunk_bytes=int(options.get("chunkBytes", DEFAULT_CHUNK_BYTES)),
-                   in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))))
+        return cls(
+            collection=collection,
+            partition=options.get("partition", ""),
+            proxy=proxy,
+            chunk_bytes=int(options.get("chunkBytes", DEFAULT_CHUNK_BYTES)),
+            in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))),
+        )
 
 
 def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
     """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
     InvalidParameter naming the field and the rule)."""
     with IngestClient(options.proxy) as client:
-        return client.open(IngestOpen(collection_name=options.collection, partition_name=options.partition,
-                                      arrow_schema=arrow_schema_bytes(schema)))
+        return client.open(
+            IngestOpen(
+                collection_name=options.collection,
+                partition_name=options.partition,
+                arrow_schema=arrow_schema_bytes(schema),
+            )
+        )
 
 
 class OspreyCommitMessage(WriterCommitMessage):
@@ -125,9 +136,13 @@ class ChunkSender:
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, piece.schema) as writer:
                     writer.write_batch(piece)
-                chunk = IngestChunk(identity=f"{self.prefix}:{first_row}", collection_id=self.target.collection_id,
-                                    partition_id=self.target.partition_id, origin=self.origin,
-                                    arrow=sink.getvalue().to_pybytes())
+                chunk = IngestChunk(
+                    identity=f"{self.prefix}:{first_row}",
+                    collection_id=self.target.collection_id,
+                    partition_id=self.target.partition_id,
+                    origin=self.origin,
+                    arrow=sink.getvalue().to_pybytes(),
+                )
                 first_row += piece.num_rows
                 while len(self._pending) >= self.options.in_flight:
                     self._settle(self._pending.popleft())
@@ -149,7 +164,9 @@ class ChunkSender:
             client.close()
 
 
-def write_task(options: SinkOptions, target: IngestTarget, query_id: str, batch_id: int, batches: Iterator[Any]) -> OspreyCommitMessage:
+def write_task(
+    options: SinkOptions, target: IngestTarget, query_id: str, batch_id: int, batches: Iterator[Any]
+) -> OspreyCommitMessage:
     """One Spark task's rows, as chunks ``spark:<query id>:<batch id>:<partition>:<first row>``."""
     from pyspark import TaskContext
 
@@ -160,9 +177,16 @@ def write_task(options: SinkOptions, target: IngestTarget, query_id: str, batch_
         sender.send_batches(batches)
     finally:
         sender.close()
-    return OspreyCommitMessage(query_id, PartitionCounts(
-        partition=partition, rows=sender.rows, written=sender.written, rejected=sender.rejected,
-        seconds=round(time.monotonic() - started, 3)))
+    return OspreyCommitMessage(
+        query_id,
+        PartitionCounts(
+            partition=partition,
+            rows=sender.rows,
+            written=sender.written,
+            rejected=sender.rejected,
+            seconds=round(time.monotonic() - started, 3),
+        ),
+    )
 
 
 def record_commit(options: SinkOptions, target: IngestTarget, batch_id: int, messages: list[Any]) -> None:
@@ -171,8 +195,14 @@ def record_commit(options: SinkOptions, target: IngestTarget, batch_id: int, mes
     if not done:
         return
     with IngestClient(options.proxy) as client:
-        client.commit(IngestCommit(query_id=done[0].query_id, collection_id=target.collection_id,
-                                   batch_id=batch_id, tasks=[m.counts for m in done]))
+        client.commit(
+            IngestCommit(
+                query_id=done[0].query_id,
+                collection_id=target.collection_id,
+                batch_id=batch_id,
+                tasks=[m.counts for m in done],
+            )
+        )
 
 
 class OspreyStreamWriter(DataSourceStreamArrowWriter):

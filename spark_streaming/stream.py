@@ -15,9 +15,17 @@ from typing import Any
 from spark_streaming.sink import QUERY_ID_PROPERTY, SOURCE_NAME, SinkOptions, open_target
 
 
-def write_stream(df: Any, collection: str, checkpoint_location: str, *, partition: str = "", proxy: str | None = None,
-                 query_name: str | None = None, trigger: dict[str, Any] | None = None,
-                 options: dict[str, str] | None = None) -> Any:
+def write_stream(
+    df: Any,
+    collection: str,
+    checkpoint_location: str,
+    *,
+    partition: str = "",
+    proxy: str | None = None,
+    query_name: str | None = None,
+    trigger: dict[str, Any] | None = None,
+    options: dict[str, str] | None = None,
+) -> Any:
     """Check ``df.schema`` against ``collection`` (InvalidParameter naming the field), then start
     the streaming query into it and return the ``StreamingQuery``."""
     sink = {"collection": collection, "partition": partition, **({"proxy": proxy} if proxy else {}), **(options or {})}
@@ -30,14 +38,22 @@ def write_stream(df: Any, collection: str, checkpoint_location: str, *, partitio
     return writer.start()
 
 
-def foreach_batch_writer(collection: str, *, partition: str = "", proxy: str | None = None) -> Callable[[Any, int], None]:
+def foreach_batch_writer(
+    collection: str, *, partition: str = "", proxy: str | None = None
+) -> Callable[[Any, int], None]:
     """A function for ``df.writeStream.foreachBatch(...)`` writing each batch into ``collection``
     through the osprey batch writer, with the stream's query id and the batch id as identity."""
     sink = {"collection": collection, "partition": partition, **({"proxy": proxy} if proxy else {})}
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
         query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY) or "foreach"
-        (batch_df.write.format(SOURCE_NAME).options(**sink).option("queryId", query_id)
-         .option("batchId", str(batch_id)).mode("append").save())
+        (
+            batch_df.write.format(SOURCE_NAME)
+            .options(**sink)
+            .option("queryId", query_id)
+            .option("batchId", str(batch_id))
+            .mode("append")
+            .save()
+        )
 
     return write_batch

@@ -55,7 +55,9 @@ class DirectClient:
     async def connect(self) -> None:
         host, _, port = self.address.rpartition(":")
         try:
-            self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+            )
         except (TimeoutError, OSError) as err:
             self.closed = True
             raise ServiceUnavailable(f"query node at {self.address} is unreachable ({err!r})") from None
@@ -72,7 +74,8 @@ class DirectClient:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             raise ServiceUnavailable(
-                f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s") from None
+                f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s"
+            ) from None
         except (ConnectionError, OSError) as err:
             self._fail(err)
             raise ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})") from None

@@ -52,8 +52,5 @@ def crc32_strings(keys: Sequence[str]) -> np.ndarray:
 
 def shard_of(pks: np.ndarray | Sequence[str], shards_num: int) -> np.ndarray:
     """The shard index of every primary key."""
-    if isinstance(pks, np.ndarray) and pks.dtype.kind in "iu":
-        hashes = murmur3_int64(pks)
-    else:
-        hashes = crc32_strings(list(pks))
+    hashes = murmur3_int64(pks) if isinstance(pks, np.ndarray) and pks.dtype.kind in "iu" else crc32_strings(list(pks))
     return (hashes % np.uint32(shards_num)).astype(np.int64)

@@ -112,14 +112,19 @@ async def ensure_topics(config: OspreyConfig) -> set[str]:
         existing = set(await admin.list_topics())
         wanted = topics.partitions()
         configs = topics.configs()
-        missing = [NewTopic(name, n, config.kafka_replication, topic_configs=configs[name])
-                   for name, n in wanted.items() if name not in existing]
+        missing = [
+            NewTopic(name, n, config.kafka_replication, topic_configs=configs[name])
+            for name, n in wanted.items()
+            if name not in existing
+        ]
         if missing:
             response = await admin.create_topics(missing, timeout_ms=ADMIN_TIMEOUT_MS)
             for name, code, *_ in response.topic_errors:
                 # another process creating the same topic at the same moment is fine
                 if code not in (0, TopicAlreadyExistsError.errno):
-                    raise RuntimeError(f"cannot create topic {name}: Kafka error {code} ({kafka_errors.for_code(code).__name__})")
+                    raise RuntimeError(
+                        f"cannot create topic {name}: Kafka error {code} ({kafka_errors.for_code(code).__name__})"
+                    )
         present = [t for t in wanted if t in existing]
         if present:
             for desc in await admin.describe_topics(present):

@@ -55,7 +55,9 @@ def cluster_name() -> str:
 def redis_config(redis_server: RedisServer, cluster_name: str, tmp_path: Path) -> OspreyConfig:
     """A config for tests that need Redis only (the Kafka address is never dialled)."""
     return OspreyConfig(
-        redis=f"redis://{LOOPBACK}:{redis_server.port}/0", cluster=cluster_name, data_dir=tmp_path,
+        redis=f"redis://{LOOPBACK}:{redis_server.port}/0",
+        cluster=cluster_name,
+        data_dir=tmp_path,
         kafka=f"{LOOPBACK}:1",
     )
 
@@ -64,8 +66,11 @@ def redis_config(redis_server: RedisServer, cluster_name: str, tmp_path: Path) -
 def config(redis_server: RedisServer, broker: KafkaBroker, cluster_name: str, tmp_path: Path) -> OspreyConfig:
     """A config on the session's broker and redis-server, with a cluster prefix of its own."""
     return OspreyConfig(
-        kafka=f"{LOOPBACK}:{broker.port}", redis=f"redis://{LOOPBACK}:{redis_server.port}/0",
-        cluster=cluster_name, data_dir=tmp_path, dml_partitions=4,
+        kafka=f"{LOOPBACK}:{broker.port}",
+        redis=f"redis://{LOOPBACK}:{redis_server.port}/0",
+        cluster=cluster_name,
+        data_dir=tmp_path,
+        dml_partitions=4,
     )
 
 
@@ -76,17 +81,25 @@ async def redis(redis_config: OspreyConfig) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-def make_config(redis_server: RedisServer, broker: KafkaBroker, cluster: str, data_dir: Path, **overrides: object) -> OspreyConfig:
+def make_config(
+    redis_server: RedisServer, broker: KafkaBroker, cluster: str, data_dir: Path, **overrides: object
+) -> OspreyConfig:
     values: dict[str, object] = {
-        "kafka": f"{LOOPBACK}:{broker.port}", "redis": f"redis://{LOOPBACK}:{redis_server.port}/0",
-        "cluster": cluster, "data_dir": data_dir, "dml_partitions": 4, "ddl_timeout_s": 30.0,
+        "kafka": f"{LOOPBACK}:{broker.port}",
+        "redis": f"redis://{LOOPBACK}:{redis_server.port}/0",
+        "cluster": cluster,
+        "data_dir": data_dir,
+        "dml_partitions": 4,
+        "ddl_timeout_s": 30.0,
     }
     values.update(overrides)
     return OspreyConfig(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
-def module_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+def module_config(
+    redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+) -> OspreyConfig:
     """One cluster prefix for a whole test module (shared by its rootcoord worker)."""
     return make_config(redis_server, broker, "m" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("cluster"))
 

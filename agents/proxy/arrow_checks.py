@@ -170,8 +170,13 @@ def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
         elif f.dtype == DataType.VARCHAR:
             lengths = np.asarray(pc.fill_null(pc.utf8_length(column), 0))
             limit = f.max_length or 0
-            marks.mark(f.name, lengths > limit, lambda row, lengths=lengths, limit=limit:
-                       f"must be at most max_length={limit} characters: this row has {int(lengths[row])}")
+            marks.mark(
+                f.name,
+                lengths > limit,
+                lambda row, lengths=lengths, limit=limit: (
+                    f"must be at most max_length={limit} characters: this row has {int(lengths[row])}"
+                ),
+            )
         elif f.dtype in _INTEGER_RANGE:
             out = _out_of_range(column, f.dtype)
             if out is not None:
@@ -191,7 +196,7 @@ def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
 
 def _narrower(t: pa.DataType, dtype: DataType) -> bool:
     """Can a value of Arrow integer type ``t`` fall outside ``dtype``'s range?"""
-    low, high = _INTEGER_RANGE[dtype]
+    _low, high = _INTEGER_RANGE[dtype]
     if pa.types.is_unsigned_integer(t):
         return (1 << t.bit_width) - 1 > high
     return t.bit_width > (high + 1).bit_length()
@@ -215,7 +220,9 @@ def _check_vectors(f: FieldSchema, column: pa.ChunkedArray, marks: _Marks) -> tu
     dim = f.dim or 0
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     lengths = np.asarray(pc.fill_null(pc.list_value_length(array), dim), dtype=np.int64)
-    marks.mark(f.name, lengths != dim, lambda row: f"must be vectors of dim {dim}: this row has {int(lengths[row])} values")
+    marks.mark(
+        f.name, lengths != dim, lambda row: f"must be vectors of dim {dim}: this row has {int(lengths[row])} values"
+    )
     flat = pc.list_flatten(array)  # skips the values hidden under a null slot: so does ``parent``
     counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
     parent = np.repeat(np.arange(len(array), dtype=np.int64), counts)
@@ -288,9 +295,15 @@ def _check_dynamic(table: pa.Table, extra: list[str], marks: _Marks) -> None:
     _mark_json(DYNAMIC_FIELD_NAME, problems, table.num_rows, marks)
 
 
-def _good_columns(table: pa.Table, schema: CollectionSchema, good: np.ndarray, bad: np.ndarray,
-                  vectors: dict[str, tuple[np.ndarray, np.ndarray]], json_values: dict[str, list[Any]],
-                  extra: list[str]) -> dict[str, Any]:
+def _good_columns(
+    table: pa.Table,
+    schema: CollectionSchema,
+    good: np.ndarray,
+    bad: np.ndarray,
+    vectors: dict[str, tuple[np.ndarray, np.ndarray]],
+    json_values: dict[str, list[Any]],
+    extra: list[str],
+) -> dict[str, Any]:
     keep = pa.array(~bad)
     columns: dict[str, Any] = {}
     for f in schema.fields:

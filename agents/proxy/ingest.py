@@ -34,9 +34,13 @@ async def open_target(proxy: Proxy, request: IngestOpen) -> IngestTarget:
     if part is None:
         raise PartitionNotFound(f"partition not found[collection={request.collection_name}][partition={name}]")
     check_arrow_schema(read_ipc_schema(request.arrow_schema), desc.info.collection_schema)
-    return IngestTarget(collection_id=desc.info.collection_id, collection_name=desc.info.collection_name,
-                        partition_id=part.partition_id, partition_name=name,
-                        collection_schema=desc.info.collection_schema)
+    return IngestTarget(
+        collection_id=desc.info.collection_id,
+        collection_name=desc.info.collection_name,
+        partition_id=part.partition_id,
+        partition_name=name,
+        collection_schema=desc.info.collection_schema,
+    )
 
 
 class IngestTask(InsertTask):
@@ -56,7 +60,9 @@ class IngestTask(InsertTask):
         self.collection_name = desc.info.collection_name
         part = next((p for p in desc.partitions if p.partition_id == self.chunk.partition_id), None)
         if part is None:
-            raise PartitionNotFound(f"partition not found[collection={self.collection_name}][partition_id={self.chunk.partition_id}]")
+            raise PartitionNotFound(
+                f"partition not found[collection={self.collection_name}][partition_id={self.chunk.partition_id}]"
+            )
         self.partition_id = part.partition_id
         schema = self.info.collection_schema
         self.table = read_ipc(self.chunk.arrow)
@@ -70,15 +76,26 @@ class IngestTask(InsertTask):
         sends = []
         for reject in self.split.rejects:
             letter = DeadLetter(
-                identity=f"{self.identity}:{reject.row}", chunk_identity=self.identity, row=reject.row,
-                origin=self.chunk.origin, collection_id=self.info.collection_id, partition_id=self.partition_id,
-                ts=self.ts, field=reject.field, rule=reject.rule, reason=reject.reason,
+                identity=f"{self.identity}:{reject.row}",
+                chunk_identity=self.identity,
+                row=reject.row,
+                origin=self.chunk.origin,
+                collection_id=self.info.collection_id,
+                partition_id=self.partition_id,
+                ts=self.ts,
+                field=reject.field,
+                rule=reject.rule,
+                reason=reject.reason,
                 values_arrow=row_ipc(self.table, reject.row),
             )
-            sends.append(await self.proxy.producer.send(
-                self.proxy.topics.dead_letter, encode(letter), key=letter.identity.encode()))
+            sends.append(
+                await self.proxy.producer.send(
+                    self.proxy.topics.dead_letter, encode(letter), key=letter.identity.encode()
+                )
+            )
         return sends
 
     async def post_execute(self) -> None:
-        self.result = IngestChunkReply(identity=self.identity, rows=self.split.rows, written=self.n,
-                                       rejected=len(self.split.rejects), ts=self.ts)
+        self.result = IngestChunkReply(
+            identity=self.identity, rows=self.split.rows, written=self.n, rejected=len(self.split.rejects), ts=self.ts
+        )

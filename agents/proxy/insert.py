@@ -70,7 +70,9 @@ class InsertTask(Task[InsertResult]):
         self.info = desc.info
         part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
         if part is None:
-            raise PartitionNotFound(f"partition not found[collection={self.collection_name}][partition={self.partition_name}]")
+            raise PartitionNotFound(
+                f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
+            )
         self.partition_id = part.partition_id
         self.columns, self.n = columns_of(self.data, self.info.collection_schema)
         await self.route()
@@ -86,7 +88,9 @@ class InsertTask(Task[InsertResult]):
         shards = shard_of(pks if isinstance(pks, np.ndarray) else list(pks), self.info.shards_num)
         order = np.argsort(shards, kind="stable")
         bounds = np.searchsorted(shards[order], np.arange(self.info.shards_num + 1))
-        self.groups = [(s, order[bounds[s] : bounds[s + 1]]) for s in range(self.info.shards_num) if bounds[s + 1] > bounds[s]]
+        self.groups = [
+            (s, order[bounds[s] : bounds[s + 1]]) for s in range(self.info.shards_num) if bounds[s + 1] > bounds[s]
+        ]
         self.row_bytes = _row_bytes(self.columns, self.n)
 
     async def auto_ids(self, n: int) -> int:
@@ -102,7 +106,9 @@ class InsertTask(Task[InsertResult]):
         kept = (await self.proxy.redis.get(key) or b"").decode()
         kept_first, _, kept_n = kept.partition(":")
         if kept_n != str(n):
-            raise InvalidParameter("identity", f"must always carry the same rows: {self.identity} had {kept_n} rows, now {n}")
+            raise InvalidParameter(
+                "identity", f"must always carry the same rows: {self.identity} had {kept_n} rows, now {n}"
+            )
         return int(kept_first)
 
     async def execute(self) -> None:
@@ -119,12 +125,15 @@ class InsertTask(Task[InsertResult]):
                 for lo in range(0, len(rows), rows_per_event):
                     part = rows[lo : lo + rows_per_event]
                     segment_id = await self.proxy.quotas.take_whole(
-                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows)
+                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows
+                    )
                     event = self._event(chunk, segment_id, vchannel, part)
                     chunk += 1
-                    sends.append(await self.proxy.producer.send(
-                        self.proxy.topics.dml, encode(event), partition=pchannel_partition(pchannel)
-                    ))
+                    sends.append(
+                        await self.proxy.producer.send(
+                            self.proxy.topics.dml, encode(event), partition=pchannel_partition(pchannel)
+                        )
+                    )
             sends.extend(await self.publish_more())
             for ack in sends:
                 await ack
@@ -142,10 +151,16 @@ class InsertTask(Task[InsertResult]):
             picked = values[rows] if isinstance(values, np.ndarray) else [values[i] for i in rows]
             columns.append(Column.of(f.field_id or 0, f.name, f.dtype, picked, dim=f.dim))
         return InsertEvent(
-            identity=f"{self.identity}:{chunk}", request_id=self.request_id,
-            proxy_id=self.proxy.proxy_id, ts=self.ts, collection_id=self.info.collection_id,
-            partition_id=self.partition_id, segment_id=segment_id, vchannel=vchannel,
-            num_rows=len(rows), columns=columns,
+            identity=f"{self.identity}:{chunk}",
+            request_id=self.request_id,
+            proxy_id=self.proxy.proxy_id,
+            ts=self.ts,
+            collection_id=self.info.collection_id,
+            partition_id=self.partition_id,
+            segment_id=segment_id,
+            vchannel=vchannel,
+            num_rows=len(rows),
+            columns=columns,
         )
 
     async def post_execute(self) -> None:

@@ -67,7 +67,11 @@ def _as_columns(data: Any, schema: CollectionSchema) -> tuple[dict[str, Any], in
         names: dict[str, None] = {}
         for i, row in enumerate(data):
             if not isinstance(row, Mapping):
-                raise InvalidParameter("data", f"must be a list of rows (dicts) or a dict of columns: row {i} is not a dict", type(row).__name__)
+                raise InvalidParameter(
+                    "data",
+                    f"must be a list of rows (dicts) or a dict of columns: row {i} is not a dict",
+                    type(row).__name__,
+                )
             names.update(dict.fromkeys(row))
         columns = {}
         for name in names:
@@ -118,9 +122,11 @@ def _vectors(f: FieldSchema, values: Any) -> np.ndarray:
             try:
                 length = len(np.asarray(row, dtype=np.float32))
             except (ValueError, TypeError):
-                raise InvalidParameter(f.name, f"must be vectors of {dim} float values: row {i} is not numeric", _short(row)) from None
+                raise InvalidParameter(
+                    f.name, f"must be vectors of {dim} float values: row {i} is not numeric", _short(row)
+                ) from None
             if length != dim:
-                raise InvalidParameter(f.name, f"must be vectors of dim {dim}: row {i} has {length} values")
+                raise InvalidParameter(f.name, f"must be vectors of dim {dim}: row {i} has {length} values") from None
         raise InvalidParameter(f.name, f"must be vectors of dim {dim}", _short(values)) from None
     if array.ndim != 2 or array.shape[1] != dim:
         got = array.shape[1] if array.ndim == 2 else array.shape
@@ -160,17 +166,28 @@ def _scalars(f: FieldSchema, values: Any) -> np.ndarray:
     target = np.dtype(NUMPY_DTYPE[f.dtype])
     if f.dtype == DataType.BOOL:
         if kind != "b":
-            raise InvalidParameter(f.name, "must be booleans (BOOL)", _first_value(values, lambda v: not isinstance(v, (bool, np.bool_))))
+            raise InvalidParameter(
+                f.name, "must be booleans (BOOL)", _first_value(values, lambda v: not isinstance(v, (bool, np.bool_)))
+            )
         return array.astype(target)
     if kind not in "iuf" or (kind == "f" and target.kind == "i"):
-        bad = _first_value(values, lambda v: isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) or (target.kind == "i" and not float(v).is_integer()))
+        bad = _first_value(
+            values,
+            lambda v: (
+                isinstance(v, (bool, np.bool_))
+                or not isinstance(v, (int, float, np.number))
+                or (target.kind == "i" and not float(v).is_integer())
+            ),
+        )
         raise InvalidParameter(f.name, f"must be numbers of type {f.dtype.value}", bad)
     if target.kind == "i":
         info = np.iinfo(target)
         out_of_range = (array < info.min) | (array > info.max)
         if out_of_range.any():
             i = _first_bad(out_of_range)
-            raise InvalidParameter(f.name, f"must fit {f.dtype.value} ({info.min}..{info.max}): row {i}", array[i].item())
+            raise InvalidParameter(
+                f.name, f"must fit {f.dtype.value} ({info.min}..{info.max}): row {i}", array[i].item()
+            )
     return array.astype(target)
 
 

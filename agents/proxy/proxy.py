@@ -9,6 +9,7 @@ invalidate by the ids a change touched).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -88,8 +89,11 @@ class Proxy:
         self.consumer = make_consumer(config)
         await self.consumer.start()
         self._closers.insert(0, self.consumer.stop)
-        partitions = [TopicPartition(self.topics.dd, 0), TopicPartition(self.topics.dd_reply, 0),
-                      TopicPartition(self.topics.dq_result, 0)]
+        partitions = [
+            TopicPartition(self.topics.dd, 0),
+            TopicPartition(self.topics.dd_reply, 0),
+            TopicPartition(self.topics.dq_result, 0),
+        ]
         self.consumer.assign(partitions)
         # Only replies to requests published after this point matter. Resolve positions now,
         # before the first request is published.
@@ -127,10 +131,8 @@ class Proxy:
         self._tick_soon.set()
         ticking = getattr(self, "_ticking", None)
         if ticking is not None:
-            try:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
                 await asyncio.wait_for(ticking, STOP_LOOP_TIMEOUT_S)
-            except (TimeoutError, asyncio.CancelledError, Exception):
-                pass
             self._ticking = None
         if hasattr(self, "dm_queue"):
             await self.dm_queue.stop()
@@ -138,10 +140,8 @@ class Proxy:
             await self.dq_queue.stop()
         if self._router is not None:
             self._router.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._router
-            except asyncio.CancelledError:
-                pass
             self._router = None
         if hasattr(self, "queue"):
             await self.queue.stop()
@@ -196,7 +196,9 @@ class Proxy:
         ts, taken = self._last_now
         return add_ms(ts, int((time.monotonic() - taken) * 1000))
 
-    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[list[dict[str, Any]]]:
+    async def search(
+        self, collection_name: str, data: Any, limit: int = 10, **options: Any
+    ) -> list[list[dict[str, Any]]]:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
         task = SearchTask(self, collection_name, data, limit, **options)
@@ -226,12 +228,11 @@ class Proxy:
                     await self.status_board.publish(ROLE, self.proxy_id, self.health(), ttl_s=3 * STATUS_INTERVAL_S)
             except (KafkaError, RedisError) as err:
                 log.warning("proxy: time tick report failed (%r)", err)
-            try:  # sleep, but wake at once on stop or when a Strong read asks for a tick
-                # (cancellation alone is not enough: a client library that swallows
-                # CancelledError would keep this loop alive)
+            # Sleep, but wake at once on stop or when a Strong read asks for a tick (cancellation
+            # alone is not enough: a client library that swallows CancelledError would keep this
+            # loop alive).
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._tick_soon.wait(), interval_s)
-            except TimeoutError:
-                pass
             self._tick_soon.clear()
 
     async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
@@ -239,7 +240,9 @@ class Proxy:
         future: asyncio.Future[ddl.DdlReply] = asyncio.get_running_loop().create_future()
         self._pending[event.request_id] = future
         try:
-            meta = await self.producer.send_and_wait(self.topics.dd, event.model_dump_json().encode(), key=str(event.proxy_id).encode())
+            meta = await self.producer.send_and_wait(
+                self.topics.dd, event.model_dump_json().encode(), key=str(event.proxy_id).encode()
+            )
             try:
                 return await asyncio.wait_for(future, self.config.ddl_timeout_s)
             except TimeoutError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -38,10 +39,8 @@ class DdTaskQueue:
     async def stop(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-            except asyncio.CancelledError:
-                pass
             self._loop_task = None
         while not self._unissued.empty():
             self._unissued.get_nowait().notify(RuntimeError("proxy stopped before the request ran"))

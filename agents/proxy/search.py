@@ -41,8 +41,8 @@ __all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"
 
 OWNERS_TTL_S = 1.0  # how long the proxy trusts its copy of the pchannel -> query node map
 RETRY_PAUSE_S = 0.05  # pause before asking again for a shard whose owner is unknown or moving
-ROUTER_SLACK_S = 1.0
-TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner  # the proxy waits this much longer than a delegator may wait for tsafe
+ROUTER_SLACK_S = 1.0  # the proxy waits this much longer than a delegator may wait for tsafe
+TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner
 
 Result = SearchResult | QueryResult
 
@@ -123,7 +123,9 @@ class DqRouter:
             self._owners_at = time.monotonic()
         return self._owners
 
-    async def _direct(self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float) -> dict[str, Result]:
+    async def _direct(
+        self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float
+    ) -> dict[str, Result]:
         pending = list(info.vchannels)
         results: dict[str, Result] = {}
         refresh = False
@@ -135,8 +137,10 @@ class DqRouter:
                 owner = owners.get(info.pchannels[info.vchannels.index(vchannel)])
                 if owner is not None:
                     groups.setdefault(owner.address, []).append(vchannel)
-            calls = [self._call(address, request.model_copy(update={"vchannels": vchannels}), deadline)
-                     for address, vchannels in groups.items()]
+            calls = [
+                self._call(address, request.model_copy(update={"vchannels": vchannels}), deadline)
+                for address, vchannels in groups.items()
+            ]
             for outcome in await asyncio.gather(*calls, return_exceptions=True):
                 if isinstance(outcome, OspreyError):
                     last_error = outcome.reason
@@ -153,8 +157,10 @@ class DqRouter:
             pending = [v for v in info.vchannels if v not in results]
             if pending:
                 if time.monotonic() >= deadline:
-                    raise RequestTimeout(f"no query node answered for vchannels {pending} of collection "
-                                         f"{info.collection_name} in time; last error: {last_error or 'none serves them'}")
+                    raise RequestTimeout(
+                        f"no query node answered for vchannels {pending} of collection "
+                        f"{info.collection_name} in time; last error: {last_error or 'none serves them'}"
+                    )
                 refresh = True
                 await asyncio.sleep(RETRY_PAUSE_S)
         return results
@@ -166,7 +172,9 @@ class DqRouter:
 
     # -- topic path
 
-    async def _via_topic(self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float) -> dict[str, Result]:
+    async def _via_topic(
+        self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float
+    ) -> dict[str, Result]:
         """Publish on dq-request and collect one result per vchannel from dq-result. Only the owner
         of a shard answers for it, so a shard whose owner changes while the request is out (a
         rebalance, a querynode just starting) would never answer: such vchannels are asked again,
@@ -174,7 +182,7 @@ class DqRouter:
         request = request.model_copy(update={"origin": self.origin, "vchannels": []})
         collector = _Collector(set(info.vchannels))
         self._collectors[request.request_id] = collector
-        pchannel_of = dict(zip(info.vchannels, info.pchannels))
+        pchannel_of = dict(zip(info.vchannels, info.pchannels, strict=False))
         try:
             asked = await self._owner_map(refresh=True)
             await self._publish(request)
@@ -182,16 +190,21 @@ class DqRouter:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(collector.expected - set(collector.results))
-                    raise RequestTimeout(f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
-                                         f"collection {info.collection_name} (request_id={request.request_id}); "
-                                         "is a querynode running? see ./osprey status")
+                    raise RequestTimeout(
+                        f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
+                        f"collection {info.collection_name} (request_id={request.request_id}); "
+                        "is a querynode running? see ./osprey status"
+                    )
                 try:
                     await asyncio.wait_for(collector.done.wait(), min(left, TOPIC_OWNER_CHECK_S))
                 except TimeoutError:
                     owners = await self._owner_map(refresh=True)
-                    moved = [v for v in sorted(collector.expected - set(collector.results))
-                             if owners.get(pchannel_of[v]) is not None
-                             and owners.get(pchannel_of[v]) != asked.get(pchannel_of[v])]
+                    moved = [
+                        v
+                        for v in sorted(collector.expected - set(collector.results))
+                        if owners.get(pchannel_of[v]) is not None
+                        and owners.get(pchannel_of[v]) != asked.get(pchannel_of[v])
+                    ]
                     if moved:
                         asked = owners
                         await self._publish(request.model_copy(update={"vchannels": moved}))
@@ -240,20 +253,29 @@ def _inline_dynamic(row: dict[str, Any], keys: list[str] | None) -> dict[str, An
 
 
 def _py(value: Any) -> Any:
-    return value.tolist() if isinstance(value, np.ndarray) else (value.item() if isinstance(value, np.generic) else value)
+    return (
+        value.tolist() if isinstance(value, np.ndarray) else (value.item() if isinstance(value, np.generic) else value)
+    )
 
 
 class _ReadTask(Task[Any]):
     """What search and query share: resolve, check, guarantee timestamp, route."""
 
-    def __init__(self, proxy: Proxy, collection_name: str, consistency_level: Any, guarantee_timestamp: int | None,
-                 timeout: float | None) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        collection_name: str,
+        consistency_level: Any,
+        guarantee_timestamp: int | None,
+        timeout: float | None,
+    ) -> None:
         super().__init__()
         self.proxy = proxy
         self.collection_name = collection_name
         self.level = parse_level(consistency_level)
-        if guarantee_timestamp is not None and (isinstance(guarantee_timestamp, bool) or not isinstance(guarantee_timestamp, int)
-                                                or guarantee_timestamp < 0):
+        if guarantee_timestamp is not None and (
+            isinstance(guarantee_timestamp, bool) or not isinstance(guarantee_timestamp, int) or guarantee_timestamp < 0
+        ):
             raise InvalidParameter("guarantee_timestamp", "must be an integer >= 0", guarantee_timestamp)
         self.given_guarantee = guarantee_timestamp
         self.timeout_ms = _timeout_ms(timeout, proxy.config.search_timeout_s)
@@ -296,10 +318,21 @@ class _ReadTask(Task[Any]):
 class SearchTask(_ReadTask):
     name = "Search"
 
-    def __init__(self, proxy: Proxy, collection_name: str, data: Any, limit: int, filter: str = "",
-                 output_fields: Sequence[str] | None = None, search_params: dict[str, Any] | None = None,
-                 anns_field: str = "", partition_names: Sequence[str] | None = None, consistency_level: Any = None,
-                 guarantee_timestamp: int | None = None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        collection_name: str,
+        data: Any,
+        limit: int,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        search_params: dict[str, Any] | None = None,
+        anns_field: str = "",
+        partition_names: Sequence[str] | None = None,
+        consistency_level: Any = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.queries = query_vectors(data)
         params = dict(search_params or {})
@@ -319,11 +352,21 @@ class SearchTask(_ReadTask):
         if isinstance(self.limit, bool) or not isinstance(self.limit, int):
             raise InvalidParameter("top_k", "must be an integer in [1, 16384]", self.limit)
         request = SearchRequest(
-            request_id=self.request_id, ts=self.ts, collection_id=info.collection_id,
-            partition_names=self.partition_names, filter=self.filter, output_fields=self.output_fields,
-            guarantee_ts=self._guarantee(info), timeout_ms=self.timeout_ms, anns_field=self.anns_field,
-            metric_type=str(self.metric), top_k=self.limit, nq=self.queries.shape[0], dim=self.queries.shape[1],
-            vectors=self.queries.astype("<f4", copy=False).tobytes(), params=self.params,
+            request_id=self.request_id,
+            ts=self.ts,
+            collection_id=info.collection_id,
+            partition_names=self.partition_names,
+            filter=self.filter,
+            output_fields=self.output_fields,
+            guarantee_ts=self._guarantee(info),
+            timeout_ms=self.timeout_ms,
+            anns_field=self.anns_field,
+            metric_type=str(self.metric),
+            top_k=self.limit,
+            nq=self.queries.shape[0],
+            dim=self.queries.shape[1],
+            vectors=self.queries.astype("<f4", copy=False).tobytes(),
+            params=self.params,
         )
         prepared = await self._check(request)
         # partitions travel as ids (resolved here, once)
@@ -354,19 +397,36 @@ class SearchTask(_ReadTask):
             n = int(hits.counts[q])
             pks = hits.pks[q, :n].tolist()
             distances = hits.distances[q, :n].tolist()
-            out.append([{"id": pk, "distance": d,
-                         "entity": _inline_dynamic(dict(lookup[q].get(pk, {})), keys) if names else {}}
-                        for pk, d in zip(pks, distances)])
+            out.append(
+                [
+                    {
+                        "id": pk,
+                        "distance": d,
+                        "entity": _inline_dynamic(dict(lookup[q].get(pk, {})), keys) if names else {},
+                    }
+                    for pk, d in zip(pks, distances, strict=False)
+                ]
+            )
         self.result = out
 
 
 class QueryTask(_ReadTask):
     name = "Query"
 
-    def __init__(self, proxy: Proxy, collection_name: str, filter: str = "", output_fields: Sequence[str] | None = None,
-                 limit: int | None = None, offset: int = 0, partition_names: Sequence[str] | None = None,
-                 ids: Sequence[Any] | None = None, consistency_level: Any = None,
-                 guarantee_timestamp: int | None = None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        collection_name: str,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        partition_names: Sequence[str] | None = None,
+        ids: Sequence[Any] | None = None,
+        consistency_level: Any = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.filter = filter or ""
         self.output_fields = list(output_fields or [])
@@ -389,9 +449,16 @@ class QueryTask(_ReadTask):
         if self.count_only and len(self.output_fields) > 1:
             raise InvalidParameter("output_fields", f"{COUNT_STAR} cannot be combined with other output fields")
         request = QueryRequest(
-            request_id=self.request_id, ts=self.ts, collection_id=info.collection_id,
-            partition_names=self.partition_names, filter=expr, output_fields=self.output_fields,
-            guarantee_ts=self._guarantee(info), timeout_ms=self.timeout_ms, limit=self.limit, offset=self.offset,
+            request_id=self.request_id,
+            ts=self.ts,
+            collection_id=info.collection_id,
+            partition_names=self.partition_names,
+            filter=expr,
+            output_fields=self.output_fields,
+            guarantee_ts=self._guarantee(info),
+            timeout_ms=self.timeout_ms,
+            limit=self.limit,
+            offset=self.offset,
             count=self.count_only,
         )
         prepared = await self._check(request)

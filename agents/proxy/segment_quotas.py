@@ -19,7 +19,9 @@ class SegmentQuotas:
         self._quotas: dict[tuple[int, int, str], deque[list[int]]] = {}
         self._locks: dict[tuple[int, int, str], asyncio.Lock] = {}
 
-    async def take(self, collection_id: int, partition_id: int, vchannel: str, rows: int, max_rows: int) -> list[tuple[int, int]]:
+    async def take(
+        self, collection_id: int, partition_id: int, vchannel: str, rows: int, max_rows: int
+    ) -> list[tuple[int, int]]:
         """Segments for ``rows`` consecutive rows: ``[(segment_id, count), ...]`` in order."""
         key = (collection_id, partition_id, vchannel)
         async with self._locks.setdefault(key, asyncio.Lock()):
@@ -56,10 +58,14 @@ class SegmentQuotas:
             while quota and quota[0][1] < rows:
                 quota.popleft()
             if not quota:
-                granted = await self.assigner.assign(collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows)
+                granted = await self.assigner.assign(
+                    collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows
+                )
                 quota.extend([sid, n] for sid, n in granted if n >= rows)
                 if not quota:  # the open segment had less room than one event: ask once more
-                    granted = await self.assigner.assign(collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows)
+                    granted = await self.assigner.assign(
+                        collection_id, partition_id, vchannel, max(rows, self.batch_rows), max_rows
+                    )
                     quota.extend([sid, n] for sid, n in granted if n >= rows)
             head = quota[0]
             head[1] -= rows

@@ -111,9 +111,14 @@ class QueryNodeRuntime:
     def health(self) -> dict[str, Any]:
         if self.node is None:
             return {"started": False}
-        return {**self.node.health(), "address": self.direct.address, "direct_served": self.direct.served,
-                "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
-                "topic": self.topic_server.health(), "worker": self.node.worker.health()["rows"]}
+        return {
+            **self.node.health(),
+            "address": self.direct.address,
+            "direct_served": self.direct.served,
+            "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
+            "topic": self.topic_server.health(),
+            "worker": self.node.worker.health()["rows"],
+        }
 
     async def stop(self) -> None:
         await close_all(self._closers, log, "querynode")
@@ -129,8 +134,9 @@ def create_app(config: OspreyConfig) -> faust.App:
     app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
     topics = Topics.of(config)
     runtime = QueryNodeRuntime(config)
-    dml_topic = app.topic(topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw",
-                          partitions=config.dml_partitions)
+    dml_topic = app.topic(
+        topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=config.dml_partitions
+    )
 
     @app.agent(dml_topic, name="dml")
     async def dml_agent(stream: faust.StreamT) -> None:

@@ -68,8 +68,7 @@ class ShardDelegator:
 
     def __init__(self, vchannel: str, collection: CollectionInfo, worker: Worker) -> None:
         if vchannel not in collection.vchannels:
-            raise InvalidParameter("vchannel", f"must be a vchannel of collection {collection.collection_id}",
-                                   vchannel)
+            raise InvalidParameter("vchannel", f"must be a vchannel of collection {collection.collection_id}", vchannel)
         self.vchannel = vchannel
         self.pchannel = collection.pchannels[collection.vchannels.index(vchannel)]
         self.collection = collection
@@ -109,8 +108,10 @@ class ShardDelegator:
         rows were added, False for a repeat. The segment joins the distribution on first use.
         An event of another vchannel or collection is a routing bug: InvalidParameter."""
         if event.vchannel != self.vchannel or event.collection_id != self.collection.collection_id:
-            raise InvalidParameter("vchannel", f"delegator of {self.vchannel} got an event of "
-                                   f"collection {event.collection_id} on {event.vchannel}")
+            raise InvalidParameter(
+                "vchannel",
+                f"delegator of {self.vchannel} got an event of collection {event.collection_id} on {event.vchannel}",
+            )
         self._consumed(position)
         if event.identity in self._identities:
             return False
@@ -187,17 +188,28 @@ class ShardDelegator:
                 by_worker.setdefault(entry.worker, []).append(entry.segment_id)
         return by_worker
 
-    async def search(self, queries: np.ndarray, field: str, metric: str, top_k: int, guarantee_ts: int,
-                     timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S, mask_of: MaskOf | None = None,
-                     ef: int | None = None, partition_ids: Sequence[int] | None = None) -> SearchHits:
+    async def search(
+        self,
+        queries: np.ndarray,
+        field: str,
+        metric: str,
+        top_k: int,
+        guarantee_ts: int,
+        timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
+        mask_of: MaskOf | None = None,
+        ef: int | None = None,
+        partition_ids: Sequence[int] | None = None,
+    ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
         :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK."""
         metric = normalize_metric(metric)
         top_k = check_top_k(top_k)
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        parts = [worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef)
-                 for worker, ids in self.segments_by_worker(partition_ids).items()]
+        parts = [
+            worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef)
+            for worker, ids in self.segments_by_worker(partition_ids).items()
+        ]
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
             varchar = self.collection.collection_schema.primary_field.dtype is DataType.VARCHAR
@@ -206,22 +218,36 @@ class ShardDelegator:
             return parts[0]
         return reduce_search_results(parts, top_k, metric)
 
-    async def query(self, guarantee_ts: int, timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
-                    mask_of: MaskOf | None = None, output_fields: Sequence[str] = (), limit: int | None = None,
-                    offset: int = 0, partition_ids: Sequence[int] | None = None) -> QueryResult:
+    async def query(
+        self,
+        guarantee_ts: int,
+        timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
+        mask_of: MaskOf | None = None,
+        output_fields: Sequence[str] = (),
+        limit: int | None = None,
+        offset: int = 0,
+        partition_ids: Sequence[int] | None = None,
+    ) -> QueryResult:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``, in PK
         order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`."""
         window = check_window(offset, limit)
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        parts = [worker.query(ids, ts, mask_of, output_fields, window, 0)
-                 for worker, ids in self.segments_by_worker(partition_ids).items()]
+        parts = [
+            worker.query(ids, ts, mask_of, output_fields, window, 0)
+            for worker, ids in self.segments_by_worker(partition_ids).items()
+        ]
         if not parts:
             return empty_query_result(self.collection.collection_schema, output_fields)
         return merge_query_results(parts, offset, limit)
 
-    async def count(self, guarantee_ts: int, timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
-                    mask_of: MaskOf | None = None, partition_ids: Sequence[int] | None = None) -> int:
+    async def count(
+        self,
+        guarantee_ts: int,
+        timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
+        mask_of: MaskOf | None = None,
+        partition_ids: Sequence[int] | None = None,
+    ) -> int:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``."""
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
@@ -232,8 +258,12 @@ class ShardDelegator:
     def health(self) -> dict[str, Any]:
         """vchannel, tsafe, consumed position, growing segments with row counts, identities applied."""
         segments = {
-            sid: {"partition_id": e.partition_id, "kind": e.kind, "rows": e.worker.segment(sid).row_count,
-                  "indexed_rows": e.worker.segment(sid).indexed_rows}
+            sid: {
+                "partition_id": e.partition_id,
+                "kind": e.kind,
+                "rows": e.worker.segment(sid).row_count,
+                "indexed_rows": e.worker.segment(sid).indexed_rows,
+            }
             for sid, e in self._distribution.items()
         }
         return {

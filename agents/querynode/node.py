@@ -76,8 +76,13 @@ def mask_of_filter(flt: Filter | None) -> MaskOf | None:
     return mask_of
 
 
-async def guarantee_ts_of(request: SearchRequest | QueryRequest, info: CollectionInfo, tso: TimestampOracle,
-                          graceful_time_ms: int, session_ts: int = 0) -> int:
+async def guarantee_ts_of(
+    request: SearchRequest | QueryRequest,
+    info: CollectionInfo,
+    tso: TimestampOracle,
+    graceful_time_ms: int,
+    session_ts: int = 0,
+) -> int:
     """The request's guarantee timestamp: as given, else from its consistency level (the
     collection's default when unset), see :mod:`state.readpath.consistency`."""
     if request.guarantee_ts is not None:
@@ -90,8 +95,15 @@ async def guarantee_ts_of(request: SearchRequest | QueryRequest, info: Collectio
 class QueryNode:
     """State and request handling of one query node process (see module doc). One event loop."""
 
-    def __init__(self, node_id: int, dml_topic: str, cache: MetaCache, tso: TimestampOracle,
-                 graceful_time_ms: int, worker: Worker | None = None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        dml_topic: str,
+        cache: MetaCache,
+        tso: TimestampOracle,
+        graceful_time_ms: int,
+        worker: Worker | None = None,
+    ) -> None:
         self.node_id = node_id
         self.dml_topic = dml_topic
         self.cache = cache
@@ -149,8 +161,13 @@ class QueryNode:
                 return None
             state.rewind_asked_at = now
             state.rewinds += 1
-            log.warning("querynode: %s got offset %d after %d: rewinding to %d",
-                        state.pchannel, offset, state.position, state.position + 1)
+            log.warning(
+                "querynode: %s got offset %d after %d: rewinding to %d",
+                state.pchannel,
+                offset,
+                state.position,
+                state.position + 1,
+            )
             return state.position + 1
         state.position = offset
         try:
@@ -205,8 +222,9 @@ class QueryNode:
         except (CollectionNotFound, PartitionNotFound):
             return prepare(request, await self.cache.refresh())
 
-    async def serve(self, request: SearchRequest | QueryRequest, answer_unowned: bool,
-                    session_ts: int = 0) -> list[SearchResult | QueryResult]:
+    async def serve(
+        self, request: SearchRequest | QueryRequest, answer_unowned: bool, session_ts: int = 0
+    ) -> list[SearchResult | QueryResult]:
         """One result per addressed vchannel this node owns (and, if ``answer_unowned``, an error
         result for each one it does not own). An error about the whole request is one result
         with an empty vchannel. Never raises an OspreyError: errors travel as results."""
@@ -223,16 +241,20 @@ class QueryNode:
             state = self.pchannels.get(pchannel)
             if state is None:
                 if answer_unowned:
-                    moved = self._error(request, vchannel, ServiceUnavailable(
-                        f"vchannel {vchannel} is not served by query node {self.node_id}"))
+                    moved = self._error(
+                        request,
+                        vchannel,
+                        ServiceUnavailable(f"vchannel {vchannel} is not served by query node {self.node_id}"),
+                    )
                     results.append(moved.model_copy(update={"moved": True}))
                 continue
             jobs.append(self._serve_shard(prepared, state, vchannel, guarantee))
         results.extend(await asyncio.gather(*jobs))
         return results
 
-    async def serve_safely(self, request: SearchRequest | QueryRequest, answer_unowned: bool,
-                           session_ts: int = 0) -> list[SearchResult | QueryResult]:
+    async def serve_safely(
+        self, request: SearchRequest | QueryRequest, answer_unowned: bool, session_ts: int = 0
+    ) -> list[SearchResult | QueryResult]:
         """:meth:`serve`, with an unexpected failure (a bug) answered as an internal error (code 5)
         naming the request instead of leaving the asker waiting until its deadline."""
         try:
@@ -241,35 +263,61 @@ class QueryNode:
             log.exception("querynode: request %s failed", request.request_id)
             return [self._error(request, "", OspreyError(f"internal error in query node {self.node_id}: {exc!r}"))]
 
-    async def _serve_shard(self, prepared: Prepared, state: PChannelState, vchannel: str,
-                           guarantee: int) -> SearchResult | QueryResult:
+    async def _serve_shard(
+        self, prepared: Prepared, state: PChannelState, vchannel: str, guarantee: int
+    ) -> SearchResult | QueryResult:
         request = prepared.request
         try:
             delegator = await self._delegator(state, prepared.info.collection_id, vchannel)
             if delegator is None:
-                raise CollectionNotFound(f"collection not found[database=default][collection={prepared.info.collection_id}]")
+                raise CollectionNotFound(
+                    f"collection not found[database=default][collection={prepared.info.collection_id}]"
+                )
             timeout_s = request.timeout_ms / 1000
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
-                hits = await delegator.search(prepared.queries, prepared.field, prepared.metric, prepared.top_k,
-                                              guarantee, timeout_s, mask_of, prepared.ef, prepared.partition_ids)
+                hits = await delegator.search(
+                    prepared.queries,
+                    prepared.field,
+                    prepared.metric,
+                    prepared.top_k,
+                    guarantee,
+                    timeout_s,
+                    mask_of,
+                    prepared.ef,
+                    prepared.partition_ids,
+                )
                 fields = self._hit_fields(delegator, prepared, hits, guarantee)
                 return search_result(request, vchannel, self.node_id, hits, fields)
             if request.count or COUNT_STAR in request.output_fields:
                 count = await delegator.count(guarantee, timeout_s, mask_of, prepared.partition_ids)
-                return QueryResult(request_id=request.request_id, origin=request.origin, vchannel=vchannel,
-                                   node_id=self.node_id, count=count)
+                return QueryResult(
+                    request_id=request.request_id,
+                    origin=request.origin,
+                    vchannel=vchannel,
+                    node_id=self.node_id,
+                    count=count,
+                )
             # each shard returns its first offset+limit rows in PK order; the asker merges and cuts
             window = None if request.limit is None else request.offset + request.limit
-            rows = await delegator.query(guarantee, timeout_s, mask_of, prepared.output_fields[1:], window, 0,
-                                         prepared.partition_ids)
+            rows = await delegator.query(
+                guarantee, timeout_s, mask_of, prepared.output_fields[1:], window, 0, prepared.partition_ids
+            )
             columns = _columns(prepared.info, rows)
-            return QueryResult(request_id=request.request_id, origin=request.origin, vchannel=vchannel,
-                               node_id=self.node_id, count=len(next(iter(rows.values()), [])), fields=columns)
+            return QueryResult(
+                request_id=request.request_id,
+                origin=request.origin,
+                vchannel=vchannel,
+                node_id=self.node_id,
+                count=len(next(iter(rows.values()), [])),
+                fields=columns,
+            )
         except OspreyError as err:
             return self._error(request, vchannel, err)
 
-    def _hit_fields(self, delegator: ShardDelegator, prepared: Prepared, hits: SearchHits, guarantee: int) -> list[Column]:
+    def _hit_fields(
+        self, delegator: ShardDelegator, prepared: Prepared, hits: SearchHits, guarantee: int
+    ) -> list[Column]:
         """Output field values of the real hits, in slot order (primary key excluded)."""
         names = prepared.output_fields[1:]
         if not names:
@@ -286,10 +334,14 @@ class QueryNode:
             for name, values in part.items():
                 rows.setdefault(name, []).append(values)
         pk_name = prepared.info.collection_schema.primary_field.name
-        merged = {name: (np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [v for p in parts for v in p])
-                  for name, parts in rows.items()}
+        merged = {
+            name: (np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [v for p in parts for v in p])
+            for name, parts in rows.items()
+        }
         found = merged.get(pk_name, [])
-        where = {pk: i for i, pk in reversed(list(enumerate(found.tolist() if isinstance(found, np.ndarray) else found)))}
+        where = {
+            pk: i for i, pk in reversed(list(enumerate(found.tolist() if isinstance(found, np.ndarray) else found)))
+        }
         picks = [where[pk] for pk in pks.tolist()]
         out = {}
         for name in names:
@@ -297,10 +349,18 @@ class QueryNode:
             out[name] = values[picks] if isinstance(values, np.ndarray) else [values[i] for i in picks]
         return _columns(prepared.info, out, allow_empty=True)
 
-    def _error(self, request: SearchRequest | QueryRequest, vchannel: str, err: OspreyError) -> SearchResult | QueryResult:
+    def _error(
+        self, request: SearchRequest | QueryRequest, vchannel: str, err: OspreyError
+    ) -> SearchResult | QueryResult:
         kind = SearchResult if isinstance(request, SearchRequest) else QueryResult
-        return kind(request_id=request.request_id, origin=request.origin, vchannel=vchannel, node_id=self.node_id,
-                    code=err.code, reason=err.reason)
+        return kind(
+            request_id=request.request_id,
+            origin=request.origin,
+            vchannel=vchannel,
+            node_id=self.node_id,
+            code=err.code,
+            reason=err.reason,
+        )
 
     # ------------------------------------------------------------------ health
 
@@ -311,8 +371,12 @@ class QueryNode:
             "skipped_events": self.skipped_events,
             "replayed_records": self.replayed_records,
             "pchannels": {
-                name: {"tsafe": s.tsafe, "position": s.position, "rewinds": s.rewinds,
-                       "vchannels": {v: d.health() for v, d in s.delegators.items()}}
+                name: {
+                    "tsafe": s.tsafe,
+                    "position": s.position,
+                    "rewinds": s.rewinds,
+                    "vchannels": {v: d.health() for v, d in s.delegators.items()},
+                }
                 for name, s in sorted(self.pchannels.items())
             },
         }

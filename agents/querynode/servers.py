@@ -89,7 +89,9 @@ class DirectServer:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _answer(self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float) -> None:
+    async def _answer(
+        self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float
+    ) -> None:
         results = await self.node.serve_safely(request, answer_unowned=True)
         if not writer.is_closing():
             write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
@@ -119,8 +121,10 @@ class TopicServer:
         self._started_ts = await self.node.tso.now()
         self.consumer = make_consumer(self.config)
         await self.consumer.start()
-        partitions = [TopicPartition(self.topics.dq_request, p)
-                      for p in sorted(self.consumer.partitions_for_topic(self.topics.dq_request) or {0})]
+        partitions = [
+            TopicPartition(self.topics.dq_request, p)
+            for p in sorted(self.consumer.partitions_for_topic(self.topics.dq_request) or {0})
+        ]
         self.consumer.assign(partitions)
         await self.consumer.seek_to_end(*partitions)
         for tp in partitions:

@@ -13,6 +13,7 @@ snapshot of the segment list. Released segments are told to stop indexing
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -62,7 +63,7 @@ def output_names(schema: CollectionSchema, output_fields: Sequence[str]) -> list
         output_fields = [output_fields]
     names = [schema.primary_field.name]
     for name in output_fields:
-        for each in ([f.name for f in schema.fields] if name == "*" else [name]):
+        for each in [f.name for f in schema.fields] if name == "*" else [name]:
             if schema.field(each) is None:
                 raise InvalidParameter(each, "is not a field of the collection (output_fields)")
             if each not in names:
@@ -116,8 +117,13 @@ class IndexBuilder:
     Without the thread (never :meth:`start`-ed), :meth:`run_once` does one round on the calling
     thread: tests drive the builder deterministically with it."""
 
-    def __init__(self, segments: Callable[[], list[GrowingSegment]], slice_target_s: float = SLICE_TARGET_S,
-                 min_rows: int = MIN_SLICE_ROWS, max_rows: int = MAX_SLICE_ROWS) -> None:
+    def __init__(
+        self,
+        segments: Callable[[], list[GrowingSegment]],
+        slice_target_s: float = SLICE_TARGET_S,
+        min_rows: int = MIN_SLICE_ROWS,
+        max_rows: int = MAX_SLICE_ROWS,
+    ) -> None:
         """``segments`` returns a snapshot list of the segments to index (called once per round)."""
         if not 1 <= min_rows <= max_rows:
             raise InvalidParameter("min_rows", "must be in [1, max_rows]", min_rows)
@@ -155,8 +161,10 @@ class IndexBuilder:
         if thread is not None:
             thread.join(BUILDER_STOP_TIMEOUT_S)
             if thread.is_alive():
-                log.warning("interim index builder: still in a slice after %.0f s; left to exit on its own",
-                            BUILDER_STOP_TIMEOUT_S)
+                log.warning(
+                    "interim index builder: still in a slice after %.0f s; left to exit on its own",
+                    BUILDER_STOP_TIMEOUT_S,
+                )
 
     def slice_rows(self, segment: GrowingSegment) -> int:
         """Rows of ``segment``'s next slice: about ``slice_target_s`` of work at its measured rate."""
@@ -173,7 +181,8 @@ class IndexBuilder:
             per_row = (time.perf_counter() - began) / added
             old = self._seconds_per_row.get(segment.segment_id)
             self._seconds_per_row[segment.segment_id] = (
-                per_row if old is None else SLICE_RATE_SMOOTHING * per_row + (1 - SLICE_RATE_SMOOTHING) * old)
+                per_row if old is None else SLICE_RATE_SMOOTHING * per_row + (1 - SLICE_RATE_SMOOTHING) * old
+            )
             self.rows_indexed += added
             self.slices += 1
         return added
@@ -193,10 +202,8 @@ class IndexBuilder:
         return added
 
     def _run(self) -> None:
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: normal priority
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILDER_NICE)
-        except (OSError, AttributeError):  # not Linux, or not allowed: run at normal priority
-            pass
         while not self._stop.is_set():
             try:
                 added = self.run_once()
@@ -237,19 +244,30 @@ class Worker:
         self._check_running()
         self._collections[collection.collection_id] = collection
 
-    def load_growing(self, segment_id: int, collection: CollectionInfo, partition_id: int,
-                     vchannel: str) -> GrowingSegment:
+    def load_growing(
+        self, segment_id: int, collection: CollectionInfo, partition_id: int, vchannel: str
+    ) -> GrowingSegment:
         """The growing segment ``segment_id``, created empty if absent (idempotent)."""
         self.load_collection(collection)
         segment = self._segments.get(segment_id)
         if segment is None:
-            segment = GrowingSegment(segment_id, collection.collection_id, partition_id, vchannel,
-                                     collection.collection_schema, self.interim_index_rows)
+            segment = GrowingSegment(
+                segment_id,
+                collection.collection_id,
+                partition_id,
+                vchannel,
+                collection.collection_schema,
+                self.interim_index_rows,
+            )
             self._segments[segment_id] = segment
         elif (segment.collection_id, segment.partition_id, segment.vchannel) != (
-                collection.collection_id, partition_id, vchannel):
-            raise InvalidParameter("segment_id", "is already loaded for another collection/partition/vchannel",
-                                   segment_id)
+            collection.collection_id,
+            partition_id,
+            vchannel,
+        ):
+            raise InvalidParameter(
+                "segment_id", "is already loaded for another collection/partition/vchannel", segment_id
+            )
         return segment
 
     def segment(self, segment_id: int) -> GrowingSegment:
@@ -306,28 +324,47 @@ class Worker:
     def _masks(self, segment: GrowingSegment, mask_of: MaskOf | None) -> np.ndarray | None:
         return None if mask_of is None else mask_of(segment)
 
-    def search(self, segment_ids: Sequence[int], queries: np.ndarray, field: str, metric: str, top_k: int,
-               ts: int, mask_of: MaskOf | None = None, ef: int | None = None) -> SearchHits:
+    def search(
+        self,
+        segment_ids: Sequence[int],
+        queries: np.ndarray,
+        field: str,
+        metric: str,
+        top_k: int,
+        ts: int,
+        mask_of: MaskOf | None = None,
+        ef: int | None = None,
+    ) -> SearchHits:
         """Top ``top_k`` per query over the listed segments at MVCC timestamp ``ts`` (rows with insert
         ts > ``ts`` never appear), reduced with :func:`reduce_search_results` (each PK once).
         At least one segment id is required (the caller knows the PK type of an empty result)."""
         if not segment_ids:
             raise InvalidParameter("segment_ids", "must name at least one segment")
-        parts = [self.segment(sid).search(queries, field, metric, top_k, ts,
-                                          self._masks(self.segment(sid), mask_of), ef)
-                 for sid in segment_ids]
+        parts = [
+            self.segment(sid).search(queries, field, metric, top_k, ts, self._masks(self.segment(sid), mask_of), ef)
+            for sid in segment_ids
+        ]
         # reduced even when there is one segment: a PK inserted twice is twice in its segment
         return reduce_search_results(parts, top_k, metric)
 
-    def query(self, segment_ids: Sequence[int], ts: int, mask_of: MaskOf | None = None,
-              output_fields: Sequence[str] = (), limit: int | None = None, offset: int = 0) -> QueryResult:
+    def query(
+        self,
+        segment_ids: Sequence[int],
+        ts: int,
+        mask_of: MaskOf | None = None,
+        output_fields: Sequence[str] = (),
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> QueryResult:
         """Rows of the listed segments visible at ``ts`` and kept by ``mask_of``, in PK order over all
         segments, skipping ``offset`` then keeping at most ``limit`` (None = all). Returns field ->
         values as :meth:`GrowingSegment.retrieve` does; ``{}`` when no segment is listed. PKs present
         in several segments are all returned (no dedup, as count does)."""
         window = check_window(offset, limit)
-        parts = [self.segment(sid).retrieve(self._masks(self.segment(sid), mask_of), ts, output_fields, window, 0)
-                 for sid in segment_ids]
+        parts = [
+            self.segment(sid).retrieve(self._masks(self.segment(sid), mask_of), ts, output_fields, window, 0)
+            for sid in segment_ids
+        ]
         return merge_query_results(parts, offset, limit)
 
     def count(self, segment_ids: Sequence[int], ts: int, mask_of: MaskOf | None = None) -> int:
@@ -354,12 +391,21 @@ class Worker:
         interim index (``indexed_rows``; the rest are searched exactly) and estimated bytes, and
         the index builder's state."""
         segments = {
-            sid: {"collection_id": s.collection_id, "partition_id": s.partition_id, "vchannel": s.vchannel,
-                  "rows": s.row_count, "indexed_rows": s.indexed_rows, "memory_bytes": s.memory_bytes}
+            sid: {
+                "collection_id": s.collection_id,
+                "partition_id": s.partition_id,
+                "vchannel": s.vchannel,
+                "rows": s.row_count,
+                "indexed_rows": s.indexed_rows,
+                "memory_bytes": s.memory_bytes,
+            }
             for sid, s in self._segments.items()
         }
-        builder = {"running": self.builder.running, "rows_indexed": self.builder.rows_indexed,
-                   "pending_rows": sum(s.pending_index_rows for s in self._segments.values())}
+        builder = {
+            "running": self.builder.running,
+            "rows_indexed": self.builder.rows_indexed,
+            "pending_rows": sum(s.pending_index_rows for s in self._segments.values()),
+        }
         return {
             "healthy": self.is_healthy(),
             "segments": segments,

@@ -60,19 +60,24 @@ class RootCoordRuntime:
             self._closers.insert(0, producer.stop)
 
             async def send_reply(reply: ddl.DdlReply) -> None:
-                await producer.send_and_wait(self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode())
+                await producer.send_and_wait(
+                    self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode()
+                )
 
             async def dd_end() -> int:
                 return await end_offset(config, self.topics.dd, 0)
 
-            core = RootCoord(config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end)
+            core = RootCoord(
+                config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end
+            )
             await core.recover()
             node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
             registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
             lease = await registry.register_process(ROLE, node_id)
             self._closers.insert(0, lease.stop)
-            timetick = TimeTickAgent(config, redis, tso, registry, producer,
-                                     in_use=lambda: core.view.pchannels_in_use())
+            timetick = TimeTickAgent(
+                config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use()
+            )
             await timetick.start()
             self._closers.insert(0, timetick.stop)  # before the producer and Redis close
             self.timetick = timetick
@@ -100,7 +105,9 @@ def create_app(config: OspreyConfig) -> faust.App:
 
     # Reports from earliest (no committed offset yet) are fine: a dead proxy's are dropped by
     # liveness, a live proxy's old ones are superseded by its newer ones (ticks never go back).
-    proxy_tt_topic = app.topic(topics.proxy_tt, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=1)
+    proxy_tt_topic = app.topic(
+        topics.proxy_tt, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=1
+    )
 
     @app.agent(proxy_tt_topic, name="timetick")
     async def timetick_agent(stream: faust.StreamT) -> None:

@@ -52,8 +52,13 @@ class RootCoord:
     """Applies DDL events to the meta table and answers them through ``reply_sink``."""
 
     def __init__(
-        self, config: OspreyConfig, store: SnapshotKV, ids: IdAllocator, checkpoint: DdCheckpoint,
-        reply_sink: ReplySink, dd_end: DdEnd,
+        self,
+        config: OspreyConfig,
+        store: SnapshotKV,
+        ids: IdAllocator,
+        checkpoint: DdCheckpoint,
+        reply_sink: ReplySink,
+        dd_end: DdEnd,
     ) -> None:
         self.topics = Topics.of(config)
         self.store = store
@@ -81,7 +86,9 @@ class RootCoord:
                 )
         self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
         self.view = MetaView.from_kvs(self.kvs)
-        log.info("rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections))
+        log.info(
+            "rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections)
+        )
 
     async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
         """Process the dd event at ``offset``; return the reply sent (None when skipped).
@@ -111,7 +118,9 @@ class RootCoord:
                 await self.reply_sink(event)
             return event
         if event.request_id <= self.checkpoint.last_request.get(event.proxy_id, 0):
-            log.info("dd offset %d repeats request %d of publisher %d: skipped", offset, event.request_id, event.proxy_id)
+            log.info(
+                "dd offset %d repeats request %d of publisher %d: skipped", offset, event.request_id, event.proxy_id
+            )
             await self._resend_if_last(raw)
             await self.checkpoint.save(self.checkpoint.fields_for(offset, None))
             return None
@@ -160,8 +169,11 @@ class RootCoord:
             return self.checkpoint.fields_for(offset, replies[0])
 
         await self.store.multi_save_and_remove(
-            change.saves, removals=change.removals, removal_prefixes=change.removal_prefixes,
-            additions=[capture(a) for a in change.additions], side_hash=(self.checkpoint.hash_name, side),
+            change.saves,
+            removals=change.removals,
+            removal_prefixes=change.removal_prefixes,
+            additions=[capture(a) for a in change.additions],
+            side_hash=(self.checkpoint.hash_name, side),
         )
         reply = replies[0]
         self.checkpoint.remember(self.checkpoint.fields_for(offset, reply))
@@ -209,7 +221,9 @@ def _decode(raw: bytes) -> ddl.DdlEvent | ddl.DdlReply | None:
     if model is None:
         known = ", ".join(ddl.REQUEST_TYPE)
         return ddl.ErrorReply(
-            request_id=request_id, proxy_id=proxy_id, code=InvalidParameter.code,
+            request_id=request_id,
+            proxy_id=proxy_id,
+            code=InvalidParameter.code,
             reason=InvalidParameter("kind", f"must be one of {known}", kind).reason,
         )
     try:

@@ -30,6 +30,7 @@ use gets the current minimum at the next round, above anything written before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -198,7 +199,9 @@ class TimeTickAgent:
                 )
                 for p, ts in advanced.items()
             ]
-            failures = [r for r in await asyncio.gather(*futures, return_exceptions=True) if isinstance(r, BaseException)]
+            failures = [
+                r for r in await asyncio.gather(*futures, return_exceptions=True) if isinstance(r, BaseException)
+            ]
             self._events_published += len(advanced) - len(failures)
             if failures:
                 raise failures[0]
@@ -222,10 +225,8 @@ class TimeTickAgent:
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
                 continue
             backoff_s = BACKOFF_MIN_S
-            try:  # the next report, or the interval
+            with contextlib.suppress(TimeoutError):  # the next report, or the interval
                 await asyncio.wait_for(self._fed.wait(), max(0.0, self._interval_s - (time.monotonic() - started)))
-            except TimeoutError:
-                pass
 
     def health(self) -> dict[str, Any]:
         since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)

@@ -81,21 +81,23 @@ def server_properties(host: str, port: int, controller_port: int, log_dir: Path)
 
 def log4j_properties(log_file: Path) -> str:
     """reload4j settings: INFO to a rolling file; the chatty per-request loggers at WARN."""
-    return "\n".join([
-        "log4j.rootLogger=INFO, file",
-        "log4j.appender.file=org.apache.log4j.RollingFileAppender",
-        f"log4j.appender.file.File={log_file}",
-        f"log4j.appender.file.MaxFileSize={LOG_FILE_MAX_MB}MB",
-        f"log4j.appender.file.MaxBackupIndex={LOG_FILES_KEPT}",
-        "log4j.appender.file.layout=org.apache.log4j.PatternLayout",
-        "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n",
-        "log4j.logger.kafka.request.logger=WARN",
-        "log4j.logger.kafka.network.RequestChannel$=WARN",
-        "log4j.logger.state.change.logger=WARN",
-        "log4j.logger.kafka.log.LogCleaner=WARN",
-        "log4j.logger.org.apache.kafka.storage.internals.log.LogCleaner=WARN",
-        "",
-    ])
+    return "\n".join(
+        [
+            "log4j.rootLogger=INFO, file",
+            "log4j.appender.file=org.apache.log4j.RollingFileAppender",
+            f"log4j.appender.file.File={log_file}",
+            f"log4j.appender.file.MaxFileSize={LOG_FILE_MAX_MB}MB",
+            f"log4j.appender.file.MaxBackupIndex={LOG_FILES_KEPT}",
+            "log4j.appender.file.layout=org.apache.log4j.PatternLayout",
+            "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n",
+            "log4j.logger.kafka.request.logger=WARN",
+            "log4j.logger.kafka.network.RequestChannel$=WARN",
+            "log4j.logger.state.change.logger=WARN",
+            "log4j.logger.kafka.log.LogCleaner=WARN",
+            "log4j.logger.org.apache.kafka.storage.internals.log.LogCleaner=WARN",
+            "",
+        ]
+    )
 
 
 def metadata_answers(host: str, port: int, timeout_s: float = METADATA_TIMEOUT_S) -> bool:
@@ -145,8 +147,16 @@ class KafkaBroker(EmbeddedProcess):
     ready_timeout_s = READY_TIMEOUT_S
     stop_timeout_s = STOP_TIMEOUT_S
 
-    def __init__(self, host: str, port: int, data_dir: Path, *, controller_port: int, heap_mb: int = 384,
-                 lib_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        data_dir: Path,
+        *,
+        controller_port: int,
+        heap_mb: int = 384,
+        lib_dir: Path | None = None,
+    ) -> None:
         super().__init__(host, port, data_dir)
         self.controller_port = controller_port
         self.heap_mb = heap_mb
@@ -168,13 +178,23 @@ class KafkaBroker(EmbeddedProcess):
     def _java(self, main: str, *args: str, heap_mb: int | None = None) -> list[str]:
         jars = list(self.lib_dir.glob("kafka_2.13-*.jar")) if self.lib_dir.is_dir() else []
         if not jars:
-            raise RuntimeError(f"Kafka jars not found in {self.lib_dir}; run ./osprey (the bootstrap fetches "
-                               f"Apache Kafka {KAFKA_VERSION} with Maven) or set OSPREY_KAFKA_LIB_DIR")
+            raise RuntimeError(
+                f"Kafka jars not found in {self.lib_dir}; run ./osprey (the bootstrap fetches "
+                f"Apache Kafka {KAFKA_VERSION} with Maven) or set OSPREY_KAFKA_LIB_DIR"
+            )
         heap = [f"-Xms{min(heap_mb, 128)}m", f"-Xmx{heap_mb}m"] if heap_mb else ["-Xmx128m"]
         return [
-            java_binary(), *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{self.kafka_dir / 'log4j.properties'}",
-            "-cp", f"{self.lib_dir}/*", main, *args,
+            java_binary(),
+            *heap,
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.kafka_dir / 'log4j.properties'}",
+            "-cp",
+            f"{self.lib_dir}/*",
+            main,
+            *args,
         ]
 
     def prepare(self) -> None:
@@ -194,8 +214,13 @@ class KafkaBroker(EmbeddedProcess):
         self._run_tool("format", "-t", cluster_id, "-c", str(self.properties_file), "--ignore-formatted")
 
     def _run_tool(self, *args: str) -> str:
-        done = subprocess.run(self._java("kafka.tools.StorageTool", *args), capture_output=True, text=True,
-                              timeout=FORMAT_TIMEOUT_S, cwd=self.kafka_dir)
+        done = subprocess.run(
+            self._java("kafka.tools.StorageTool", *args),
+            capture_output=True,
+            text=True,
+            timeout=FORMAT_TIMEOUT_S,
+            cwd=self.kafka_dir,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"kafka StorageTool {args[0]} failed ({done.returncode}): {done.stdout}{done.stderr}")
         return done.stdout

@@ -37,8 +37,14 @@ def live_pids(config: OspreyConfig, role: str) -> set[int]:
 def embedded_broker(config: OspreyConfig) -> KafkaBroker:
     """The embedded Kafka broker of ``config``: its first bootstrap address, data under ``data_dir``."""
     host, port = config.kafka_host_port
-    return KafkaBroker(host, port, Path(config.data_dir), controller_port=config.kafka_controller_port,
-                       heap_mb=config.kafka_heap_mb, lib_dir=Path(config.kafka_lib_dir) if config.kafka_lib_dir else None)
+    return KafkaBroker(
+        host,
+        port,
+        Path(config.data_dir),
+        controller_port=config.kafka_controller_port,
+        heap_mb=config.kafka_heap_mb,
+        lib_dir=Path(config.kafka_lib_dir) if config.kafka_lib_dir else None,
+    )
 
 
 class LocalCluster:
@@ -46,7 +52,9 @@ class LocalCluster:
         self.config = config
         data_dir = Path(config.data_dir)
         rhost, rport = config.redis_host_port
-        self.servers: list[EmbeddedProcess] = [embedded_broker(config), RedisServer(rhost, rport, data_dir)] if embedded else []
+        self.servers: list[EmbeddedProcess] = (
+            [embedded_broker(config), RedisServer(rhost, rport, data_dir)] if embedded else []
+        )
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
         self.proxy = self._worker("proxy")
 

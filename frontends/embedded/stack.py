@@ -8,6 +8,7 @@ answers, and stop it on ``down``. Test fixtures use the same classes on free por
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -124,8 +125,13 @@ class EmbeddedProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self._proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=cwd, env=env,
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=cwd,
+                env=env,
                 preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
             )
         self.pid_file.write_text(str(self._proc.pid))
@@ -147,10 +153,8 @@ class EmbeddedProcess:
         pid = self.pid()
         if pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
     def _wait_exit(self, timeout_s: float) -> bool:
         pid = self.pid()
@@ -196,9 +200,25 @@ class RedisServer(EmbeddedProcess):
         workdir = self.data_dir / f"redis-{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         return [
-            binary, "--bind", self.host, "--port", str(self.port), "--dir", str(workdir),
-            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+            binary,
+            "--bind",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dir",
+            str(workdir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
         ]
 
     def ready(self) -> bool:

@@ -99,8 +99,15 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     told = False
     while True:
         try:
-            query = write_stream(df, args.collection, str(checkpoint), partition=args.partition, proxy=proxy,
-                                 query_name=name, trigger=trigger)
+            query = write_stream(
+                df,
+                args.collection,
+                str(checkpoint),
+                partition=args.partition,
+                proxy=proxy,
+                query_name=name,
+                trigger=trigger,
+            )
             break
         except CollectionNotFound:
             if not args.follow:
@@ -130,15 +137,21 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
         totals = client.progress(query.id)
         client.close()
     seconds = time.monotonic() - started
-    totals.update(collection=args.collection, seconds=round(seconds, 3),
-                  rows_per_s=round(totals.get("rows", 0) / seconds, 1) if seconds else 0.0, checkpoint=str(checkpoint))
+    totals.update(
+        collection=args.collection,
+        seconds=round(seconds, 3),
+        rows_per_s=round(totals.get("rows", 0) / seconds, 1) if seconds else 0.0,
+        checkpoint=str(checkpoint),
+    )
     return totals
 
 
 def _wait_for_files(directory: Path, fmt: str | None) -> bool:
     """--follow: wait (before starting Spark) until the directory has a file to read the schema
     from; False if interrupted."""
-    patterns = {"parquet": ("*.parquet",), "json": ("*.json", "*.jsonl")}.get(fmt or "", ("*.parquet", "*.json", "*.jsonl"))
+    patterns = {"parquet": ("*.parquet",), "json": ("*.json", "*.jsonl")}.get(
+        fmt or "", ("*.parquet", "*.json", "*.jsonl")
+    )
     told = False
     try:
         while not any(next(directory.glob(p), None) for p in patterns):
@@ -157,9 +170,12 @@ def _progress_line(collection: str, progress: dict[str, Any], seconds: float) ->
         print(f"ingest {collection}: {seconds:.0f} s, the first batch is being written", file=sys.stderr, flush=True)
         return
     rate = rows / seconds if seconds > 0 else 0.0
-    print(f"ingest {collection}: {rows:,} rows in {progress.get('batches', 0)} batches, {rate:,.0f} rows/s, "
-          f"written {progress.get('written', 0):,}, rejected {progress.get('rejected', 0):,}",
-          file=sys.stderr, flush=True)
+    print(
+        f"ingest {collection}: {rows:,} rows in {progress.get('batches', 0)} batches, {rate:,.0f} rows/s, "
+        f"written {progress.get('written', 0):,}, rejected {progress.get('rejected', 0):,}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None, config: OspreyConfig | None = None) -> int:
@@ -171,7 +187,10 @@ def main(argv: list[str] | None = None, config: OspreyConfig | None = None) -> i
         return 1
     except Exception as exc:  # Spark's own errors (a failed query, a file it cannot read)
         if type(exc).__module__.startswith(("pyspark", "py4j")):
-            print(f"ingest: the streaming query failed: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+            print(
+                f"ingest: the streaming query failed: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+                file=sys.stderr,
+            )
             return 1
         raise
     print(json.dumps(totals, indent=2))

@@ -78,7 +78,9 @@ def _collection_target(view: MetaView, field_name: str, name: str) -> Collection
     if info is not None:
         return info
     if name in view.aliases:
-        raise InvalidParameter(field_name, "must name a collection, not an alias: an alias cannot point to another alias", name)
+        raise InvalidParameter(
+            field_name, "must name a collection, not an alias: an alias cannot point to another alias", name
+        )
     raise collection_not_found(name)
 
 
@@ -108,21 +110,33 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
 
     def info(ts: int) -> tuple[str, str]:
         record = CollectionInfo(
-            collection_id=collection_id, collection_name=name, collection_schema=schema,
-            shards_num=e.shards_num, consistency_level=e.consistency_level,
-            vchannels=vchannels, pchannels=pchannels, created_ts=ts,
+            collection_id=collection_id,
+            collection_name=name,
+            collection_schema=schema,
+            shards_num=e.shards_num,
+            consistency_level=e.consistency_level,
+            vchannels=vchannels,
+            pchannels=pchannels,
+            created_ts=ts,
         )
         return keys.collection_info_key(collection_id), record.model_dump_json()
 
     def default_partition(ts: int) -> tuple[str, str]:
-        record = PartitionInfo(partition_id=partition_id, partition_name=DEFAULT_PARTITION_NAME, collection_id=collection_id, created_ts=ts)
+        record = PartitionInfo(
+            partition_id=partition_id, partition_name=DEFAULT_PARTITION_NAME, collection_id=collection_id, created_ts=ts
+        )
         return keys.partition_key(collection_id, partition_id), record.model_dump_json()
 
     reply_type = ddl.CreateCollectionReply
     return Plan(
         additions=[info, default_partition],
         make_reply=lambda ts: reply_type(
-            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, collection_id=collection_id, created_ts=ts, invalidate=[collection_id]
+            request_id=e.request_id,
+            proxy_id=e.proxy_id,
+            ts=ts,
+            collection_id=collection_id,
+            created_ts=ts,
+            invalidate=[collection_id],
         ),
     )
 
@@ -133,16 +147,22 @@ async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
     if info is None:
         if name in view.aliases:
             raise InvalidParameter(
-                "collection_name", "must name a collection, not an alias: a collection cannot be dropped through an alias", name
+                "collection_name",
+                "must name a collection, not an alias: a collection cannot be dropped through an alias",
+                name,
             )
         raise collection_not_found(name)
     aliases = view.aliases_of(info.collection_id)
     if aliases:
         raise InvalidParameter(
-            "collection_name", f"must have no aliases to be dropped: drop its aliases first ({', '.join(aliases)})", name
+            "collection_name",
+            f"must have no aliases to be dropped: drop its aliases first ({', '.join(aliases)})",
+            name,
         )
     cid = info.collection_id
-    return Plan(removal_prefixes=[keys.collection_prefix(cid)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+    return Plan(
+        removal_prefixes=[keys.collection_prefix(cid)], make_reply=_reply(e, collection_id=cid, invalidate=[cid])
+    )
 
 
 def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
@@ -164,9 +184,13 @@ async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewI
     name = validate_name("partition_name", e.partition_name)
     cid = info.collection_id
     if view.partition_by_name(cid, name) is not None:
-        raise InvalidParameter("partition_name", "must be unique in the collection: a partition with this name already exists", name)
+        raise InvalidParameter(
+            "partition_name", "must be unique in the collection: a partition with this name already exists", name
+        )
     if len(view.partitions.get(cid, {})) >= MAX_PARTITIONS_PER_COLLECTION:
-        raise InvalidParameter("partition_name", f"a collection holds at most {MAX_PARTITIONS_PER_COLLECTION} partitions", name)
+        raise InvalidParameter(
+            "partition_name", f"a collection holds at most {MAX_PARTITIONS_PER_COLLECTION} partitions", name
+        )
     partition_id = await new_id()
 
     def record(ts: int) -> tuple[str, str]:
@@ -177,7 +201,12 @@ async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewI
     return Plan(
         additions=[record],
         make_reply=lambda ts: reply_type(
-            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, partition_id=partition_id, created_ts=ts, invalidate=[cid]
+            request_id=e.request_id,
+            proxy_id=e.proxy_id,
+            ts=ts,
+            partition_id=partition_id,
+            created_ts=ts,
+            invalidate=[cid],
         ),
     )
 
@@ -215,7 +244,9 @@ def _create_alias(e: ddl.CreateAlias, view: MetaView) -> Plan:
         )
 
     def record(ts: int) -> tuple[str, str]:
-        return keys.alias_key(alias), AliasInfo(alias=alias, collection_id=cid, created_ts=ts, updated_ts=e.ts).model_dump_json()
+        return keys.alias_key(alias), AliasInfo(
+            alias=alias, collection_id=cid, created_ts=ts, updated_ts=e.ts
+        ).model_dump_json()
 
     return Plan(additions=[record], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
 
@@ -252,7 +283,10 @@ def _describe_alias(e: ddl.DescribeAlias, view: MetaView) -> Plan:
     if existing is None or target is None:
         raise alias_not_found(alias)
     description = AliasDescription(
-        alias=alias, collection_name=target.collection_name, collection_id=target.collection_id, created_ts=existing.created_ts
+        alias=alias,
+        collection_name=target.collection_name,
+        collection_id=target.collection_id,
+        created_ts=existing.created_ts,
     )
     return Plan(make_reply=_reply(e, alias=description))
 
@@ -260,7 +294,9 @@ def _describe_alias(e: ddl.DescribeAlias, view: MetaView) -> Plan:
 def _list_aliases(e: ddl.ListAliases, view: MetaView) -> Plan:
     if e.collection_name:
         info = _resolve(view, "collection_name", e.collection_name)
-        return Plan(make_reply=_reply(e, collection_name=info.collection_name, aliases=view.aliases_of(info.collection_id)))
+        return Plan(
+            make_reply=_reply(e, collection_name=info.collection_name, aliases=view.aliases_of(info.collection_id))
+        )
     return Plan(make_reply=_reply(e, aliases=sorted(view.aliases)))
 
 

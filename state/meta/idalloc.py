@@ -43,7 +43,9 @@ class IdAllocator:
     otherwise the allocator drops what is left of its block and reserves ``max(count, batch)`` ids.
     """
 
-    def __init__(self, redis: aioredis.Redis, namespace: str, name: str, batch: int = DEFAULT_BATCH, start: int = 1) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, namespace: str, name: str, batch: int = DEFAULT_BATCH, start: int = 1
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidParameter("name", "must be a non-empty string", name)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:

@@ -35,8 +35,13 @@ class IngestLog:
             "seconds": max((t.seconds for t in commit.tasks), default=0.0),
             "tasks": len(commit.tasks),
         }
-        query = {"query_id": commit.query_id, "query_name": commit.query_name,
-                 "collection_id": commit.collection_id, "last_batch": commit.batch_id, "ts": ts}
+        query = {
+            "query_id": commit.query_id,
+            "query_name": commit.query_name,
+            "collection_id": commit.collection_id,
+            "last_batch": commit.batch_id,
+            "ts": ts,
+        }
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"{self._base}batches:{commit.query_id}", str(commit.batch_id), json.dumps(batch))
             pipe.hset(f"{self._base}queries", commit.query_id, json.dumps(query))
@@ -49,8 +54,12 @@ class IngestLog:
         batches = await self._redis.hgetall(f"{self._base}batches:{query_id}")
         out: dict[str, Any] = json.loads(raw_query) if raw_query else {"query_id": query_id, "last_batch": None}
         records = [json.loads(v) for v in batches.values()]
-        out.update(batches=len(records), rows=sum(r["rows"] for r in records),
-                   written=sum(r["written"] for r in records), rejected=sum(r["rejected"] for r in records))
+        out.update(
+            batches=len(records),
+            rows=sum(r["rows"] for r in records),
+            written=sum(r["written"] for r in records),
+            rejected=sum(r["rejected"] for r in records),
+        )
         return out
 
     async def queries(self) -> list[dict[str, Any]]:

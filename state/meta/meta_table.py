@@ -93,7 +93,9 @@ class MetaView:
         info = self.collections.get(collection_id)
         if info is None:
             return None
-        return CollectionDescription(info=info, partitions=self.partitions_of(collection_id), aliases=self.aliases_of(collection_id))
+        return CollectionDescription(
+            info=info, partitions=self.partitions_of(collection_id), aliases=self.aliases_of(collection_id)
+        )
 
     def briefs(self) -> list[CollectionBrief]:
         return [

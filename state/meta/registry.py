@@ -15,6 +15,7 @@ stops refreshing: it must not come back under the same id as if nothing happened
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -136,10 +137,8 @@ class Lease:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         if self._state in ("running", "lost"):
             try:
                 await self._registry._delete(self, self._token)  # deletes only a lease still ours
@@ -150,8 +149,12 @@ class Lease:
     def health(self) -> dict[str, Any]:
         since = None if self._last_refresh is None else round(time.monotonic() - self._last_refresh, 3)
         return {
-            "role": self.role, "node_id": self.node_id, "state": self._state,
-            "ttl_s": self._registry.ttl_s, "since_last_refresh_s": since, "refresh_errors": self._refresh_errors,
+            "role": self.role,
+            "node_id": self.node_id,
+            "state": self._state,
+            "ttl_s": self._registry.ttl_s,
+            "since_last_refresh_s": since,
+            "refresh_errors": self._refresh_errors,
         }
 
     async def _keepalive(self) -> None:

@@ -21,8 +21,13 @@ SEGMENT_MAX_BYTES = 512 * 1024 * 1024  # Milvus dataCoord.segment.maxSize
 ROW_OVERHEAD_BYTES = 16  # row id + timestamp
 JSON_ESTIMATE_BYTES = 512
 FIXED_BYTES = {
-    DataType.BOOL: 1, DataType.INT8: 1, DataType.INT16: 2, DataType.INT32: 4, DataType.INT64: 8,
-    DataType.FLOAT: 4, DataType.DOUBLE: 8,
+    DataType.BOOL: 1,
+    DataType.INT8: 1,
+    DataType.INT16: 2,
+    DataType.INT32: 4,
+    DataType.INT64: 8,
+    DataType.FLOAT: 4,
+    DataType.DOUBLE: 8,
 }
 
 _ASSIGN_LUA = r"""
@@ -78,7 +83,9 @@ class SegmentAssigner:
         self.counter = f"{namespace}:id:segment"
         self._assign = redis.register_script(_ASSIGN_LUA)
 
-    async def assign(self, collection_id: int, partition_id: int, vchannel: str, rows: int, max_rows: int) -> list[tuple[int, int]]:
+    async def assign(
+        self, collection_id: int, partition_id: int, vchannel: str, rows: int, max_rows: int
+    ) -> list[tuple[int, int]]:
         channel = f"{self.prefix}ch:{collection_id}:{partition_id}:{vchannel}"
         flat = await self._assign(
             keys=[channel, self.counter, self.prefix + "growing"],

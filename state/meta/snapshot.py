@@ -261,14 +261,24 @@ class SnapshotKV:
         """
         base = [(_encode("key", k, allow_empty=False), _encode("value", v)) for k, v in saves.items()]
         removed = [_encode("removals", k, allow_empty=False) for k in _as_list("removals", removals)]
-        prefixes = [_encode("removal_prefixes", p, allow_empty=False) for p in _as_list("removal_prefixes", removal_prefixes)]
+        prefixes = [
+            _encode("removal_prefixes", p, allow_empty=False) for p in _as_list("removal_prefixes", removal_prefixes)
+        ]
         keys = [self.keys_key, self.last_ts_key, self.writes_key]
         if side_hash is not None:
             side_key, side_fields = side_hash
-            if not isinstance(side_key, str) or not side_key.startswith(self._namespace_prefix) or not callable(side_fields):
-                raise InvalidParameter("side_hash", f"must be (a Redis key starting with {self._namespace_prefix!r}, a function of ts)", side_key)
+            if (
+                not isinstance(side_key, str)
+                or not side_key.startswith(self._namespace_prefix)
+                or not callable(side_fields)
+            ):
+                raise InvalidParameter(
+                    "side_hash",
+                    f"must be (a Redis key starting with {self._namespace_prefix!r}, a function of ts)",
+                    side_key,
+                )
             keys.append(side_key)
-        for attempt in range(WRITE_MAX_ATTEMPTS):
+        for _attempt in range(WRITE_MAX_ATTEMPTS):
             ts = await self._tso.now()
             pairs = dict(base)
             for addition in additions:
@@ -281,7 +291,14 @@ class SnapshotKV:
             if side_hash is not None:
                 for field, value in side_hash[1](ts).items():
                     side += [_encode("side_hash", field, allow_empty=False), _encode("side_hash", value)]
-            args: list[bytes | int] = [self._vprefix, _ts20(ts), len(pairs), len(removed), len(prefixes), len(side) // 2]
+            args: list[bytes | int] = [
+                self._vprefix,
+                _ts20(ts),
+                len(pairs),
+                len(removed),
+                len(prefixes),
+                len(side) // 2,
+            ]
             for key_b, value_b in pairs.items():
                 args += [key_b, value_b]
             args += removed

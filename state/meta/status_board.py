@@ -20,7 +20,9 @@ class StatusBoard:
         self._base = f"{namespace}:status:"
 
     async def publish(self, role: str, node_id: int, doc: dict[str, Any], ttl_s: float) -> None:
-        await self._redis.set(f"{self._base}{role}:{node_id}", json.dumps(doc, default=str), px=max(1, int(ttl_s * 1000)))
+        await self._redis.set(
+            f"{self._base}{role}:{node_id}", json.dumps(doc, default=str), px=max(1, int(ttl_s * 1000))
+        )
 
     async def remove(self, role: str, node_id: int) -> None:
         await self._redis.delete(f"{self._base}{role}:{node_id}")
@@ -33,5 +35,5 @@ class StatusBoard:
             name = key.decode() if isinstance(key, bytes) else key
             raw = await self._redis.get(name)
             if raw is not None:
-                out[int(name[len(prefix):])] = json.loads(raw)
+                out[int(name[len(prefix) :])] = json.loads(raw)
         return dict(sorted(out.items()))

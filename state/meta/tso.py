@@ -148,9 +148,7 @@ class TimestampOracle:
     async def alloc(self, count: int = 1) -> int:
         """The first of ``count`` (1..2**18-1) consecutive timestamps, all unused until now."""
         _check_int("count", count, 1, MAX_ALLOC_COUNT)
-        phys, first = await self._alloc(
-            keys=[self.key], args=[count, self.window_ms, MAX_LOGICAL, MAX_PHYSICAL_MS]
-        )
+        phys, first = await self._alloc(keys=[self.key], args=[count, self.window_ms, MAX_LOGICAL, MAX_PHYSICAL_MS])
         if not (int(first) >= 0 and int(first) + count - 1 <= MAX_LOGICAL):
             raise OspreyError(f"TSO returned an invalid logical range starting at {first}")
         return compose_ts(int(phys), int(first))

@@ -102,7 +102,9 @@ def _output_fields(names: list[str], info: CollectionInfo, allow_count: bool) ->
         for each in expanded:
             if schema.field(each) is None:
                 if dynamic is None:
-                    raise InvalidParameter("output_fields", f"field '{each}' does not exist in the collection schema", each)
+                    raise InvalidParameter(
+                        "output_fields", f"field '{each}' does not exist in the collection schema", each
+                    )
                 each = dynamic.name
             if each not in out:
                 out.append(each)
@@ -124,7 +126,9 @@ def _vector_field(request: SearchRequest, info: CollectionInfo) -> Any:
 def _ef(params: dict[str, Any]) -> int | None:
     for key in params:
         if key not in SEARCH_PARAMS:
-            raise InvalidParameter(f"params.{key}", f"is not a search parameter (known: {', '.join(sorted(SEARCH_PARAMS))})")
+            raise InvalidParameter(
+                f"params.{key}", f"is not a search parameter (known: {', '.join(sorted(SEARCH_PARAMS))})"
+            )
     ef = params.get("ef")
     if ef is None:
         return None
@@ -154,8 +158,9 @@ def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
     if request.dim != field.dim:
         raise InvalidParameter("data", f"query vectors must have dim {field.dim} (field {field.name})", request.dim)
     if len(request.vectors) != request.nq * request.dim * 4:
-        raise InvalidParameter("vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)",
-                               len(request.vectors))
+        raise InvalidParameter(
+            "vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)", len(request.vectors)
+        )
     queries = request.queries()
     if not np.isfinite(queries).all():
         raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")

@@ -94,5 +94,7 @@ def merge_query_results(parts: Sequence[QueryRows], offset: int = 0, limit: int 
     pks = next(iter(merged.values()))
     keys = pks if isinstance(pks, np.ndarray) else np.array(pks, dtype=object)
     chosen = np.argsort(keys, kind="stable")[offset:stop]
-    return {name: (values[chosen] if isinstance(values, np.ndarray) else [values[i] for i in chosen])
-            for name, values in merged.items()}
+    return {
+        name: (values[chosen] if isinstance(values, np.ndarray) else [values[i] for i in chosen])
+        for name, values in merged.items()
+    }

@@ -1,4 +1,5 @@
-"""A shard's search hits on the wire: :class:`~state.segcore.vector_index.SearchHits` <-> :class:`~schemas.dq.SearchResult`
+"""A shard's search hits on the wire:
+:class:`~state.segcore.vector_index.SearchHits` <-> :class:`~schemas.dq.SearchResult`
 (primary keys and distances as raw little-endian bytes). The query node builds results with
 :func:`search_result`; the proxy (or any reader of ``dq-result``) reads them with :func:`hits_of`.
 """
@@ -14,13 +15,22 @@ from state.segcore.vector_index import SearchHits
 __all__ = ["hits_of", "search_result"]
 
 
-def search_result(request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits,
-                  fields: list[Column]) -> SearchResult:
+def search_result(
+    request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits, fields: list[Column]
+) -> SearchResult:
     """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes)."""
     pks = hits.pks.reshape(-1)
-    common = dict(request_id=request.request_id, origin=request.origin, vchannel=vchannel, node_id=node_id,
-                  nq=hits.nq, top_k=hits.k, counts=hits.counts.astype("<i8").tobytes(),
-                  distances=hits.distances.astype("<f4").tobytes(), fields=fields)
+    common = dict(
+        request_id=request.request_id,
+        origin=request.origin,
+        vchannel=vchannel,
+        node_id=node_id,
+        nq=hits.nq,
+        top_k=hits.k,
+        counts=hits.counts.astype("<i8").tobytes(),
+        distances=hits.distances.astype("<f4").tobytes(),
+        fields=fields,
+    )
     if hits.varchar_pks:
         return SearchResult(str_pks=[None if p is None else str(p) for p in pks.tolist()], **common)
     return SearchResult(int_pks=pks.astype("<i8").tobytes(), **common)

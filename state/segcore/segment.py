@@ -125,8 +125,7 @@ class _Rows:
         head_valid, tail_valid = self.valid.copy(), self.valid.copy()
         head_valid[at:] = False
         tail_valid[:at] = False
-        return (_Rows(0, self.rows[:cut], head_valid, self.total),
-                _Rows(0, self.rows[cut:], tail_valid, self.total))
+        return (_Rows(0, self.rows[:cut], head_valid, self.total), _Rows(0, self.rows[cut:], tail_valid, self.total))
 
     def contains(self, labels: np.ndarray) -> np.ndarray:
         """Bool array shaped like ``labels`` (row offsets, -1 allowed): True for visible rows."""
@@ -145,9 +144,17 @@ class GrowingSegment:
     adds ~(4 dim + 8 M + 12) bytes per row and vector field. See :attr:`memory_bytes`.
     """
 
-    def __init__(self, segment_id: int, collection_id: int, partition_id: int, vchannel: str,
-                 schema: CollectionSchema, interim_index_rows: int = INTERIM_INDEX_ROWS, *,
-                 index_metrics: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        segment_id: int,
+        collection_id: int,
+        partition_id: int,
+        vchannel: str,
+        schema: CollectionSchema,
+        interim_index_rows: int = INTERIM_INDEX_ROWS,
+        *,
+        index_metrics: Mapping[str, str] | None = None,
+    ) -> None:
         """``index_metrics`` maps vector field -> metric of its interim index (default L2 for all);
         searches with another metric on that field are exact."""
         if isinstance(interim_index_rows, bool) or not isinstance(interim_index_rows, int) or interim_index_rows < 1:
@@ -166,8 +173,9 @@ class GrowingSegment:
         for name in metrics:
             if name not in self._vector_fields:
                 raise InvalidParameter(f"index_metrics[{name}]", "must name a FLOAT_VECTOR field", name)
-        self._index_metrics = {name: normalize_metric(metrics.get(name, DEFAULT_INDEX_METRIC))
-                               for name in self._vector_fields}
+        self._index_metrics = {
+            name: normalize_metric(metrics.get(name, DEFAULT_INDEX_METRIC)) for name in self._vector_fields
+        }
 
         self._n = 0
         self._capacity = 0
@@ -211,7 +219,7 @@ class GrowingSegment:
         capacity = max(rows, 2 * self._capacity, INITIAL_CAPACITY_ROWS)
         buffers: dict[str, np.ndarray] = {}
         for key, old in self._buffers.items():
-            new = np.empty((capacity,) + old.shape[1:], old.dtype)
+            new = np.empty((capacity, *old.shape[1:]), old.dtype)
             new[: self._n] = old[: self._n]
             buffers[key] = new
         with self._rows_lock:  # a builder snapshots (row count, buffers) under this lock
@@ -266,8 +274,11 @@ class GrowingSegment:
 
     def index_pending(self) -> bool:
         """True when :meth:`index_step` has rows to add."""
-        return (not self._released and self._indexed < self._n
-                and (bool(self._indexes) or self._n >= self.interim_index_rows))
+        return (
+            not self._released
+            and self._indexed < self._n
+            and (bool(self._indexes) or self._n >= self.interim_index_rows)
+        )
 
     def release(self) -> None:
         """Stop indexing this segment for good (it is being dropped): :meth:`index_step` adds
@@ -304,8 +315,9 @@ class GrowingSegment:
                 vectors = buffers[name][start:end]  # rows below n: never written again
                 index = indexes.get(name)
                 if index is None:
-                    index = created[name] = VectorIndex(field.dim or 0, self._index_metrics[name],
-                                                        max_elements=max(capacity, n))
+                    index = created[name] = VectorIndex(
+                        field.dim or 0, self._index_metrics[name], max_elements=max(capacity, n)
+                    )
                 index.add(vectors, labels)
             if created:  # first slice: publish every index at once, before _indexed moves
                 self._indexes = {**indexes, **created}
@@ -512,8 +524,11 @@ class GrowingSegment:
             return None
         array = np.asarray(mask)
         if array.dtype != np.bool_ or array.shape != (self._n,):
-            raise InvalidParameter("mask", f"must be a bool array of {self._n} rows (one per row)",
-                                   f"{array.dtype.name}{list(array.shape)}")
+            raise InvalidParameter(
+                "mask",
+                f"must be a bool array of {self._n} rows (one per row)",
+                f"{array.dtype.name}{list(array.shape)}",
+            )
         return array
 
     def _rows(self, ts: int, mask: np.ndarray | None) -> _Rows:
@@ -533,8 +548,9 @@ class GrowingSegment:
 
     # ------------------------------------------------------------------ query
 
-    def retrieve(self, mask: np.ndarray | None, ts: int, output_fields: Sequence[str], limit: int | None,
-                 offset: int = 0) -> dict[str, list | np.ndarray]:
+    def retrieve(
+        self, mask: np.ndarray | None, ts: int, output_fields: Sequence[str], limit: int | None, offset: int = 0
+    ) -> dict[str, list | np.ndarray]:
         """Rows visible at ``ts`` and selected by ``mask``, in PK order, skipping ``offset`` and
         keeping at most ``limit`` (None = all).
 
@@ -574,8 +590,16 @@ class GrowingSegment:
 
     # ------------------------------------------------------------------ search
 
-    def search(self, queries: np.ndarray, field: str, metric: str, top_k: int, ts: int,
-               mask: np.ndarray | None = None, ef: int | None = None) -> SearchHits:
+    def search(
+        self,
+        queries: np.ndarray,
+        field: str,
+        metric: str,
+        top_k: int,
+        ts: int,
+        mask: np.ndarray | None = None,
+        ef: int | None = None,
+    ) -> SearchHits:
         """Top ``top_k`` rows per query among rows visible at ``ts`` and selected by ``mask``.
 
         ``queries`` (nq, dim) float32 (or one (dim,) vector). Rows the interim index holds are
@@ -622,8 +646,9 @@ class GrowingSegment:
         if q.ndim == 1:
             q = q[None, :]
         if q.ndim != 2 or q.shape[1] != field.dim:
-            raise InvalidParameter(field.name, f"queries must be an (nq, {field.dim}) float32 array (dim={field.dim})",
-                                   q.shape)
+            raise InvalidParameter(
+                field.name, f"queries must be an (nq, {field.dim}) float32 array (dim={field.dim})", q.shape
+            )
         if not np.isfinite(q).all():
             raise InvalidParameter(field.name, "query vectors must be finite")
         return np.ascontiguousarray(q)
@@ -672,8 +697,9 @@ class GrowingSegment:
         scores, row_ids = self._exact_candidates(qm, field, metric, top_k, rows)
         return self._finish(self._distances(scores, metric, q_sq), row_ids, None, metric, top_k)
 
-    def _exact_candidates(self, qm: np.ndarray, field: str, metric: str, top_k: int,
-                          rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    def _exact_candidates(
+        self, qm: np.ndarray, field: str, metric: str, top_k: int, rows: _Rows
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(ranking scores, row offsets), each (nq, m), for query operands ``qm``
         (:meth:`_prepare_queries`): a superset of every query's exact top_k that holds all rows
         tied with its k-th score. Memory O(EXACT_BLOCK_ELEMENTS + nq * m)."""
@@ -709,15 +735,15 @@ class GrowingSegment:
         assert best_scores is not None and best_rows is not None
         return best_scores, best_rows
 
-    def _order(self, distances: np.ndarray, row_ids: np.ndarray, invalid: np.ndarray | None,
-               metric: str) -> np.ndarray:
+    def _order(self, distances: np.ndarray, row_ids: np.ndarray, invalid: np.ndarray | None, metric: str) -> np.ndarray:
         """Per-row permutation of candidates: valid first, best distance first, then PK ascending."""
         pks = self._buffers[self._pk_key][row_ids]
         keys = pk_sort_keys(pks, None if invalid is None else ~invalid)
         return order_by_score_then_pk(scores_of(distances, metric), keys, invalid)
 
-    def _finish(self, distances: np.ndarray, row_ids: np.ndarray, invalid: np.ndarray | None, metric: str,
-                top_k: int) -> SearchHits:
+    def _finish(
+        self, distances: np.ndarray, row_ids: np.ndarray, invalid: np.ndarray | None, metric: str, top_k: int
+    ) -> SearchHits:
         """Sort candidates by (invalid last, distance best first, pk), keep top_k, pad. O(nq * C log C)."""
         nq = len(distances)
         order = self._order(distances, row_ids, invalid, metric)[:, :top_k]
@@ -730,14 +756,14 @@ class GrowingSegment:
         pad.pks[:, :kept] = np.where(real, self._buffers[self._pk_key][chosen], pad.pks[:, :kept])
         return SearchHits(pad.pks, pad.distances, counts.astype(np.int64))
 
-    def _search_index(self, index: VectorIndex, q: np.ndarray, field: str, metric: str, top_k: int,
-                      rows: _Rows, ef: int | None) -> SearchHits:
+    def _search_index(
+        self, index: VectorIndex, q: np.ndarray, field: str, metric: str, top_k: int, rows: _Rows, ef: int | None
+    ) -> SearchHits:
         """HNSW candidates, exact re-scoring, visibility filter; exact fallback per unfilled query."""
         fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))
         try:
-            labels, _ = index.search(q, fetch, max(ef or max(top_k, DEFAULT_EF), fetch),
-                                     timeout_s=INDEX_LOCK_WAIT_S)
+            labels, _ = index.search(q, fetch, max(ef or max(top_k, DEFAULT_EF), fetch), timeout_s=INDEX_LOCK_WAIT_S)
         except RuntimeError:  # hnswlib could not fill `fetch` results
             return self._search_exact(q, field, metric, top_k, rows)
         valid = rows.contains(labels)
@@ -752,9 +778,15 @@ class GrowingSegment:
             scores = self._rank_scores(dots, metric, self._buffers[self._norm_key(field)][safe[lo:hi]])
             distances = self._distances(scores, metric, None if q_sq is None else q_sq[lo:hi])
             parts.append(self._finish(distances, safe[lo:hi], ~valid[lo:hi], metric, top_k))
-        hits = parts[0] if len(parts) == 1 else SearchHits(
-            np.concatenate([p.pks for p in parts]), np.concatenate([p.distances for p in parts]),
-            np.concatenate([p.counts for p in parts]))
+        hits = (
+            parts[0]
+            if len(parts) == 1
+            else SearchHits(
+                np.concatenate([p.pks for p in parts]),
+                np.concatenate([p.distances for p in parts]),
+                np.concatenate([p.counts for p in parts]),
+            )
+        )
         short = np.flatnonzero(hits.counts < top_k)
         if len(short):
             exact = self._search_exact(q[short], field, metric, top_k, rows)

@@ -33,7 +33,9 @@ METRIC_COSINE = "COSINE"
 METRICS = (METRIC_L2, METRIC_IP, METRIC_COSINE)
 MAX_TOP_K = 16384  # Milvus quota topK limit
 HNSW_M = 16  # graph out-degree (level 0 keeps 2*M links)
-HNSW_EF_CONSTRUCTION = 100  # interim index: 2.2x the build rate of 200 for recall@10 0.997 vs 0.9996 (ef 64, docs/benchmarks.md)
+HNSW_EF_CONSTRUCTION = (
+    100  # interim index: 2.2x the build rate of 200 for recall@10 0.997 vs 0.9996 (ef 64, docs/benchmarks.md)
+)
 HNSW_RANDOM_SEED = 100  # fixed level assignment (batches added with 2 threads still vary run to run)
 INDEX_GROWTH_FACTOR = 2  # resize_index to max(needed, GROWTH * capacity): amortized O(1) per row
 # Batches at least this big are added with ADD_THREADS threads. The interim index builder adds
@@ -116,7 +118,7 @@ class SearchHits:
         """Query ``query``'s real hits as ``(pk, distance)`` pairs, best first."""
         n = int(self.counts[query])
         pks = self.pks[query, :n].tolist()
-        return list(zip(pks, self.distances[query, :n].tolist()))
+        return list(zip(pks, self.distances[query, :n].tolist(), strict=False))
 
     @classmethod
     def empty(cls, nq: int, k: int, metric: str, varchar_pks: bool) -> SearchHits:
@@ -272,8 +274,9 @@ class VectorIndex:
     per query. Memory ~ capacity * (4 dim + 8 M + 12) bytes plus upper levels (:attr:`memory_bytes`).
     """
 
-    def __init__(self, dim: int, metric: str, max_elements: int, M: int = HNSW_M,
-                 ef_construction: int = HNSW_EF_CONSTRUCTION) -> None:
+    def __init__(
+        self, dim: int, metric: str, max_elements: int, M: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION
+    ) -> None:
         if dim < 1:
             raise InvalidParameter("dim", "must be >= 1", dim)
         self.dim = int(dim)
@@ -281,8 +284,12 @@ class VectorIndex:
         self.M = int(M)
         self.ef_construction = int(ef_construction)
         self._index = hnswlib.Index(space=_HNSW_SPACE[self.metric], dim=self.dim)
-        self._index.init_index(max_elements=max(1, int(max_elements)), ef_construction=self.ef_construction,
-                               M=self.M, random_seed=HNSW_RANDOM_SEED)
+        self._index.init_index(
+            max_elements=max(1, int(max_elements)),
+            ef_construction=self.ef_construction,
+            M=self.M,
+            random_seed=HNSW_RANDOM_SEED,
+        )
         self._ef: int | None = None
         self._lock = _SearchFirstLock()  # add/resize vs search (and ef, which is index-wide state)
 
@@ -317,8 +324,9 @@ class VectorIndex:
                 self._index.resize_index(max(needed, INDEX_GROWTH_FACTOR * self.capacity))
             self._index.add_items(vectors, labels, num_threads=threads)
 
-    def search(self, queries: np.ndarray, k: int, ef: int,
-               timeout_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, ef: int, timeout_s: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-``k`` (k <= size) of each query: (labels int64 (nq, k), distances float32
         (nq, k)) best first, distances in Milvus convention. ``ef`` is raised to at least ``k``.
         hnswlib's RuntimeError (cannot fill k results) propagates; IndexBusy when an add holds

@@ -15,7 +15,9 @@ from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
 from streams.channels import pchannel_partition
 
 
-async def insert_events(client: Client, collection_id: int, budget_s: float = 30.0) -> list[tuple[int, int, InsertEvent]]:
+async def insert_events(
+    client: Client, collection_id: int, budget_s: float = 30.0
+) -> list[tuple[int, int, InsertEvent]]:
     """(partition, size in bytes, event) of every Insert event of a collection acknowledged before
     this call. Each dml partition the collection uses is read until a time tick above a fresh TSO
     marker: by the tick contract every earlier insert on that partition precedes it (a pchannel in
@@ -27,9 +29,12 @@ async def insert_events(client: Client, collection_id: int, budget_s: float = 30
     return await asyncio.to_thread(_read_until_ticks, config, topic, collection_id, marker, budget_s, partitions)
 
 
-def _read_until_ticks(config: OspreyConfig, topic: str, collection_id: int, marker: int, budget_s: float,
-                      partitions: list[int]) -> list[tuple[int, int, InsertEvent]]:
-    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False, max_partition_fetch_bytes=4 * 1024 * 1024)
+def _read_until_ticks(
+    config: OspreyConfig, topic: str, collection_id: int, marker: int, budget_s: float, partitions: list[int]
+) -> list[tuple[int, int, InsertEvent]]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=config.kafka, enable_auto_commit=False, max_partition_fetch_bytes=4 * 1024 * 1024
+    )
     try:
         parts = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(parts)

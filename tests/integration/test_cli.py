@@ -22,9 +22,7 @@ OSPREY = Path(sys.executable).parent / "osprey"  # the `osprey` entry point of t
 
 def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", **config.to_env()}
-    return subprocess.run(
-        [str(OSPREY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
-    )
+    return subprocess.run([str(OSPREY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def test_ddl_commands(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
@@ -63,8 +61,11 @@ def test_errors_exit_nonzero_naming_field_and_rule(module_config: OspreyConfig, 
 @pytest.mark.slow
 def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
     config = OspreyConfig(
-        kafka=f"127.0.0.1:{free_port()}", kafka_controller_port=free_port(), redis=f"redis://127.0.0.1:{free_port()}/0",
-        data_dir=tmp_path, cluster="demo",
+        kafka=f"127.0.0.1:{free_port()}",
+        kafka_controller_port=free_port(),
+        redis=f"redis://127.0.0.1:{free_port()}/0",
+        data_dir=tmp_path,
+        cluster="demo",
     )
     result = osprey(config, "demo", timeout_s=240)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 
 
 # -- collections
-async def test_create_collection_is_an_event_on_dd_and_meta_in_redis(client: Client, module_config: OspreyConfig) -> None:
+async def test_create_collection_is_an_event_on_dd_and_meta_in_redis(
+    client: Client, module_config: OspreyConfig
+) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema(), shards_num=2)
 
@@ -89,7 +91,9 @@ async def test_meta_gc_never_removes_the_latest_value(client: Client, module_con
     coll = name()
     cid = await client.create_collection(coll, schema())
     proxy = client.proxy
-    tight = SnapshotKV(proxy.redis, module_config.cluster, TimestampOracle(proxy.redis, module_config.cluster), retention_s=0.001)
+    tight = SnapshotKV(
+        proxy.redis, module_config.cluster, TimestampOracle(proxy.redis, module_config.cluster), retention_s=0.001
+    )
     await asyncio.sleep(0.05)
     await tight.gc()
     assert await tight.load(collection_info_key(cid)) is not None
@@ -312,22 +316,32 @@ async def test_racing_alter_alias_ends_in_the_later_timestamp(client: Client, mo
     async with Client(module_config) as other:
         for _ in range(3):
             await asyncio.gather(client.alter_alias(z, a), other.alter_alias(z, b))
-            alters = [e for e in read_topic(module_config, Topics.of(module_config).dd) if e.get("kind") == "AlterAlias" and e["alias"] == z]
+            alters = [
+                e
+                for e in read_topic(module_config, Topics.of(module_config).dd)
+                if e.get("kind") == "AlterAlias" and e["alias"] == z
+            ]
             latest = max(alters, key=lambda e: e["ts"])
             assert (await client.describe_alias(z)).collection_name == latest["collection_name"]
 
 
-async def test_alter_alias_published_out_of_timestamp_order_keeps_the_later(client: Client, module_config: OspreyConfig) -> None:
+async def test_alter_alias_published_out_of_timestamp_order_keeps_the_later(
+    client: Client, module_config: OspreyConfig
+) -> None:
     """Two publishers: the later timestamp reaches dd first; the older one is superseded."""
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
     t_old, t_new = await client.now(), await client.now()
     event = {"kind": "AlterAlias", "alias": z, "proxy_id": 900_000_001}
-    publish_raw(module_config, Topics.of(module_config).dd, [
-        json.dumps(event | {"request_id": 1, "ts": t_new, "collection_name": b}).encode(),
-        json.dumps(event | {"request_id": 1, "ts": t_old, "collection_name": a, "proxy_id": 900_000_002}).encode(),
-    ])
+    publish_raw(
+        module_config,
+        Topics.of(module_config).dd,
+        [
+            json.dumps(event | {"request_id": 1, "ts": t_new, "collection_name": b}).encode(),
+            json.dumps(event | {"request_id": 1, "ts": t_old, "collection_name": a, "proxy_id": 900_000_002}).encode(),
+        ],
+    )
     replies = await wait_replies(module_config, {900_000_001, 900_000_002})
     assert replies[900_000_002]["superseded"] is True and replies[900_000_002]["code"] == 0
     assert (await client.describe_alias(z)).collection_name == b
@@ -347,8 +361,12 @@ async def test_duplicate_publish_is_applied_once(client: Client, module_config: 
     coll = name()
     ts = await client.now()
     event = {
-        "kind": "CreateCollection", "request_id": 7, "proxy_id": 900_000_010, "ts": ts,
-        "collection_name": coll, "collection_schema": schema(),
+        "kind": "CreateCollection",
+        "request_id": 7,
+        "proxy_id": 900_000_010,
+        "ts": ts,
+        "collection_name": coll,
+        "collection_schema": schema(),
     }
     publish_raw(module_config, Topics.of(module_config).dd, [json.dumps(event).encode()] * 2)
     await wait_replies(module_config, {900_000_010})
@@ -379,13 +397,31 @@ BAD_CREATES = [
     ("x" * 256, schema(), {}, "collection_name", "1..255"),
     ("ok_name", _with_field(2, dim=1), {}, "collection_schema.fields[2].dim", "2..32768"),
     ("ok_name", _with_field(2, dim=32769), {}, "collection_schema.fields[2].dim", "2..32768"),
-    ("ok_name", _with_field(0, is_primary=False, auto_id=False), {}, "collection_schema.fields", "exactly one primary key"),
-    ("ok_name", _with_field(1, is_primary=True), {}, "collection_schema.fields[1].is_primary", "exactly one primary key"),
+    (
+        "ok_name",
+        _with_field(0, is_primary=False, auto_id=False),
+        {},
+        "collection_schema.fields",
+        "exactly one primary key",
+    ),
+    (
+        "ok_name",
+        _with_field(1, is_primary=True),
+        {},
+        "collection_schema.fields[1].is_primary",
+        "exactly one primary key",
+    ),
     ("ok_name", _with_field(0, dtype="VARCHAR", max_length=10), {}, "collection_schema.fields[0].auto_id", "INT64"),
     ("ok_name", _with_field(1, dtype="FLOAT17"), {}, "collection_schema.fields[1].dtype", "must be one of"),
     ("ok_name", _with_field(1, max_length=None), {}, "collection_schema.fields[1].max_length", "required"),
     ("ok_name", _with_field(1, max_length=70000), {}, "collection_schema.fields[1].max_length", "1..65535"),
-    ("ok_name", {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True}]}, {}, "collection_schema.fields", "FLOAT_VECTOR"),
+    (
+        "ok_name",
+        {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True}]},
+        {},
+        "collection_schema.fields",
+        "FLOAT_VECTOR",
+    ),
     ("ok_name", schema(), {"shards_num": 0}, "shards_num", ">= 1"),
     ("ok_name", schema(), {"shards_num": 17}, "shards_num", "<= 16"),
     ("ok_name", schema(), {"consistency_level": "Sometimes"}, "consistency_level", "Strong"),
@@ -393,7 +429,9 @@ BAD_CREATES = [
 
 
 @pytest.mark.parametrize(("coll", "bad_schema", "extra", "field", "rule"), BAD_CREATES)
-async def test_bad_create_collection(client: Client, coll: str, bad_schema: dict, extra: dict, field: str, rule: str) -> None:
+async def test_bad_create_collection(
+    client: Client, coll: str, bad_schema: dict, extra: dict, field: str, rule: str
+) -> None:
     before = await meta_dump(client)
     with pytest.raises(InvalidParameter) as err:
         await client.create_collection(coll, bad_schema, **extra)
@@ -429,20 +467,43 @@ async def test_bad_inputs_on_existing_meta_change_nothing(client: Client) -> Non
     await _bad(client, client.create_partition(name("nope"), "p"), CollectionNotFound, "collection not found")
 
 
-async def test_bad_events_published_straight_to_dd_are_refused_by_the_rootcoord(client: Client, module_config: OspreyConfig) -> None:
+async def test_bad_events_published_straight_to_dd_are_refused_by_the_rootcoord(
+    client: Client, module_config: OspreyConfig
+) -> None:
     before = await meta_dump(client)
     ts = await client.now()
     bad_schema = _with_field(1, dtype="FLOAT17")
-    publish_raw(module_config, Topics.of(module_config).dd, [
-        json.dumps({"kind": "CreateCollection", "request_id": 1, "proxy_id": 900_000_020, "ts": ts,
-                    "collection_name": name(), "collection_schema": bad_schema}).encode(),
-        json.dumps({"kind": "DropEverything", "request_id": 1, "proxy_id": 900_000_021, "ts": ts}).encode(),
-        json.dumps({"kind": "DropCollection", "request_id": 1, "proxy_id": 900_000_022, "ts": ts,
-                    "collection_name": name("missing")}).encode(),
-        b"not json at all",
-    ])
+    publish_raw(
+        module_config,
+        Topics.of(module_config).dd,
+        [
+            json.dumps(
+                {
+                    "kind": "CreateCollection",
+                    "request_id": 1,
+                    "proxy_id": 900_000_020,
+                    "ts": ts,
+                    "collection_name": name(),
+                    "collection_schema": bad_schema,
+                }
+            ).encode(),
+            json.dumps({"kind": "DropEverything", "request_id": 1, "proxy_id": 900_000_021, "ts": ts}).encode(),
+            json.dumps(
+                {
+                    "kind": "DropCollection",
+                    "request_id": 1,
+                    "proxy_id": 900_000_022,
+                    "ts": ts,
+                    "collection_name": name("missing"),
+                }
+            ).encode(),
+            b"not json at all",
+        ],
+    )
     replies = await wait_replies(module_config, {900_000_020, 900_000_021, 900_000_022})
-    assert replies[900_000_020]["code"] == 1100 and "collection_schema.fields[1].dtype" in replies[900_000_020]["reason"]
+    assert (
+        replies[900_000_020]["code"] == 1100 and "collection_schema.fields[1].dtype" in replies[900_000_020]["reason"]
+    )
     assert replies[900_000_021]["code"] == 1100 and "[field=kind]" in replies[900_000_021]["reason"]
     assert replies[900_000_022]["code"] == 100
     assert await meta_dump(client) == before

@@ -63,16 +63,24 @@ POLL_S = 0.2
 
 def stack_config(tmp_path: Path) -> OspreyConfig:
     return OspreyConfig(
-        kafka=f"127.0.0.1:{free_port()}", kafka_controller_port=free_port(),
-        redis=f"redis://127.0.0.1:{free_port()}/0", proxy_http=f"127.0.0.1:{free_port()}",
-        cluster="d" + uuid.uuid4().hex[:10], data_dir=tmp_path / "data", dml_partitions=4,
+        kafka=f"127.0.0.1:{free_port()}",
+        kafka_controller_port=free_port(),
+        redis=f"redis://127.0.0.1:{free_port()}/0",
+        proxy_http=f"127.0.0.1:{free_port()}",
+        cluster="d" + uuid.uuid4().hex[:10],
+        data_dir=tmp_path / "data",
+        dml_partitions=4,
     )
 
 
 def post(config: OspreyConfig, path: str, body: dict[str, Any], timeout_s: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
     """POST to the proxy's REST front end; its JSON answer."""
-    request = urllib.request.Request(f"http://{config.proxy_http}/v2/vectordb/{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"http://{config.proxy_http}/v2/vectordb/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         answer: dict[str, Any] = json.loads(response.read())
     return answer
@@ -95,8 +103,16 @@ def strong_ids(config: OspreyConfig, collection: str, timeout_s: float = RECOVER
     last: Any = None
     while time.monotonic() < deadline:
         try:
-            answer = post(config, "entities/query", {"collectionName": collection, "filter": "id >= 0",
-                                                     "outputFields": ["id"], "consistencyLevel": "Strong"})
+            answer = post(
+                config,
+                "entities/query",
+                {
+                    "collectionName": collection,
+                    "filter": "id >= 0",
+                    "outputFields": ["id"],
+                    "consistencyLevel": "Strong",
+                },
+            )
             if answer["code"] == 0:
                 return [int(row["id"]) for row in answer["data"]]
             last = answer
@@ -143,7 +159,9 @@ class InsertStream:
             next_id += BATCH_ROWS
             self.sent.update(ids)
             try:
-                answer = post(self.config, "entities/insert", {"collectionName": self.collection, "data": rows(ids, next_id)})
+                answer = post(
+                    self.config, "entities/insert", {"collectionName": self.collection, "data": rows(ids, next_id)}
+                )
             except (OSError, urllib.error.URLError) as err:
                 self.failures.append(repr(err))
                 time.sleep(POLL_S)
@@ -198,8 +216,10 @@ def kill_and_restart(cluster: LocalCluster, victims: list[Any], stream: InsertSt
     cluster.up(proxy=True)
     stream.wait_acks(ACKS_AFTER_RESTART, timeout_s=RECOVER_TIMEOUT_S)
     stream.stop()
-    print(f"killed {[p.name for p in victims]}: {len(stream.acknowledged)} rows acknowledged of "
-          f"{len(stream.sent)} sent, {len(stream.failures)} failed requests")
+    print(
+        f"killed {[p.name for p in victims]}: {len(stream.acknowledged)} rows acknowledged of "
+        f"{len(stream.sent)} sent, {len(stream.failures)} failed requests"
+    )
 
 
 def test_broker_killed_mid_stream(stack: LocalCluster) -> None:
@@ -248,13 +268,33 @@ def spark_ingest(config: OspreyConfig, directory: Path, collection: str, ids: ra
     directory.mkdir(parents=True, exist_ok=True)
     vectors = np.random.default_rng(3).standard_normal((len(ids), DIM)).astype(np.float32)
     offsets = pa.array(np.arange(0, len(ids) * DIM + 1, DIM, dtype=np.int32))
-    pq.write_table(pa.table({"id": pa.array(list(ids), pa.int64()),
-                             "vector": pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel()))}),
-                   directory / "part-000.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(list(ids), pa.int64()),
+                "vector": pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel())),
+            }
+        ),
+        directory / "part-000.parquet",
+    )
     env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory), "--collection",
-                           collection, "--checkpoint", str(checkpoint)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_streaming.jobs.ingest_files",
+            str(directory),
+            "--collection",
+            collection,
+            "--checkpoint",
+            str(checkpoint),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -317,6 +357,15 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     assert before["partitions"]["docs"] == ["_default", "p1"] and before["aliases"]["docs"] == ["docs_live"]
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
-    in_p1 = post(config, "entities/query", {"collectionName": "docs", "filter": "id >= 0", "outputFields": ["id"],
-                                            "partitionNames": ["p1"], "consistencyLevel": "Strong"})
+    in_p1 = post(
+        config,
+        "entities/query",
+        {
+            "collectionName": "docs",
+            "filter": "id >= 0",
+            "outputFields": ["id"],
+            "partitionNames": ["p1"],
+            "consistencyLevel": "Strong",
+        },
+    )
     assert sorted(r["id"] for r in in_p1["data"]) == list(range(1_000, 2_000))

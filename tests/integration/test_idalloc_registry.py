@@ -182,8 +182,14 @@ async def test_crashed_node_expires(redis: aioredis.Redis, redis_config, cluster
     """A node process killed with SIGKILL (no stop, no refresh) disappears after its ttl."""
     reg = NodeRegistry(redis, cluster_name, TTL_S)
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, redis_config.redis, cluster_name, str(TTL_S),
-        stdout=asyncio.subprocess.PIPE, cwd=REPO_ROOT,
+        sys.executable,
+        "-c",
+        CHILD,
+        redis_config.redis,
+        cluster_name,
+        str(TTL_S),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))},
     )
     try:

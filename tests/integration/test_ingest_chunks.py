@@ -26,8 +26,9 @@ def arrow_chunk(ids: np.ndarray | None, vectors: np.ndarray) -> tuple[bytes, byt
     """(IPC stream of the rows, IPC schema message)."""
     n = len(vectors)
     columns: dict[str, Any] = {} if ids is None else {"id": pa.array(ids, pa.int64())}
-    columns["vec"] = pa.ListArray.from_arrays(pa.array(np.arange(0, n * DIM + 1, DIM, dtype=np.int32)),
-                                              pa.array(vectors.ravel()))
+    columns["vec"] = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, n * DIM + 1, DIM, dtype=np.int32)), pa.array(vectors.ravel())
+    )
     table = pa.table(columns)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -36,9 +37,16 @@ def arrow_chunk(ids: np.ndarray | None, vectors: np.ndarray) -> tuple[bytes, byt
 
 
 async def create(client: Client, name: str, *, auto_id: bool = False, shards: int = 1) -> None:
-    await client.create_collection(name, {"fields": [
-        {"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
-        {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM}]}, shards_num=shards)
+    await client.create_collection(
+        name,
+        {
+            "fields": [
+                {"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
+                {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+            ]
+        },
+        shards_num=shards,
+    )
 
 
 async def ids_of(client: Client, name: str) -> list[int]:
@@ -53,8 +61,9 @@ async def test_a_chunk_sent_again_is_applied_once(client: Client, querynode: Any
     vectors = rng.standard_normal((500, DIM)).astype(np.float32)
     data, arrow_schema = arrow_chunk(None if auto_id else np.arange(500), vectors)
     target = await client.ingest_open(IngestOpen(collection_name=name, arrow_schema=arrow_schema))
-    chunk = IngestChunk(identity=f"test:{name}:0:0:0", collection_id=target.collection_id,
-                        partition_id=target.partition_id, arrow=data)
+    chunk = IngestChunk(
+        identity=f"test:{name}:0:0:0", collection_id=target.collection_id, partition_id=target.partition_id, arrow=data
+    )
     first = await client.ingest(chunk)
     assert (first.rows, first.written, first.rejected) == (500, 500, 0)
     before = await ids_of(client, name)
@@ -90,7 +99,10 @@ async def test_commit_log_replaces_a_recommitted_batch(client: Client) -> None:
     tasks = [PartitionCounts(partition=0, rows=10, written=9, rejected=1)]
     await client.ingest_commit(IngestCommit(query_id="q1", collection_id=1, batch_id=0, tasks=tasks))
     await client.ingest_commit(IngestCommit(query_id="q1", collection_id=1, batch_id=1, tasks=tasks))
-    replay = [PartitionCounts(partition=0, rows=10, written=9, rejected=1), PartitionCounts(partition=1, rows=5, written=5, rejected=0)]
+    replay = [
+        PartitionCounts(partition=0, rows=10, written=9, rejected=1),
+        PartitionCounts(partition=1, rows=5, written=5, rejected=0),
+    ]
     done = await client.ingest_commit(IngestCommit(query_id="q1", collection_id=1, batch_id=1, tasks=replay))
     assert (done["batches"], done["rows"], done["written"], done["rejected"], done["last_batch"]) == (2, 25, 23, 2, 1)
     unknown = await client.ingest_progress("nobody")
@@ -105,15 +117,27 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
         http = IngestClient(rest.url, retry_s=5)
         data, arrow_schema = arrow_chunk(np.arange(3), np.ones((3, DIM), np.float32))
         target = await asyncio.to_thread(http.open, IngestOpen(collection_name="over_http", arrow_schema=arrow_schema))
-        reply = await asyncio.to_thread(http.write, IngestChunk(
-            identity="http:0", collection_id=target.collection_id, partition_id=target.partition_id, arrow=data))
+        reply = await asyncio.to_thread(
+            http.write,
+            IngestChunk(
+                identity="http:0", collection_id=target.collection_id, partition_id=target.partition_id, arrow=data
+            ),
+        )
         assert (reply.written, reply.rejected) == (3, 0)
         with pytest.raises(CollectionNotFound):
-            await asyncio.to_thread(http.write, IngestChunk(identity="http:1", collection_id=987654,
-                                                            partition_id=1, arrow=data))
+            await asyncio.to_thread(
+                http.write, IngestChunk(identity="http:1", collection_id=987654, partition_id=1, arrow=data)
+            )
         with pytest.raises(InvalidParameter) as caught:
-            await asyncio.to_thread(http.write, IngestChunk(identity="http:2", collection_id=target.collection_id,
-                                                            partition_id=target.partition_id, arrow=b"garbage"))
+            await asyncio.to_thread(
+                http.write,
+                IngestChunk(
+                    identity="http:2",
+                    collection_id=target.collection_id,
+                    partition_id=target.partition_id,
+                    arrow=b"garbage",
+                ),
+            )
         assert caught.value.field == "arrow"
         http.close()
     finally:
@@ -127,8 +151,14 @@ async def test_a_session_read_after_an_ingest_sees_its_rows(client: Client, quer
     data, arrow_schema = arrow_chunk(np.arange(50), np.ones((50, DIM), np.float32))
     target = await client.ingest_open(IngestOpen(collection_name="session_ingest", arrow_schema=arrow_schema))
     before = client.proxy.last_write_ts
-    reply = await client.ingest(IngestChunk(identity="test:session_ingest:0", collection_id=target.collection_id,
-                                            partition_id=target.partition_id, arrow=data))
+    reply = await client.ingest(
+        IngestChunk(
+            identity="test:session_ingest:0",
+            collection_id=target.collection_id,
+            partition_id=target.partition_id,
+            arrow=data,
+        )
+    )
     assert reply.written == 50 and client.proxy.last_write_ts == reply.ts > before
     assert await client.count("session_ingest", consistency_level="Session") == 50
     rows = await client.query("session_ingest", filter="id >= 0", consistency_level="Session")

@@ -54,6 +54,7 @@ T = TypeVar("T")
 
 # ---------------------------------------------------------------------------- helpers
 
+
 def coll_schema(*, auto_id: bool = False, dynamic: bool = False) -> dict[str, Any]:
     return {
         "fields": [
@@ -67,10 +68,15 @@ def coll_schema(*, auto_id: bool = False, dynamic: bool = False) -> dict[str, An
     }
 
 
-def rows_table(n: int, *, seed: int = 0, first_id: int | None = 1, vectors: list[Any] | None = None,
-               **changes: list[Any]) -> pa.Table:
+def rows_table(
+    n: int, *, seed: int = 0, first_id: int | None = 1, vectors: list[Any] | None = None, **changes: list[Any]
+) -> pa.Table:
     """``n`` good rows (ids first_id.. or none for auto_id), with whole columns replaced by ``changes``."""
-    vec = vectors if vectors is not None else np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32).tolist()
+    vec = (
+        vectors
+        if vectors is not None
+        else np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32).tolist()
+    )
     columns: dict[str, pa.Array] = {}
     if first_id is not None:
         columns["id"] = pa.array(changes.pop("id", list(range(first_id, first_id + n))), pa.int64())
@@ -102,12 +108,19 @@ async def create(client: Client, **options: Any) -> tuple[str, int]:
     return coll, cid
 
 
-async def chunk_for(client: Client, coll: str, table: pa.Table, identity: str | None = None,
-                    partition_name: str = "") -> IngestChunk:
-    target = await client.ingest_open(IngestOpen(collection_name=coll, partition_name=partition_name,
-                                                 arrow_schema=schema_ipc(table)))
-    return IngestChunk(identity=identity or f"test:{uuid.uuid4().hex[:12]}:0:0:0", collection_id=target.collection_id,
-                       partition_id=target.partition_id, origin="spark:test_ingest_path", arrow=ipc(table))
+async def chunk_for(
+    client: Client, coll: str, table: pa.Table, identity: str | None = None, partition_name: str = ""
+) -> IngestChunk:
+    target = await client.ingest_open(
+        IngestOpen(collection_name=coll, partition_name=partition_name, arrow_schema=schema_ipc(table))
+    )
+    return IngestChunk(
+        identity=identity or f"test:{uuid.uuid4().hex[:12]}:0:0:0",
+        collection_id=target.collection_id,
+        partition_id=target.partition_id,
+        origin="spark:test_ingest_path",
+        arrow=ipc(table),
+    )
 
 
 async def served(call: Callable[[], Awaitable[T]], budget_s: float = BUDGET_S) -> T:
@@ -127,8 +140,11 @@ async def strong_count(client: Client, coll: str, **options: Any) -> int:
 
 
 async def strong_rows(client: Client, coll: str, **options: Any) -> list[dict[str, Any]]:
-    return await served(lambda: client.query(coll, filter="id >= 0", output_fields=["*"], limit=16_384,
-                                             consistency_level="Strong", **options))
+    return await served(
+        lambda: client.query(
+            coll, filter="id >= 0", output_fields=["*"], limit=16_384, consistency_level="Strong", **options
+        )
+    )
 
 
 SENTINEL = b"sentinel:"
@@ -143,8 +159,9 @@ def _read_past_a_sentinel(config: OspreyConfig, topic: str, budget_s: float) -> 
         mark = producer.send(topic, b"", key=SENTINEL + uuid.uuid4().hex.encode(), partition=0).get(timeout=budget_s)
     finally:
         producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=config.kafka, enable_auto_commit=False,
-                             max_partition_fetch_bytes=4 * 1024 * 1024)
+    consumer = KafkaConsumer(
+        bootstrap_servers=config.kafka, enable_auto_commit=False, max_partition_fetch_bytes=4 * 1024 * 1024
+    )
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
@@ -160,8 +177,9 @@ def _read_past_a_sentinel(config: OspreyConfig, topic: str, budget_s: float) -> 
         consumer.close()
 
 
-async def dead_letters(client: Client, chunk_identity: str | None = None,
-                       collection_id: int | None = None) -> list[tuple[bytes, DeadLetter]]:
+async def dead_letters(
+    client: Client, chunk_identity: str | None = None, collection_id: int | None = None
+) -> list[tuple[bytes, DeadLetter]]:
     """(key, letter) of every dead letter published so far for the chunk / collection, in order."""
     topic = Topics.of(client.config).dead_letter
     records = await asyncio.to_thread(_read_past_a_sentinel, client.config, topic, BUDGET_S)
@@ -188,11 +206,12 @@ def same_values(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=False))
     return bool(a == b) and type(a) is type(b)
 
 
 # ---------------------------------------------------------------------------- good and bad rows
+
 
 async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(client: Client, querynode: Any) -> None:
     coll, cid = await create(client, dynamic=True)
@@ -239,13 +258,14 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(c
     assert await strong_count(client, coll) == len(good)
     got = await strong_rows(client, coll)
     assert [r["id"] for r in got] == [1001 + i for i in good]
-    for row, i in zip(got, good):
+    for row, i in zip(got, good, strict=False):
         assert np.asarray(row["vec"], np.float32).tobytes() == vectors[i].tobytes(), i
         assert row["title"] == f"t{i}" and row["rank"] == i
         assert row["doc"] == {"i": i, "tags": ["a", i]}
         assert row.get("colour") == colours[i]
-    hits = await client.search(coll, vectors[good], limit=1, consistency_level="Strong",
-                               search_params={"metric_type": "L2"})
+    hits = await client.search(
+        coll, vectors[good], limit=1, consistency_level="Strong", search_params={"metric_type": "L2"}
+    )
     assert [h[0]["id"] for h in hits] == [1001 + i for i in good]
     assert all(abs(h[0]["distance"]) <= 1e-4 for h in hits)  # each row is its own nearest neighbour
 
@@ -259,14 +279,20 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(c
         assert letter.rule == rule if not rule.endswith(": ") else letter.rule.startswith(rule), letter.rule
         assert letter.reason == f"invalid parameter[field={letter.field}][rule={letter.rule}]"
         assert (letter.chunk_identity, letter.origin, letter.ts) == (chunk.identity, chunk.origin, reply.ts)
-        original = {"id": ids[letter.row], "vec": vec[letter.row], "title": titles[letter.row],
-                    "rank": ranks[letter.row], "doc": docs[letter.row], "colour": colours[letter.row]}
+        original = {
+            "id": ids[letter.row],
+            "vec": vec[letter.row],
+            "title": titles[letter.row],
+            "rank": ranks[letter.row],
+            "doc": docs[letter.row],
+            "colour": colours[letter.row],
+        }
         assert same_values(letter.values(), original), (letter.values(), original)
         assert same_values(letter.values(), table.slice(letter.row, 1).to_pylist()[0])
 
 
 async def test_a_chunk_of_only_bad_rows_writes_nothing_and_publishes_every_row(client: Client, querynode: Any) -> None:
-    coll, cid = await create(client)
+    coll, _cid = await create(client)
     table = rows_table(3, rank=[500, -500, 1000])
     chunk = await chunk_for(client, coll, table)
     reply = await client.ingest(chunk)
@@ -280,15 +306,19 @@ async def test_a_chunk_of_only_bad_rows_writes_nothing_and_publishes_every_row(c
 async def test_maps_are_json_objects_and_unusual_bad_rows_are_dead_letters(client: Client, querynode: Any) -> None:
     """A map column in the dynamic field is stored (and read back) as a JSON object; a uint64 key
     beyond INT64 and a null vector slot backed by values are bad rows; the other rows are inserted."""
-    coll, cid = await create(client, dynamic=True)
+    coll, _cid = await create(client, dynamic=True)
     n = 4
     vectors = np.random.default_rng(21).standard_normal((n, DIM)).astype(np.float32)
-    vec = pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * DIM, DIM, dtype=np.int32)), pa.array(vectors.ravel()),
-                                   mask=pa.array([False, True, False, False]))
+    vec = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, (n + 1) * DIM, DIM, dtype=np.int32)),
+        pa.array(vectors.ravel()),
+        mask=pa.array([False, True, False, False]),
+    )
     table = rows_table(n, vectors=vectors.tolist())
     table = table.set_column(0, "id", pa.array([1, 2, 2**63, 4], pa.uint64())).set_column(1, "vec", vec)
-    table = table.append_column("attrs", pa.array([[("a", 1)], [("b", 2)], [], [("c", 3), ("d", 4)]],
-                                                  pa.map_(pa.string(), pa.int64())))
+    table = table.append_column(
+        "attrs", pa.array([[("a", 1)], [("b", 2)], [], [("c", 3), ("d", 4)]], pa.map_(pa.string(), pa.int64()))
+    )
     chunk = await chunk_for(client, coll, table)
     reply = await client.ingest(chunk)
     assert (reply.rows, reply.written, reply.rejected) == (n, 2, 2)
@@ -319,10 +349,13 @@ async def test_a_chunk_whose_schema_does_not_fit_fails_whole(client: Client, que
 
 # ---------------------------------------------------------------------------- sent again
 
+
 async def test_an_explicit_key_chunk_sent_again_is_applied_once(client: Client, querynode: Any) -> None:
-    coll, cid = await create(client)
+    coll, _cid = await create(client)
     n = 300
-    table = rows_table(n, seed=3, title=[f"t{i % 1000}" for i in range(n)], rank=[200 if i == 7 else i % 100 for i in range(n)])
+    table = rows_table(
+        n, seed=3, title=[f"t{i % 1000}" for i in range(n)], rank=[200 if i == 7 else i % 100 for i in range(n)]
+    )
     chunk = await chunk_for(client, coll, table)
     first = await client.ingest(chunk)
     assert (first.written, first.rejected) == (n - 1, 1)
@@ -341,7 +374,7 @@ async def test_an_explicit_key_chunk_sent_again_is_applied_once(client: Client, 
 
 
 async def test_an_auto_id_chunk_sent_again_keeps_its_keys(client: Client, querynode: Any) -> None:
-    coll, cid = await create(client, auto_id=True, shards=2)
+    coll, _cid = await create(client, auto_id=True, shards=2)
     n = 250
     table = rows_table(n, seed=4, first_id=None)
     chunk = await chunk_for(client, coll, table)
@@ -397,6 +430,7 @@ async def test_two_shards_get_rows_and_a_resend_repeats_the_same_events(client: 
 
 # ---------------------------------------------------------------------------- open
 
+
 async def test_open_checks_the_schema_and_resolves_names(client: Client, querynode: Any) -> None:
     coll, cid = await create(client, dynamic=False)
     table = rows_table(2)
@@ -409,8 +443,11 @@ async def test_open_checks_the_schema_and_resolves_names(client: Client, queryno
         (table.schema.set(2, pa.field("title", pa.int64())), "title", "must be string (VARCHAR)"),
         (table.schema.remove(1), "vec", "is required: the writer's rows have no column for it"),
         (table.schema.set(1, pa.field("vec", pa.list_(pa.float32(), DIM + 1))), "vec", f"must be vectors of dim {DIM}"),
-        (table.schema.append(pa.field("colour", pa.string())), "colour",
-         "is not a field of the collection (enable_dynamic_field is off)"),
+        (
+            table.schema.append(pa.field("colour", pa.string())),
+            "colour",
+            "is not a field of the collection (enable_dynamic_field is off)",
+        ),
     ]
     for arrow_schema, field, rule in mismatches:
         with pytest.raises(InvalidParameter) as caught:
@@ -422,18 +459,27 @@ async def test_open_checks_the_schema_and_resolves_names(client: Client, queryno
     with pytest.raises(CollectionNotFound):
         await client.ingest_open(IngestOpen(collection_name=name("missing"), arrow_schema=schema_ipc(table)))
     with pytest.raises(PartitionNotFound):
-        await client.ingest_open(IngestOpen(collection_name=coll, partition_name="nope", arrow_schema=schema_ipc(table)))
+        await client.ingest_open(
+            IngestOpen(collection_name=coll, partition_name="nope", arrow_schema=schema_ipc(table))
+        )
     assert await strong_count(client, coll) == 0
     assert await dead_letters(client, collection_id=cid) == []
 
     alias = name("al")
     await client.create_alias(alias, coll)
     pid = await client.create_partition(coll, "p1")
-    by_alias = await client.ingest_open(IngestOpen(collection_name=alias, partition_name="p1",
-                                                   arrow_schema=schema_ipc(table)))
+    by_alias = await client.ingest_open(
+        IngestOpen(collection_name=alias, partition_name="p1", arrow_schema=schema_ipc(table))
+    )
     assert (by_alias.collection_id, by_alias.collection_name, by_alias.partition_id) == (cid, coll, pid)
-    reply = await client.ingest(IngestChunk(identity=f"test:{alias}:0", collection_id=by_alias.collection_id,
-                                            partition_id=by_alias.partition_id, arrow=ipc(table)))
+    reply = await client.ingest(
+        IngestChunk(
+            identity=f"test:{alias}:0",
+            collection_id=by_alias.collection_id,
+            partition_id=by_alias.partition_id,
+            arrow=ipc(table),
+        )
+    )
     assert reply.written == 2
     assert await strong_count(client, coll) == 2
     # the rows went to p1 (read on dml: the querynode's meta view may not know p1 yet, see the report)
@@ -443,18 +489,41 @@ async def test_open_checks_the_schema_and_resolves_names(client: Client, queryno
 
 # ---------------------------------------------------------------------------- commit log
 
+
 async def test_the_commit_log_keeps_the_latest_record_of_a_batch(client: Client) -> None:
     query_id = f"q-{uuid.uuid4().hex[:10]}"
-    first = await client.ingest_commit(IngestCommit(query_id=query_id, query_name="job", collection_id=7, batch_id=0,
-                                                    tasks=[PartitionCounts(partition=0, rows=10, written=9, rejected=1)]))
+    first = await client.ingest_commit(
+        IngestCommit(
+            query_id=query_id,
+            query_name="job",
+            collection_id=7,
+            batch_id=0,
+            tasks=[PartitionCounts(partition=0, rows=10, written=9, rejected=1)],
+        )
+    )
     assert (first["batches"], first["rows"], first["written"], first["rejected"]) == (1, 10, 9, 1)
-    replay = await client.ingest_commit(IngestCommit(query_id=query_id, query_name="job", collection_id=7, batch_id=0, tasks=[
-        PartitionCounts(partition=0, rows=20, written=17, rejected=3, seconds=1.5),
-        PartitionCounts(partition=1, rows=4, written=4, rejected=0, seconds=0.5)]))
+    replay = await client.ingest_commit(
+        IngestCommit(
+            query_id=query_id,
+            query_name="job",
+            collection_id=7,
+            batch_id=0,
+            tasks=[
+                PartitionCounts(partition=0, rows=20, written=17, rejected=3, seconds=1.5),
+                PartitionCounts(partition=1, rows=4, written=4, rejected=0, seconds=0.5),
+            ],
+        )
+    )
     assert (replay["batches"], replay["rows"], replay["written"], replay["rejected"]) == (1, 24, 21, 3)
     assert (replay["last_batch"], replay["query_name"], replay["collection_id"]) == (0, "job", 7)
-    more = await client.ingest_commit(IngestCommit(query_id=query_id, collection_id=7, batch_id=1,
-                                                   tasks=[PartitionCounts(partition=0, rows=5, written=5, rejected=0)]))
+    more = await client.ingest_commit(
+        IngestCommit(
+            query_id=query_id,
+            collection_id=7,
+            batch_id=1,
+            tasks=[PartitionCounts(partition=0, rows=5, written=5, rejected=0)],
+        )
+    )
     assert (more["batches"], more["rows"], more["written"], more["rejected"], more["last_batch"]) == (2, 29, 26, 3, 1)
     assert more["ts"] > replay["ts"] > 0
     assert await client.ingest_progress(query_id) == more
@@ -464,6 +533,7 @@ async def test_the_commit_log_keeps_the_latest_record_of_a_batch(client: Client)
 
 
 # ---------------------------------------------------------------------------- HTTP
+
 
 def _raw_post(url: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
     """POST with exactly these headers; ``body`` None sends the headers only."""
@@ -488,6 +558,7 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
     await rest.start()
     http_client = IngestClient(rest.url, timeout_s=BUDGET_S, retry_s=5)
     try:
+
         def call(method: Callable[..., T], *args: Any) -> Awaitable[T]:
             return asyncio.to_thread(method, *args)
 
@@ -495,8 +566,13 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
         table = rows_table(n, seed=8, rank=[1, 2, 300, 4, 5, 6], colour=["a", "b", "c", "d", "e", "f"])
         target = await call(http_client.open, IngestOpen(collection_name=coll, arrow_schema=schema_ipc(table)))
         assert target == await client.ingest_open(IngestOpen(collection_name=coll, arrow_schema=schema_ipc(table)))
-        chunk = IngestChunk(identity=f"http:{cid}:0", collection_id=target.collection_id,
-                            partition_id=target.partition_id, origin="spark:http", arrow=ipc(table))
+        chunk = IngestChunk(
+            identity=f"http:{cid}:0",
+            collection_id=target.collection_id,
+            partition_id=target.partition_id,
+            origin="spark:http",
+            arrow=ipc(table),
+        )
         reply = await call(http_client.write, chunk)
         assert (reply.identity, reply.rows, reply.written, reply.rejected) == (chunk.identity, n, n - 1, 1)
         again = await call(http_client.write, chunk)
@@ -510,22 +586,36 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
 
         # a chunk above the 1 MiB limit of the other REST routes still goes through
         big_n = 5000
-        big = rows_table(big_n, seed=9, first_id=100_000, title=["x"] * big_n, rank=[0] * big_n, doc=["{}"] * big_n,
-                         colour=["z" * 150] * big_n)
-        big_chunk = IngestChunk(identity=f"http:{cid}:big", collection_id=cid, partition_id=target.partition_id,
-                                arrow=ipc(big))
+        big = rows_table(
+            big_n,
+            seed=9,
+            first_id=100_000,
+            title=["x"] * big_n,
+            rank=[0] * big_n,
+            doc=["{}"] * big_n,
+            colour=["z" * 150] * big_n,
+        )
+        big_chunk = IngestChunk(
+            identity=f"http:{cid}:big", collection_id=cid, partition_id=target.partition_id, arrow=ipc(big)
+        )
         assert len(encode(big_chunk)) > 1 << 20
         assert (await call(http_client.write, big_chunk)).written == big_n
         assert await strong_count(client, coll) == n - 1 + big_n
 
         # the commit log
         query_id = f"q-{uuid.uuid4().hex[:10]}"
-        commit = IngestCommit(query_id=query_id, collection_id=cid, batch_id=0,
-                              tasks=[PartitionCounts(partition=0, rows=n, written=n - 1, rejected=1)])
+        commit = IngestCommit(
+            query_id=query_id,
+            collection_id=cid,
+            batch_id=0,
+            tasks=[PartitionCounts(partition=0, rows=n, written=n - 1, rejected=1)],
+        )
         done = await call(http_client.commit, commit)
         assert (done["batches"], done["rows"], done["written"], done["rejected"]) == (1, n, n - 1, 1)
-        done = await call(http_client.commit, commit.model_copy(update={"tasks": [
-            PartitionCounts(partition=0, rows=2 * n, written=2 * n, rejected=0)]}))
+        done = await call(
+            http_client.commit,
+            commit.model_copy(update={"tasks": [PartitionCounts(partition=0, rows=2 * n, written=2 * n, rejected=0)]}),
+        )
         assert (done["batches"], done["rows"], done["written"], done["rejected"]) == (1, 2 * n, 2 * n, 0)
         assert await call(http_client.progress, query_id) == done == await client.ingest_progress(query_id)
         nobody = await call(http_client.progress, "nobody-" + uuid.uuid4().hex[:8])
@@ -535,8 +625,12 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
         with pytest.raises(CollectionNotFound):
             await call(http_client.open, IngestOpen(collection_name=name("missing"), arrow_schema=schema_ipc(table)))
         with pytest.raises(InvalidParameter) as caught:
-            await call(http_client.open, IngestOpen(collection_name=coll, arrow_schema=schema_ipc(
-                table.schema.set(1, pa.field("vec", pa.string())))))
+            await call(
+                http_client.open,
+                IngestOpen(
+                    collection_name=coll, arrow_schema=schema_ipc(table.schema.set(1, pa.field("vec", pa.string())))
+                ),
+            )
         assert caught.value.field == "vec" and caught.value.rule.startswith("must be array<float> or array<double>")
         with pytest.raises(CollectionNotFound):
             await call(http_client.write, chunk.model_copy(update={"collection_id": 987_654_321}))
@@ -544,8 +638,10 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
             await call(http_client.write, chunk.model_copy(update={"identity": f"http:{cid}:garbage", "arrow": b"xx"}))
         assert caught.value.field == "arrow"
         with pytest.raises(InvalidParameter) as caught:  # an auto-id-less collection: a key is required
-            await call(http_client.write, chunk.model_copy(update={
-                "identity": f"http:{cid}:noid", "arrow": ipc(table.drop_columns(["id"]))}))
+            await call(
+                http_client.write,
+                chunk.model_copy(update={"identity": f"http:{cid}:noid", "arrow": ipc(table.drop_columns(["id"]))}),
+            )
         assert (caught.value.field, caught.value.rule) == ("id", "is required: the writer's rows have no column for it")
 
         # bodies the model refuses name the field; oversized or unsized bodies are refused unread
@@ -553,13 +649,16 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
         bad = json.dumps({"identity": "has a space", "collection_id": cid, "partition_id": 1, "arrow": ""}).encode()
         status, answer = await asyncio.to_thread(_raw_post, rest.url, path, bad, {"Content-Length": str(len(bad))})
         assert status == 200 and answer["code"] == 1100 and "[field=identity]" in answer["message"]
-        status, answer = await asyncio.to_thread(_raw_post, rest.url, "/v2/vectordb/ingest/progress", b"{}",
-                                                 {"Content-Length": "2"})
+        status, answer = await asyncio.to_thread(
+            _raw_post, rest.url, "/v2/vectordb/ingest/progress", b"{}", {"Content-Length": "2"}
+        )
         assert answer["code"] == 1100 and "[field=query_id]" in answer["message"]
         huge = 64 * 1024 * 1024 + 1
         status, answer = await asyncio.to_thread(_raw_post, rest.url, path, None, {"Content-Length": str(huge)})
         assert status == 413 and answer["code"] == 1100 and "[field=body]" in answer["message"], answer
-        status, answer = await asyncio.to_thread(_raw_post, rest.url, path, b"0\r\n\r\n", {"Transfer-Encoding": "chunked"})
+        status, answer = await asyncio.to_thread(
+            _raw_post, rest.url, path, b"0\r\n\r\n", {"Transfer-Encoding": "chunked"}
+        )
         assert status == 413 and answer["code"] == 1100 and "[field=body]" in answer["message"], answer
 
         assert await strong_count(client, coll) == n - 1 + big_n  # none of the errors wrote anything

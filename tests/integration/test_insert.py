@@ -67,7 +67,7 @@ async def test_insert_publishes_columnar_events_routed_by_pk(client: Client, mod
         for j, pk in enumerate(pks.tolist()):
             got[pk] = (event, j)
     assert sorted(got) == sorted(result.primary_keys)
-    by_pk = dict(zip(result.primary_keys, data))
+    by_pk = dict(zip(result.primary_keys, data, strict=False))
     for pk, (event, j) in got.items():
         vector = event.column("embedding").array()[j]  # type: ignore[union-attr]
         assert vector.tobytes() == np.asarray(by_pk[pk]["embedding"], dtype=np.float32).tobytes()
@@ -83,8 +83,10 @@ async def test_large_insert_is_cut_into_events_under_1mb(client: Client, module_
     n = 5000
     rng = np.random.default_rng(1)
     columns = {
-        "title": [f"t{i}" for i in range(n)], "score": rng.random(n, dtype=np.float32),
-        "rank": np.zeros(n, dtype=np.int8), "tags": [{} for _ in range(n)],
+        "title": [f"t{i}" for i in range(n)],
+        "score": rng.random(n, dtype=np.float32),
+        "rank": np.zeros(n, dtype=np.int8),
+        "tags": [{} for _ in range(n)],
         "embedding": rng.standard_normal((n, 128)).astype(np.float32),
     }
     result = await client.insert(coll, columns)
@@ -104,7 +106,7 @@ async def test_varchar_keys_given_and_dynamic_fields(client: Client, module_conf
     events = await insert_events(client, cid)
     metas = {}
     for _, _, event in events:
-        for pk, meta in zip(event.column("id").texts, event.column("$meta").texts):  # type: ignore[union-attr, arg-type]
+        for pk, meta in zip(event.column("id").texts, event.column("$meta").texts, strict=False):  # type: ignore[union-attr, arg-type]
             metas[pk] = json.loads(meta)
     assert metas["k1"] == {"color": "red"} and metas["k2"] == {"color": "blue"}
 
@@ -122,7 +124,13 @@ async def test_insert_into_a_partition_by_alias(client: Client, module_config: O
 def _bad_cases() -> list[tuple[str, Any, type[OspreyError], str, str]]:
     good = rows(3)
     return [
-        ("dim mismatch", [*good[:2], {**good[2], "embedding": [0.0] * (DIM - 1)}], InvalidParameter, "embedding", "dim 16"),
+        (
+            "dim mismatch",
+            [*good[:2], {**good[2], "embedding": [0.0] * (DIM - 1)}],
+            InvalidParameter,
+            "embedding",
+            "dim 16",
+        ),
         ("vector not numeric", [{**good[0], "embedding": ["x"] * DIM}], InvalidParameter, "embedding", "float"),
         ("NaN in a vector", [{**good[0], "embedding": [float("nan")] * DIM}], InvalidParameter, "embedding", "finite"),
         ("wrong type", [{**good[0], "score": "high"}], InvalidParameter, "score", "FLOAT"),
@@ -135,8 +143,19 @@ def _bad_cases() -> list[tuple[str, Any, type[OspreyError], str, str]]:
         ("JSON not serialisable", [{**good[0], "tags": {"s": {1, 2}}}], InvalidParameter, "tags", "JSON"),
         ("no rows", [], InvalidParameter, "data", "at least one row"),
         ("not rows", "abc", InvalidParameter, "data", "list of rows"),
-        ("column lengths differ", {"title": ["a", "b"], "score": [1.0], "rank": [1, 2], "tags": [{}, {}],
-                                   "embedding": np.zeros((2, DIM), dtype=np.float32)}, InvalidParameter, "score", "2 values"),
+        (
+            "column lengths differ",
+            {
+                "title": ["a", "b"],
+                "score": [1.0],
+                "rank": [1, 2],
+                "tags": [{}, {}],
+                "embedding": np.zeros((2, DIM), dtype=np.float32),
+            },
+            InvalidParameter,
+            "score",
+            "2 values",
+        ),
     ]
 
 

@@ -54,8 +54,10 @@ def wait_until_answering(url: str, honcho: subprocess.Popen[bytes], log: Path) -
         except (OSError, urllib.error.URLError) as exc:
             last = exc
         time.sleep(POLL_INTERVAL_S)
-    pytest.fail(f"REST front end not answering within {READY_TIMEOUT_S:g} s (last: {last!r}):\n"
-                f"{log.read_text(errors='replace')[-4000:]}")
+    pytest.fail(
+        f"REST front end not answering within {READY_TIMEOUT_S:g} s (last: {last!r}):\n"
+        f"{log.read_text(errors='replace')[-4000:]}"
+    )
 
 
 def descendants(pid: int) -> set[int]:
@@ -136,8 +138,13 @@ def test_honcho_runs_the_procfile_and_stops_every_child(tmp_path: Path) -> None:
     log = tmp_path / "honcho.log"
     with open(log, "wb") as out:
         honcho = subprocess.Popen(
-            [str(HONCHO), "start"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            [str(HONCHO), "start"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     children: set[int] = set()
     try:
@@ -151,12 +158,24 @@ def test_honcho_runs_the_procfile_and_stops_every_child(tmp_path: Path) -> None:
         rows = [{"id": i, "vector": [float(i)] * 8, "color": "red" if i % 2 else "blue"} for i in range(20)]
         inserted = post(url, "entities/insert", {"collectionName": alias, "data": rows})
         assert inserted["code"] == 0 and inserted["data"]["insertCount"] == 20, inserted
-        found = post(url, "entities/search", {"collectionName": alias, "data": [[7.0] * 8], "limit": 3,
-                                               "outputFields": ["color"], "consistencyLevel": "Strong"})
+        found = post(
+            url,
+            "entities/search",
+            {
+                "collectionName": alias,
+                "data": [[7.0] * 8],
+                "limit": 3,
+                "outputFields": ["color"],
+                "consistencyLevel": "Strong",
+            },
+        )
         assert found["code"] == 0 and [h["id"] for h in found["data"]] == [7, 6, 8], found
         assert found["data"][0]["color"] == "red", found
-        queried = post(url, "entities/query", {"collectionName": coll, "filter": 'color == "blue" and id < 6',
-                                               "consistencyLevel": "Strong"})
+        queried = post(
+            url,
+            "entities/query",
+            {"collectionName": coll, "filter": 'color == "blue" and id < 6', "consistencyLevel": "Strong"},
+        )
         assert queried["code"] == 0 and [r["id"] for r in queried["data"]] == [0, 2, 4], queried
 
         children = descendants(honcho.pid)

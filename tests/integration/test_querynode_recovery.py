@@ -52,8 +52,11 @@ def schema() -> dict[str, Any]:
 
 def columns(ids: np.ndarray, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    return {"id": ids.astype(np.int64), "k": (ids % 7).astype(np.int64),
-            "embedding": rng.standard_normal((len(ids), DIM)).astype(np.float32)}
+    return {
+        "id": ids.astype(np.int64),
+        "k": (ids % 7).astype(np.int64),
+        "embedding": rng.standard_normal((len(ids), DIM)).astype(np.float32),
+    }
 
 
 # ---------------------------------------------------------------------------- processes
@@ -121,7 +124,9 @@ async def owners_by_pid(client: Client, config: OspreyConfig) -> dict[str, int]:
     return {p: int(alive[o.node_id]["pid"]) for p, o in owners.items() if o.node_id in alive}
 
 
-async def wait_owners(client: Client, config: OspreyConfig, pids: set[int], budget_s: float = RECOVERY_S) -> dict[str, int]:
+async def wait_owners(
+    client: Client, config: OspreyConfig, pids: set[int], budget_s: float = RECOVERY_S
+) -> dict[str, int]:
     """Poll until every dml partition is owned by a live node and the owners are exactly ``pids``."""
     pchannels = {f"{client.proxy.topics.dml}_{p}" for p in range(config.dml_partitions)}
     deadline = time.monotonic() + budget_s
@@ -138,8 +143,9 @@ async def wait_owners(client: Client, config: OspreyConfig, pids: set[int], budg
 
 
 async def search(client: Client, coll: str, queries: np.ndarray) -> list[list[tuple[int, float]]]:
-    hits = await read(lambda: client.search(coll, queries, limit=TOP_K, consistency_level="Strong",
-                                            timeout=READ_TIMEOUT_S))
+    hits = await read(
+        lambda: client.search(coll, queries, limit=TOP_K, consistency_level="Strong", timeout=READ_TIMEOUT_S)
+    )
     return [[(h["id"], h["distance"]) for h in per_query] for per_query in hits]
 
 
@@ -149,8 +155,11 @@ async def count(client: Client, coll: str) -> int:
 
 async def ids(client: Client, coll: str, limit: int = 1_000_000) -> list[int]:
     """Every PK as returned (PK order, one entry per row: the query path does not dedup)."""
-    rows = await read(lambda: client.query(coll, filter=ALL, output_fields=["id"], limit=limit,
-                                           consistency_level="Strong", timeout=READ_TIMEOUT_S))
+    rows = await read(
+        lambda: client.query(
+            coll, filter=ALL, output_fields=["id"], limit=limit, consistency_level="Strong", timeout=READ_TIMEOUT_S
+        )
+    )
     return [r["id"] for r in rows]
 
 
@@ -158,8 +167,10 @@ async def assert_rows(client: Client, coll: str, expected: set[int]) -> None:
     """count(*) and the returned PKs are exactly ``expected``, each PK once."""
     found = await ids(client, coll)
     assert len(found) == len(set(found)), f"{len(found) - len(set(found))} rows returned twice"
-    assert set(found) == expected, (f"missing {len(expected - set(found))} (e.g. {sorted(expected - set(found))[:5]}), "
-                                    f"unexpected {sorted(set(found) - expected)[:5]}")
+    assert set(found) == expected, (
+        f"missing {len(expected - set(found))} (e.g. {sorted(expected - set(found))[:5]}), "
+        f"unexpected {sorted(set(found) - expected)[:5]}"
+    )
     assert found == sorted(found)  # PK order across shards
     assert await count(client, coll) == len(expected)
 
@@ -169,8 +180,9 @@ class Reader:
     each may fail with ServiceUnavailable, but each that succeeds must be exact (all of ``expected``,
     each PK once, and the search hits the PKs ``hit_ids`` per query)."""
 
-    def __init__(self, client: Client, coll: str, expected: set[int], queries: np.ndarray,
-                 hit_ids: list[list[int]]) -> None:
+    def __init__(
+        self, client: Client, coll: str, expected: set[int], queries: np.ndarray, hit_ids: list[list[int]]
+    ) -> None:
         self.client, self.coll, self.expected, self.queries, self.hit_ids = client, coll, expected, queries, hit_ids
         self.ok = self.unavailable = 0
         self.wrong: list[str] = []
@@ -181,11 +193,18 @@ class Reader:
         c = self.client
         while not self._stop.is_set():
             try:
-                rows = await c.query(self.coll, filter=ALL, output_fields=["id"], limit=1_000_000,
-                                     consistency_level="Strong", timeout=BACKGROUND_TIMEOUT_S)
+                rows = await c.query(
+                    self.coll,
+                    filter=ALL,
+                    output_fields=["id"],
+                    limit=1_000_000,
+                    consistency_level="Strong",
+                    timeout=BACKGROUND_TIMEOUT_S,
+                )
                 n = await c.count(self.coll, consistency_level="Strong", timeout=BACKGROUND_TIMEOUT_S)
-                hits = await c.search(self.coll, self.queries, limit=TOP_K, consistency_level="Strong",
-                                      timeout=BACKGROUND_TIMEOUT_S)
+                hits = await c.search(
+                    self.coll, self.queries, limit=TOP_K, consistency_level="Strong", timeout=BACKGROUND_TIMEOUT_S
+                )
             except ServiceUnavailable:
                 self.unavailable += 1
                 await asyncio.sleep(0.2)
@@ -193,8 +212,9 @@ class Reader:
             self.ok += 1
             found = [r["id"] for r in rows]
             if len(found) != len(self.expected) or set(found) != self.expected:
-                self.wrong.append(f"query: {len(found)} rows, {len(set(found))} distinct, "
-                                  f"{len(self.expected - set(found))} missing")
+                self.wrong.append(
+                    f"query: {len(found)} rows, {len(set(found))} distinct, {len(self.expected - set(found))} missing"
+                )
             if n != len(self.expected):
                 self.wrong.append(f"count(*) = {n}, expected {len(self.expected)}")
             if [[h["id"] for h in q] for q in hits] != self.hit_ids:
@@ -230,7 +250,9 @@ async def insert(client: Client, coll: str, lo: int, hi: int, seed: int) -> dict
 # ---------------------------------------------------------------------------- tests
 
 
-async def test_two_querynodes_answer_as_one(module_config: OspreyConfig, client: Client, querynodes: QueryNodes) -> None:
+async def test_two_querynodes_answer_as_one(
+    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+) -> None:
     first = await querynodes.start("a")
     coll = await new_collection(client)
     data = await insert(client, coll, 0, 5_000, seed=1)
@@ -252,8 +274,16 @@ async def test_two_querynodes_answer_as_one(module_config: OspreyConfig, client:
     assert await ids(client, coll) == one_ids
     assert await count(client, coll) == 5_000
     # filtered reads too: each node evaluates the filter on its own shards
-    filtered = await read(lambda: client.query(coll, filter="k == 3", output_fields=["id", "k"], limit=10_000,
-                                               consistency_level="Strong", timeout=READ_TIMEOUT_S))
+    filtered = await read(
+        lambda: client.query(
+            coll,
+            filter="k == 3",
+            output_fields=["id", "k"],
+            limit=10_000,
+            consistency_level="Strong",
+            timeout=READ_TIMEOUT_S,
+        )
+    )
     assert [r["id"] for r in filtered] == [i for i in range(5_000) if i % 7 == 3]
     await reader.stop()
 
@@ -268,7 +298,9 @@ async def test_two_querynodes_answer_as_one(module_config: OspreyConfig, client:
     await assert_rows(client, coll, set(range(7_000)))
 
 
-async def test_querynode_kill9_rebuilds_from_dml(module_config: OspreyConfig, client: Client, querynodes: QueryNodes) -> None:
+async def test_querynode_kill9_rebuilds_from_dml(
+    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+) -> None:
     node = await querynodes.start("k")
     coll = await new_collection(client)
     expected: set[int] = set()
@@ -339,7 +371,9 @@ async def test_querynode_kill9_rebuilds_from_dml(module_config: OspreyConfig, cl
     await assert_rows(client, coll, expected)
 
 
-async def test_stopped_querynode_hands_over(module_config: OspreyConfig, client: Client, querynodes: QueryNodes) -> None:
+async def test_stopped_querynode_hands_over(
+    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+) -> None:
     """x owns every partition, gives half to y, and takes them back when y stops: the partitions it
     gets back are rebuilt from their first record (the rows it had were dropped when it lost them)."""
     x = await querynodes.start("x")

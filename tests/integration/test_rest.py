@@ -32,7 +32,9 @@ class Rest:
     async def call(self, path: str, body: Any = None, *, raw: bytes | None = None) -> dict[str, Any]:
         """POST ``body`` (or ``raw`` bytes) to ``/v2/vectordb/<path>``; the JSON answer (always HTTP 200)."""
         data = raw if raw is not None else None
-        async with self.session.post(f"{self.url}{API_PREFIX}/{path}", json=None if raw is not None else (body or {}), data=data) as resp:
+        async with self.session.post(
+            f"{self.url}{API_PREFIX}/{path}", json=None if raw is not None else (body or {}), data=data
+        ) as resp:
             assert resp.status == 200, await resp.text()
             return await resp.json()
 
@@ -85,9 +87,15 @@ async def create(rest: Rest, prefix: str = "c") -> str:
 # -- collections
 async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
     coll = name()
-    created = await rest.ok("collections/create", {
-        "collectionName": coll, "schema": full_schema(), "params": {"shardsNum": 2}, "consistencyLevel": "Strong",
-    })
+    created = await rest.ok(
+        "collections/create",
+        {
+            "collectionName": coll,
+            "schema": full_schema(),
+            "params": {"shardsNum": 2},
+            "consistencyLevel": "Strong",
+        },
+    )
     assert isinstance(created["collectionID"], int) and created["collectionID"] > 0
 
     desc = await rest.ok("collections/describe", {"collectionName": coll})
@@ -98,11 +106,19 @@ async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
     fields = {f["name"]: f for f in desc["fields"]}
     assert list(fields) == ["id", "title", "score", "embedding"]  # the dynamic $meta field is hidden
     assert fields["id"] == {
-        "name": "id", "id": 100, "type": "Int64", "primaryKey": True, "autoId": True, "description": "", "params": [],
+        "name": "id",
+        "id": 100,
+        "type": "Int64",
+        "primaryKey": True,
+        "autoId": True,
+        "description": "",
+        "params": [],
     }
     assert fields["title"]["type"] == "VarChar" and fields["title"]["params"] == [{"key": "max_length", "value": "64"}]
     assert fields["score"]["type"] == "Double" and not fields["score"]["primaryKey"]
-    assert fields["embedding"]["type"] == "FloatVector" and fields["embedding"]["params"] == [{"key": "dim", "value": str(DIM)}]
+    assert fields["embedding"]["type"] == "FloatVector" and fields["embedding"]["params"] == [
+        {"key": "dim", "value": str(DIM)}
+    ]
     # the same collection through the Python client
     described = await rest.client.describe_collection(coll)
     assert described.info.shards_num == 2 and described.info.collection_schema.fields[3].dim == DIM
@@ -111,7 +127,10 @@ async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
 async def test_quick_setup(rest: Rest) -> None:
     coll = await create(rest)
     desc = await rest.ok("collections/describe", {"collectionName": coll})
-    assert [(f["name"], f["type"], f["primaryKey"]) for f in desc["fields"]] == [("id", "Int64", True), ("vector", "FloatVector", False)]
+    assert [(f["name"], f["type"], f["primaryKey"]) for f in desc["fields"]] == [
+        ("id", "Int64", True),
+        ("vector", "FloatVector", False),
+    ]
     assert desc["fields"][1]["params"] == [{"key": "dim", "value": str(DIM)}]
     assert desc["autoId"] is False and desc["enableDynamicField"] is True  # Milvus's quick-setup defaults
     assert desc["shardsNum"] == 1 and desc["consistencyLevel"] == "Bounded"
@@ -119,10 +138,17 @@ async def test_quick_setup(rest: Rest) -> None:
 
 async def test_quick_setup_with_a_varchar_key_and_names(rest: Rest) -> None:
     coll = name()
-    await rest.ok("collections/create", {
-        "collectionName": coll, "dimension": 16, "idType": "VarChar", "primaryFieldName": "pk",
-        "vectorFieldName": "emb", "params": {"max_length": 32, "enableDynamicField": False},
-    })
+    await rest.ok(
+        "collections/create",
+        {
+            "collectionName": coll,
+            "dimension": 16,
+            "idType": "VarChar",
+            "primaryFieldName": "pk",
+            "vectorFieldName": "emb",
+            "params": {"max_length": 32, "enableDynamicField": False},
+        },
+    )
     desc = await rest.ok("collections/describe", {"collectionName": coll})
     assert [(f["name"], f["type"], f["params"]) for f in desc["fields"]] == [
         ("pk", "VarChar", [{"key": "max_length", "value": "32"}]),
@@ -150,7 +176,9 @@ async def test_reads_as_of_a_timestamp_after_a_drop(rest: Rest) -> None:
     desc = await rest.ok("collections/describe", {"collectionName": coll, "asOf": before})
     assert desc["collectionName"] == coll and desc["createdTimestamp"] < before
     assert await rest.ok("partitions/list", {"collectionName": coll, "asOf": before}) == ["_default"]
-    assert await rest.ok("collections/has", {"collectionName": coll, "asOf": str(before)}) == {"has": True}  # 64-bit safe
+    assert await rest.ok("collections/has", {"collectionName": coll, "asOf": str(before)}) == {
+        "has": True
+    }  # 64-bit safe
     code, message = await rest.error("collections/describe", {"collectionName": coll})
     assert code == 100 and coll in message
 
@@ -164,7 +192,9 @@ async def test_partitions(rest: Rest) -> None:
     before = await rest.client.now()
     assert await rest.ok("partitions/drop", {"collectionName": coll, "partitionName": "p2024"}) == {}
     assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024"}) == {"has": False}
-    assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024", "asOf": before}) == {"has": True}
+    assert await rest.ok("partitions/has", {"collectionName": coll, "partitionName": "p2024", "asOf": before}) == {
+        "has": True
+    }
     code, message = await rest.error("partitions/drop", {"collectionName": coll, "partitionName": "p2024"})
     assert code == 200 and "partition=p2024" in message
 
@@ -257,24 +287,80 @@ BAD_REQUESTS = [
     ("collections/create", {"collectionName": "ok", "dimension": 1}, "dimension", "2..32768"),
     ("collections/create", {"collectionName": "ok", "dimension": 8, "idType": "Float"}, "idType", "Int64 or VarChar"),
     ("collections/create", {"collectionName": "ok", "dimension": 8, "shardsNum": 17}, "shardsNum", "<= 16"),
-    ("collections/create", {"collectionName": "ok", "dimension": 8, "shardsNum": 2, "params": {"shardsNum": 3}},
-     "params.shardsNum", "conflicts with shardsNum"),
-    ("collections/create", {"collectionName": "ok", "dimension": 8, "params": {"consistencyLevel": "Sometimes"}},
-     "consistencyLevel", "Strong"),
+    (
+        "collections/create",
+        {"collectionName": "ok", "dimension": 8, "shardsNum": 2, "params": {"shardsNum": 3}},
+        "params.shardsNum",
+        "conflicts with shardsNum",
+    ),
+    (
+        "collections/create",
+        {"collectionName": "ok", "dimension": 8, "params": {"consistencyLevel": "Sometimes"}},
+        "consistencyLevel",
+        "Strong",
+    ),
     ("collections/create", {"collectionName": "ok", "schema": {"fields": "id"}}, "schema.fields", "must be a list"),
-    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
-        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "Float17"}]}},
-     "schema.fields[3].dataType", "must be one of Bool, Int8"),
-    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
-        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "FloatVector", "elementTypeParams": {"dim": 1}}]}},
-     "schema.fields[3].elementTypeParams.dim", "2..32768"),
-    ("collections/create", {"collectionName": "ok", "schema": {**full_schema(), "fields": [
-        *full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "FloatVector", "isPartitionKey": True,
-                                        "elementTypeParams": {"dim": 8}}]}},
-     "schema.fields[3].isPartitionKey", "not supported"),
-    ("collections/create", {"collectionName": "ok", "schema": {"fields": [
-        {"fieldName": "id", "dataType": "Int64"}, {"fieldName": "v", "dataType": "FloatVector", "elementTypeParams": {"dim": 8}}]}},
-     "schema.fields", "exactly one primary key"),
+    (
+        "collections/create",
+        {
+            "collectionName": "ok",
+            "schema": {
+                **full_schema(),
+                "fields": [*full_schema()["fields"][:3], {"fieldName": "embedding", "dataType": "Float17"}],
+            },
+        },
+        "schema.fields[3].dataType",
+        "must be one of Bool, Int8",
+    ),
+    (
+        "collections/create",
+        {
+            "collectionName": "ok",
+            "schema": {
+                **full_schema(),
+                "fields": [
+                    *full_schema()["fields"][:3],
+                    {"fieldName": "embedding", "dataType": "FloatVector", "elementTypeParams": {"dim": 1}},
+                ],
+            },
+        },
+        "schema.fields[3].elementTypeParams.dim",
+        "2..32768",
+    ),
+    (
+        "collections/create",
+        {
+            "collectionName": "ok",
+            "schema": {
+                **full_schema(),
+                "fields": [
+                    *full_schema()["fields"][:3],
+                    {
+                        "fieldName": "embedding",
+                        "dataType": "FloatVector",
+                        "isPartitionKey": True,
+                        "elementTypeParams": {"dim": 8},
+                    },
+                ],
+            },
+        },
+        "schema.fields[3].isPartitionKey",
+        "not supported",
+    ),
+    (
+        "collections/create",
+        {
+            "collectionName": "ok",
+            "schema": {
+                "fields": [
+                    {"fieldName": "id", "dataType": "Int64"},
+                    {"fieldName": "v", "dataType": "FloatVector", "elementTypeParams": {"dim": 8}},
+                ]
+            },
+        },
+        "schema.fields",
+        "exactly one primary key",
+    ),
 ]
 
 

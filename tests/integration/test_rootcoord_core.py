@@ -51,7 +51,9 @@ class Sink:
 
 @pytest.fixture
 async def core(own_redis: RedisServer, tmp_path: Path) -> AsyncIterator[tuple[RootCoord, Sink]]:
-    config = OspreyConfig(redis=f"redis://127.0.0.1:{own_redis.port}/0", cluster="core", data_dir=tmp_path, dml_partitions=2)
+    config = OspreyConfig(
+        redis=f"redis://127.0.0.1:{own_redis.port}/0", cluster="core", data_dir=tmp_path, dml_partitions=2
+    )
     redis = connect(config)
     store = SnapshotKV(redis, "core", TimestampOracle(redis, "core"), retention_s=3600)
     sink = Sink()
@@ -81,7 +83,7 @@ def event(kind: str, request_id: int, ts: int, **fields: object) -> bytes:
 
 
 async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], own_redis: RedisServer) -> None:
-    rc, sink = core
+    rc, _sink = core
     await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
     own_redis.kill()
     pending = asyncio.create_task(handle(rc, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")))
@@ -97,7 +99,9 @@ async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], o
 async def test_reply_lost_after_the_write_is_resent_not_reapplied(core: tuple[RootCoord, Sink]) -> None:
     rc, sink = core
     sink.fail = 2
-    reply = await asyncio.wait_for(handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())), 30)
+    reply = await asyncio.wait_for(
+        handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())), 30
+    )
     assert reply is None  # the retry found the event in the checkpoint and re-sent its stored reply
     assert len(sink.replies) == 1 and sink.replies[0].ok
     assert isinstance(sink.replies[0], ddl.CreateCollectionReply) and sink.replies[0].collection_id > 0
@@ -114,7 +118,10 @@ async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]
     assert again.checkpoint.position == 1 and again.view.resolve("z") is not None
     # the consumer re-delivers both: nothing is applied again, the last reply is sent again
     before = len(sink.replies)
-    assert await handle(again, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema())) is None
+    assert (
+        await handle(again, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
+        is None
+    )
     assert await handle(again, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")) is None
     assert [r.request_id for r in sink.replies[before:]] == [2]
 

@@ -82,8 +82,8 @@ def assert_top_k(hits: list[dict[str, Any]], distances: np.ndarray, pks: np.ndar
     assert len(hits) == len(want_ids)
     assert len(set(got_ids)) == len(got_ids)
     np.testing.assert_allclose(got_d, want_d, rtol=1e-5, atol=TOL)
-    true = dict(zip(pks.tolist(), distances.tolist()))
-    for pk, d in zip(got_ids, got_d):
+    true = dict(zip(pks.tolist(), distances.tolist(), strict=False))
+    for pk, d in zip(got_ids, got_d, strict=False):
         assert abs(true[pk] - d) <= TOL + 1e-5 * abs(d), (pk, d, true[pk])
     decided = 0
     for rank, d in enumerate(want_d):
@@ -178,23 +178,26 @@ async def test_exact_search_matches_brute_force_l2_ip_cosine(client: Client, que
     queries = rng.standard_normal((nq, DIM)).astype(np.float32)
     decided = 0
     for metric in ("L2", "IP", "COSINE"):
-        hits = await client.search(coll, queries, limit=k, search_params={"metric_type": metric},
-                                   consistency_level="Strong")
+        hits = await client.search(
+            coll, queries, limit=k, search_params={"metric_type": metric}, consistency_level="Strong"
+        )
         assert len(hits) == nq
         reference = brute_force(data["embedding"], queries, metric)
         for q in range(nq):
             decided += assert_top_k(hits[q], reference[q], data["id"], k, metric)
         # lower-case metric names are accepted too, with the same answer
-        again = await client.search(coll, queries[:2], limit=k, search_params={"metric_type": metric.lower()},
-                                   consistency_level="Strong")
+        again = await client.search(
+            coll, queries[:2], limit=k, search_params={"metric_type": metric.lower()}, consistency_level="Strong"
+        )
         assert again == hits[:2]
     assert decided >= 0.9 * 3 * nq * k  # the check compared ids at nearly every rank
     # a row's own vector is its nearest neighbour under L2 (distance ~0) and COSINE (similarity ~1)
     own = await client.search(coll, data["embedding"][:5], limit=1, consistency_level="Strong")
     assert [q[0]["id"] for q in own] == data["id"][:5].tolist()
     assert all(abs(q[0]["distance"]) <= TOL for q in own)
-    own = await client.search(coll, data["embedding"][:5], limit=1, search_params={"metric_type": "COSINE"},
-                              consistency_level="Strong")
+    own = await client.search(
+        coll, data["embedding"][:5], limit=1, search_params={"metric_type": "COSINE"}, consistency_level="Strong"
+    )
     assert [q[0]["id"] for q in own] == data["id"][:5].tolist()
     assert all(abs(q[0]["distance"] - 1) <= TOL for q in own)
     # top_k larger than the collection: every row, once
@@ -227,7 +230,13 @@ async def test_a_pk_inserted_twice_is_one_hit(client: Client, querynode: Any) ->
 
 def reference_rows(data: dict[str, Any], colors: list[str], levels: list[int]) -> list[dict[str, Any]]:
     return [
-        {"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i], "color": colors[i], "level": levels[i]}
+        {
+            "id": int(data["id"][i]),
+            "age": int(data["age"][i]),
+            "tag": data["tag"][i],
+            "color": colors[i],
+            "level": levels[i],
+        }
         for i in range(len(data["id"]))
     ]
 
@@ -241,8 +250,14 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
     colors = [str(c) for c in rng.choice(["red", "green", "blue"], n)]
     levels = [int(v) for v in rng.integers(0, 10, n)]
     rows = [
-        {"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i], "embedding": data["embedding"][i],
-         "color": colors[i], "level": levels[i]}
+        {
+            "id": int(data["id"][i]),
+            "age": int(data["age"][i]),
+            "tag": data["tag"][i],
+            "embedding": data["embedding"][i],
+            "color": colors[i],
+            "level": levels[i],
+        }
         for i in range(n)
     ]
     rows[0].pop("level")  # a row without the dynamic key: never matches a comparison on it
@@ -256,9 +271,11 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
         ('age >= 18 and tag like "a%"', lambda r: r["age"] >= 18 and r["tag"].startswith("a")),
         (f"id in {some_ids}", lambda r: r["id"] in some_ids),
         ('color == "red" and level > 5', lambda r: r["color"] == "red" and r["level"] is not None and r["level"] > 5),
-        ('$meta["color"] in ["green", "blue"] or age < 3',
-         lambda r: r["color"] in ("green", "blue") or r["age"] < 3),
-        ("not (level <= 4) and age != 30", lambda r: not (r["level"] is not None and r["level"] <= 4) and r["age"] != 30),
+        ('$meta["color"] in ["green", "blue"] or age < 3', lambda r: r["color"] in ("green", "blue") or r["age"] < 3),
+        (
+            "not (level <= 4) and age != 30",
+            lambda r: not (r["level"] is not None and r["level"] <= 4) and r["age"] != 30,
+        ),
         ('10 < age <= 20 and tag == "avo"', lambda r: 10 < r["age"] <= 20 and r["tag"] == "avo"),
     ]
     queries = np.random.default_rng(23).standard_normal((4, DIM)).astype(np.float32)
@@ -270,8 +287,9 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
         assert await client.count(coll, filter=expr, consistency_level="Strong") == len(want), expr
         # search with the same filter: brute force over the kept rows only
         kept = np.array([keep(r) for r in ref])
-        hits = await client.search(coll, queries, limit=5, filter=expr, output_fields=["age", "tag"],
-                                   consistency_level="Strong")
+        hits = await client.search(
+            coll, queries, limit=5, filter=expr, output_fields=["age", "tag"], consistency_level="Strong"
+        )
         reference = brute_force(data["embedding"][kept], queries, "L2")
         by_id = {r["id"]: r for r in ref}
         for q in range(len(queries)):
@@ -288,8 +306,11 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
     assert [r["id"] for r in everything] == sorted(int(x) for x in data["id"])
     # dynamic keys come back inline, as in Milvus
     got = await client.query(coll, filter="age < 5", output_fields=["age", "color"])
-    assert got == [{"id": r["id"], "age": r["age"], "color": r["color"]} for r in sorted(ref, key=lambda r: r["id"])
-                   if r["age"] < 5]
+    assert got == [
+        {"id": r["id"], "age": r["age"], "color": r["color"]}
+        for r in sorted(ref, key=lambda r: r["id"])
+        if r["age"] < 5
+    ]
     assert await client.count(coll) == n
 
     # get: PK order, missing ids simply absent, output fields by name
@@ -304,22 +325,27 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
 # ---------------------------------------------------------------------------- partitions
 
 
-async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served(client: Client, querynode: Any) -> None:
+async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served(
+    client: Client, querynode: Any
+) -> None:
     """The querynode has served the collection (its meta is cached) before the partition exists: a
     request naming the partition reloads its meta instead of answering PartitionNotFound."""
     coll = name()
     await client.create_collection(coll, vec_schema(), shards_num=2)
     data = random_rows(10, seed=41)
-    rows = [{"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i],
-             "embedding": data["embedding"][i]} for i in range(10)]
+    rows = [
+        {"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i], "embedding": data["embedding"][i]}
+        for i in range(10)
+    ]
     await client.insert(coll, rows[:5])
     await wait_served(client, coll, 5)
     assert len((await client.search(coll, data["embedding"][:1], limit=1, consistency_level="Strong"))[0]) == 1
     await client.create_partition(coll, "late")
     await client.insert(coll, rows[5:], partition_name="late")
     late = sorted(int(i) for i in data["id"][5:])
-    hits = await client.search(coll, data["embedding"][5:], limit=1, partition_names=["late"],
-                               consistency_level="Strong")
+    hits = await client.search(
+        coll, data["embedding"][5:], limit=1, partition_names=["late"], consistency_level="Strong"
+    )
     assert [h[0]["id"] for h in hits] == [int(i) for i in data["id"][5:]]
     got = await client.query(coll, filter="id >= 0", partition_names=["late"], consistency_level="Strong")
     assert [r["id"] for r in got] == late
@@ -364,11 +390,23 @@ async def test_bad_inputs_are_rejected_and_change_nothing(client: Client, queryn
         ("top_k 16385", search(limit=16385), inv, "top_k", "[1, 16384]"),
         ("top_k bool", search(limit=True), inv, "top_k", "integer"),
         ("search unknown collection", lambda: client.search(missing, v, 3), CollectionNotFound, None, missing),
-        ("query unknown collection", lambda: client.query(missing, filter="age > 1"), CollectionNotFound, None, missing),
+        (
+            "query unknown collection",
+            lambda: client.query(missing, filter="age > 1"),
+            CollectionNotFound,
+            None,
+            missing,
+        ),
         ("search unknown partition", search(partition_names=["nope"]), PartitionNotFound, None, "nope"),
         ("query unknown partition", query(partition_names=["nope"]), PartitionNotFound, None, "nope"),
         ("search unknown output field", search(output_fields=["nope"]), inv, "output_fields", "'nope' does not exist"),
-        ("query unknown output field", query(output_fields=["age", "nope"]), inv, "output_fields", "'nope' does not exist"),
+        (
+            "query unknown output field",
+            query(output_fields=["age", "nope"]),
+            inv,
+            "output_fields",
+            "'nope' does not exist",
+        ),
         ("malformed filter", query(filter="age >= and tag"), inv, "expr", "at position 7"),
         ("malformed filter in search", search(filter='tag like "a%" or'), inv, "expr", "at position"),
         ("filter on unknown field", query(filter="color == 1"), inv, "expr", "'color' does not exist"),
@@ -380,7 +418,13 @@ async def test_bad_inputs_are_rejected_and_change_nothing(client: Client, queryn
         ("count(*) with other fields", query(output_fields=["count(*)", "age"]), inv, "output_fields", "count(*)"),
         ("count(*) in a search", search(output_fields=["count(*)"]), inv, "output_fields", "only allowed in a query"),
         ("bad ef param", search(search_params={"params": {"ef": 0}}), inv, "params.ef", "[1, 32768]"),
-        ("unknown search param", search(search_params={"params": {"nlist": 5}}), inv, "params.nlist", "not a search parameter"),
+        (
+            "unknown search param",
+            search(search_params={"params": {"nlist": 5}}),
+            inv,
+            "params.nlist",
+            "not a search parameter",
+        ),
         ("query without filter or limit", lambda: client.query(coll), inv, "limit", "needs a limit"),
         ("negative guarantee_timestamp", query(guarantee_timestamp=-5), inv, "guarantee_timestamp", ">= 0"),
         ("anns_field not a vector", search(anns_field="age"), inv, "anns_field", "FLOAT_VECTOR"),
@@ -390,7 +434,13 @@ async def test_bad_inputs_are_rejected_and_change_nothing(client: Client, queryn
         ("insert VARCHAR too long", insert({**good[0], "tag": "x" * 9}), inv, "tag", "max_length=8"),
         ("insert PK with auto_id", insert({**good[0], "id": 5}), inv, "id", "auto_id"),
         ("insert unknown collection", lambda: client.insert(missing, good[:1]), CollectionNotFound, None, missing),
-        ("insert unknown partition", lambda: client.insert(coll, good[:1], partition_name="nope"), PartitionNotFound, None, "nope"),
+        (
+            "insert unknown partition",
+            lambda: client.insert(coll, good[:1], partition_name="nope"),
+            PartitionNotFound,
+            None,
+            "nope",
+        ),
     ]
     assert len(cases) >= 15
     failures = []
@@ -431,13 +481,19 @@ async def test_bad_inputs_are_rejected_and_change_nothing(client: Client, queryn
 # ---------------------------------------------------------------------------- dq topics, plain clients
 
 
-async def _plain_roundtrip(config: OspreyConfig, request: SearchRequest | QueryRequest, expected: int,
-                           budget_s: float = 20.0) -> list[SearchResult | QueryResult]:
+async def _plain_roundtrip(
+    config: OspreyConfig, request: SearchRequest | QueryRequest, expected: int, budget_s: float = 20.0
+) -> list[SearchResult | QueryResult]:
     """Publish ``request`` on dq-request with a plain producer; the ``expected`` results for it from
     dq-result, read by a group-less consumer positioned at the end before publishing."""
     topics = Topics.of(config)
-    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=20)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=config.kafka,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=20,
+    )
     producer = AIOKafkaProducer(bootstrap_servers=config.kafka, acks="all")
     await consumer.start()
     await producer.start()
@@ -461,8 +517,9 @@ async def _plain_roundtrip(config: OspreyConfig, request: SearchRequest | QueryR
         await consumer.stop()
 
 
-async def test_plain_kafka_request_is_answered_on_dq_result(client: Client, querynode: Any,
-                                                            module_config: OspreyConfig) -> None:
+async def test_plain_kafka_request_is_answered_on_dq_result(
+    client: Client, querynode: Any, module_config: OspreyConfig
+) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(), shards_num=2)
     data = random_rows(50, seed=41)
@@ -473,8 +530,16 @@ async def test_plain_kafka_request_is_answered_on_dq_result(client: Client, quer
     queries = np.stack([data["embedding"][target], data["embedding"][3]])
     request_id = random.randrange(1 << 40, 1 << 50)
     origin = f"plain-test-{uuid.uuid4().hex[:6]}"
-    request = SearchRequest(request_id=request_id, origin=origin, collection_name=coll, top_k=4, nq=2, dim=DIM,
-                            vectors=queries.astype("<f4").tobytes(), consistency_level="Strong")
+    request = SearchRequest(
+        request_id=request_id,
+        origin=origin,
+        collection_name=coll,
+        top_k=4,
+        nq=2,
+        dim=DIM,
+        vectors=queries.astype("<f4").tobytes(),
+        consistency_level="Strong",
+    )
     results = await _plain_roundtrip(module_config, request, expected=len(info.vchannels))
     assert sorted(r.vchannel for r in results) == sorted(info.vchannels)
     assert all(isinstance(r, SearchResult) and r.ok and r.nq == 2 and r.top_k == 4 for r in results), results
@@ -495,8 +560,14 @@ async def test_plain_kafka_request_is_answered_on_dq_result(client: Client, quer
     # a count query, and a filtered one
     for expr, want in (("", 50), ("age >= 30", int((data["age"] >= 30).sum()))):
         request_id += 1
-        count = QueryRequest(request_id=request_id, origin=origin, collection_name=coll, count=True, filter=expr,
-                             consistency_level="Strong")
+        count = QueryRequest(
+            request_id=request_id,
+            origin=origin,
+            collection_name=coll,
+            count=True,
+            filter=expr,
+            consistency_level="Strong",
+        )
         results = await _plain_roundtrip(module_config, count, expected=len(info.vchannels))
         assert sorted(r.vchannel for r in results) == sorted(info.vchannels)
         assert all(isinstance(r, QueryResult) and r.ok for r in results), results
@@ -513,8 +584,16 @@ async def test_topic_path_equals_direct_path(client: Client, querynode: Any, mod
     coll = name()
     await client.create_collection(coll, vec_schema(dynamic=True), shards_num=2, consistency_level="Strong")
     data = random_rows(400, seed=51)
-    rows = [{"id": int(data["id"][i]), "age": int(data["age"][i]), "tag": data["tag"][i],
-             "embedding": data["embedding"][i], "odd": i % 2 == 1} for i in range(400)]
+    rows = [
+        {
+            "id": int(data["id"][i]),
+            "age": int(data["age"][i]),
+            "tag": data["tag"][i],
+            "embedding": data["embedding"][i],
+            "odd": i % 2 == 1,
+        }
+        for i in range(400)
+    ]
     await client.insert(coll, rows)
     await wait_served(client, coll, 400)
     queries = np.random.default_rng(52).standard_normal((5, DIM)).astype(np.float32)
@@ -523,8 +602,12 @@ async def test_topic_path_equals_direct_path(client: Client, querynode: Any, mod
         assert via_topic.health()["dq_router"]["path"] == "topic"
         for kwargs in (
             {"limit": 10},
-            {"limit": 7, "filter": 'tag like "b%" and odd == true', "output_fields": ["age", "tag"],
-             "search_params": {"metric_type": "IP"}},
+            {
+                "limit": 7,
+                "filter": 'tag like "b%" and odd == true',
+                "output_fields": ["age", "tag"],
+                "search_params": {"metric_type": "IP"},
+            },
             {"limit": 5, "search_params": {"metric_type": "COSINE"}, "output_fields": ["*"]},
         ):
             direct = await client.search(coll, queries, consistency_level="Strong", **kwargs)
@@ -560,7 +643,9 @@ def _plain(hits: list[list[dict[str, Any]]]) -> list[list[tuple[Any, float, Any]
     for q in hits:
         row = []
         for h in q:
-            entity = {k: (np.asarray(v, np.float32).tobytes() if k == "embedding" else v) for k, v in h["entity"].items()}
+            entity = {
+                k: (np.asarray(v, np.float32).tobytes() if k == "embedding" else v) for k, v in h["entity"].items()
+            }
             row.append((h["id"], h["distance"], sorted(entity.items())))
         out.append(row)
     return out

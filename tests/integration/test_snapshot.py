@@ -15,7 +15,9 @@ RETENTION_S = 1.0
 FAR_FUTURE_MS = 10 * 365 * 86_400_000
 
 
-def make_kv(redis: aioredis.Redis, namespace: str, retention_s: float = RETENTION_S) -> tuple[SnapshotKV, TimestampOracle]:
+def make_kv(
+    redis: aioredis.Redis, namespace: str, retention_s: float = RETENTION_S
+) -> tuple[SnapshotKV, TimestampOracle]:
     tso = TimestampOracle(redis, namespace)
     return SnapshotKV(redis, namespace, tso, retention_s), tso
 
@@ -32,7 +34,14 @@ async def next_ms(tso: TimestampOracle, ts: int) -> int:
 async def test_seed_timeline(redis: aioredis.Redis, cluster_name: str) -> None:
     """Set A=1, B=2, C=3, A=10, delete B, delete C; read at every step and between steps."""
     kv, tso = make_kv(redis, cluster_name)
-    steps = [("set", "A", "1"), ("set", "B", "2"), ("set", "C", "3"), ("set", "A", "10"), ("del", "B", None), ("del", "C", None)]
+    steps = [
+        ("set", "A", "1"),
+        ("set", "B", "2"),
+        ("set", "C", "3"),
+        ("set", "A", "10"),
+        ("del", "B", None),
+        ("del", "C", None),
+    ]
     before = await tso.now()
     expected: list[tuple[int, int, dict[str, str]]] = []  # (write ts, a ts after it, state)
     state: dict[str, str] = {}
@@ -99,14 +108,19 @@ async def test_multi_save_additions_see_write_ts(redis: aioredis.Redis, cluster_
         return "collection/7/created_ts", str(ts)
 
     before = await tso.now()
-    ts = await kv.multi_save({"collection/7": "schema", "alias/x": "7"}, additions=[created, lambda t: ("stamp", f"at {t}")])
+    ts = await kv.multi_save(
+        {"collection/7": "schema", "alias/x": "7"}, additions=[created, lambda t: ("stamp", f"at {t}")]
+    )
     assert seen and seen[-1] == ts and ts > before
     assert await kv.load("collection/7/created_ts") == str(ts)
     assert await kv.load("stamp") == f"at {ts}"
     # all three pairs appeared at the same timestamp, none before it
     assert await kv.load_with_prefix("", ts - 1) == {}
     assert await kv.load_with_prefix("", ts) == {
-        "alias/x": "7", "collection/7": "schema", "collection/7/created_ts": str(ts), "stamp": f"at {ts}",
+        "alias/x": "7",
+        "collection/7": "schema",
+        "collection/7/created_ts": str(ts),
+        "stamp": f"at {ts}",
     }
     # an addition that raises aborts the write
     with pytest.raises(RuntimeError):
@@ -143,7 +157,8 @@ async def test_side_hash_written_in_the_same_step(redis: aioredis.Redis, cluster
     kv, _ = make_kv(redis, cluster_name)
     checkpoint = f"{cluster_name}:consumer:checkpoint"
     ts = await kv.multi_save_and_remove(
-        {"coll/1": "x"}, side_hash=(checkpoint, lambda t: {"position": "41", "ts": str(t)}),
+        {"coll/1": "x"},
+        side_hash=(checkpoint, lambda t: {"position": "41", "ts": str(t)}),
     )
     assert await redis.hgetall(checkpoint) == {b"position": b"41", b"ts": str(ts).encode()}
     assert await kv.load("coll/1", ts) == "x"

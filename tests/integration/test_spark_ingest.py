@@ -12,6 +12,7 @@ broker, redis-server, a rootcoord, a querynode and a proxy process serving the i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,12 +52,19 @@ POLL_S = 0.2
 @pytest.fixture(scope="module")
 def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
     """The module's cluster, with a proxy REST address of its own (the sink's endpoint)."""
-    return make_config(redis_server, broker, "s" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("spark"),
-                       proxy_http=f"127.0.0.1:{free_port()}")
+    return make_config(
+        redis_server,
+        broker,
+        "s" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("spark"),
+        proxy_http=f"127.0.0.1:{free_port()}",
+    )
 
 
 @pytest.fixture(scope="module")
-def proxy_process(module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess) -> Iterator[WorkerProcess]:
+def proxy_process(
+    module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess
+) -> Iterator[WorkerProcess]:
     proxy = LocalCluster(module_config, embedded=False).proxy
     proxy.start()
     wait_for_port(*module_config.proxy_host_port, 30.0, what="proxy REST")
@@ -85,23 +93,32 @@ async def _with_client(config: OspreyConfig, action: Any) -> Any:
 
 
 def create_collection(config: OspreyConfig, name: str, *, tag: bool = True, auto_id: bool = False) -> None:
-    fields: list[dict[str, Any]] = [{"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
-                                    {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": DIM}]
+    fields: list[dict[str, Any]] = [
+        {"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
+        {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": DIM},
+    ]
     if tag:
         fields += [{"name": "tag", "dtype": "VARCHAR", "max_length": 8}, {"name": "score", "dtype": "DOUBLE"}]
     run(_with_client(config, lambda c: c.create_collection(name, {"fields": fields})))
 
 
-def rows_of(config: OspreyConfig, name: str, fields: tuple[str, ...] = ("vector", "tag", "score")) -> list[dict[str, Any]]:
-    return run(_with_client(config, lambda c: c.query(name, filter="id >= 0", output_fields=list(fields),
-                                                       consistency_level="Strong")))
+def rows_of(
+    config: OspreyConfig, name: str, fields: tuple[str, ...] = ("vector", "tag", "score")
+) -> list[dict[str, Any]]:
+    return run(
+        _with_client(
+            config, lambda c: c.query(name, filter="id >= 0", output_fields=list(fields), consistency_level="Strong")
+        )
+    )
 
 
 def count(config: OspreyConfig, name: str, level: str = "Strong") -> int:
     return run(_with_client(config, lambda c: c.count(name, consistency_level=level)))
 
 
-def write_files(directory: Path, files: int, rows: int, seed: int = 0, first_id: int = 0) -> dict[int, tuple[np.ndarray, str, float]]:
+def write_files(
+    directory: Path, files: int, rows: int, seed: int = 0, first_id: int = 0
+) -> dict[int, tuple[np.ndarray, str, float]]:
     """``files`` Parquet files of ``rows`` rows each: id, vector array<float>, tag, score."""
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -111,12 +128,16 @@ def write_files(directory: Path, files: int, rows: int, seed: int = 0, first_id:
         vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
         tags = [f"t{i % 13}" for i in ids]
         scores = rng.standard_normal(rows)
-        table = pa.table({
-            "id": pa.array(ids, pa.int64()),
-            "vector": pa.ListArray.from_arrays(pa.array(np.arange(0, rows * DIM + 1, DIM, dtype=np.int32)),
-                                               pa.array(vectors.ravel())),
-            "tag": pa.array(tags), "score": pa.array(scores, pa.float64()),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "vector": pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, rows * DIM + 1, DIM, dtype=np.int32)), pa.array(vectors.ravel())
+                ),
+                "tag": pa.array(tags),
+                "score": pa.array(scores, pa.float64()),
+            }
+        )
         pq.write_table(table, directory / f"part-{f:03d}.parquet")
         for i, pk in enumerate(ids.tolist()):
             expected[pk] = (vectors[i], tags[i], float(scores[i]))
@@ -156,8 +177,9 @@ def test_three_files_exactly_their_rows(spark: Any, module_config: OspreyConfig,
     assert_exact(module_config, "three", expected)
     done = progress(module_config, query.id)
     assert (done["rows"], done["written"], done["rejected"]) == (2100, 2100, 0)
-    hits = run(_with_client(module_config, lambda c: c.search(
-        "three", [expected[5][0]], limit=1, consistency_level="Strong")))
+    hits = run(
+        _with_client(module_config, lambda c: c.search("three", [expected[5][0]], limit=1, consistency_level="Strong"))
+    )
     assert hits[0][0]["id"] == 5 and hits[0][0]["distance"] == pytest.approx(0.0, abs=1e-5)
 
 
@@ -174,8 +196,12 @@ def test_bad_rows_go_to_the_dead_letter_topic(spark: Any, module_config: OspreyC
     ]
     directory = tmp_path / "in"
     directory.mkdir()
-    table = pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.int64()), ("vector", pa.list_(pa.float32())),
-                                                         ("tag", pa.string()), ("score", pa.float64())]))
+    table = pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [("id", pa.int64()), ("vector", pa.list_(pa.float32())), ("tag", pa.string()), ("score", pa.float64())]
+        ),
+    )
     pq.write_table(table, directory / "bad.parquet")
     query = stream_files(spark, directory, "bad", tmp_path / "ckpt")
     assert sorted(r["id"] for r in rows_of(module_config, "bad")) == [1, 6]
@@ -210,21 +236,30 @@ def read_dead_letters(config: OspreyConfig, expect: int) -> list[DeadLetter]:
         consumer.close()
 
 
-def test_a_schema_that_does_not_fit_fails_before_writing(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
+def test_a_schema_that_does_not_fit_fails_before_writing(
+    spark: Any, module_config: OspreyConfig, tmp_path: Path
+) -> None:
     from spark_streaming.stream import write_stream
 
     create_collection(module_config, "strict")
     directory = tmp_path / "in"
     directory.mkdir()
-    pq.write_table(pa.table({"id": [1, 2], "vector": ["not", "vectors"], "tag": ["a", "b"], "score": [1.0, 2.0]}),
-                   directory / "wrong.parquet")
+    pq.write_table(
+        pa.table({"id": [1, 2], "vector": ["not", "vectors"], "tag": ["a", "b"], "score": [1.0, 2.0]}),
+        directory / "wrong.parquet",
+    )
     df = spark.readStream.schema(spark.read.parquet(str(directory)).schema).parquet(str(directory))
     with pytest.raises(InvalidParameter) as caught:
         write_stream(df, "strict", str(tmp_path / "ckpt1"), trigger={"availableNow": True})
     assert caught.value.field == "vector" and "array<float>" in caught.value.rule
     # the plain writeStream path fails at its first batch, before a row is sent
-    query = (df.writeStream.format("osprey").option("collection", "strict")
-             .option("checkpointLocation", str(tmp_path / "ckpt2")).trigger(availableNow=True).start())
+    query = (
+        df.writeStream.format("osprey")
+        .option("collection", "strict")
+        .option("checkpointLocation", str(tmp_path / "ckpt2"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(Exception) as failed:
         query.awaitTermination(QUERY_TIMEOUT_S)
     assert "field=vector" in str(failed.value)
@@ -241,8 +276,12 @@ def test_foreach_batch_writes_the_same_rows(spark: Any, module_config: OspreyCon
     create_collection(module_config, "foreach")
     expected = write_files(tmp_path / "in", files=2, rows=500, seed=3)
     df = spark.readStream.schema(spark.read.parquet(str(tmp_path / "in")).schema).parquet(str(tmp_path / "in"))
-    query = (df.writeStream.foreachBatch(foreach_batch_writer("foreach"))
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    query = (
+        df.writeStream.foreachBatch(foreach_batch_writer("foreach"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(QUERY_TIMEOUT_S)
     assert query.exception() is None
     assert_exact(module_config, "foreach", expected)
@@ -251,19 +290,34 @@ def test_foreach_batch_writes_the_same_rows(spark: Any, module_config: OspreyCon
 
 # ---------------------------------------------------------------- crashes: the job as a process
 
+
 def start_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "spark_streaming.jobs.ingest_files", str(directory),
-                             "--collection", name, "--checkpoint", str(checkpoint), "--max-files-per-trigger", "1"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spark_streaming.jobs.ingest_files",
+            str(directory),
+            "--collection",
+            name,
+            "--checkpoint",
+            str(checkpoint),
+            "--max-files-per-trigger",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def kill_job(job: subprocess.Popen[bytes]) -> None:
     """kill -9 of the driver and everything it started (its Python workers)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(job.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     job.wait(30)
 
 
@@ -300,14 +354,17 @@ def assert_each_pk_once(config: OspreyConfig, name: str, expected: dict[int, Any
         time.sleep(POLL_S)
     ids = [r["id"] for r in rows_of(config, name, fields=("id",))]
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated rows"
-    assert set(ids) == set(expected), f"missing {len(set(expected) - set(ids))}, unexpected {len(set(ids) - set(expected))}"
+    assert set(ids) == set(expected), (
+        f"missing {len(set(expected) - set(ids))}, unexpected {len(set(ids) - set(expected))}"
+    )
     assert count(config, name) == len(expected)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_driver_killed_mid_stream_then_restarted(proxy_process: WorkerProcess, module_config: OspreyConfig,
-                                                 tmp_path: Path) -> None:
+def test_driver_killed_mid_stream_then_restarted(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+) -> None:
     create_collection(module_config, "crash")
     expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=5)
     job = start_job(module_config, tmp_path / "in", "crash", tmp_path / "ckpt")
@@ -319,8 +376,9 @@ def test_driver_killed_mid_stream_then_restarted(proxy_process: WorkerProcess, m
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_querynode_killed_while_spark_replays(proxy_process: WorkerProcess, querynode: WorkerProcess,
-                                              module_config: OspreyConfig, tmp_path: Path) -> None:
+def test_querynode_killed_while_spark_replays(
+    proxy_process: WorkerProcess, querynode: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+) -> None:
     create_collection(module_config, "replay")
     expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=6, first_id=10_000_000)
     job = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
@@ -328,7 +386,11 @@ def test_querynode_killed_while_spark_replays(proxy_process: WorkerProcess, quer
     print(f"killed the driver with {seen} of {len(expected)} rows visible")
     restarted = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
     deadline = time.monotonic() + JOB_TIMEOUT_S  # wait for the replay to write, then crash the querynode
-    while restarted.poll() is None and time.monotonic() < deadline and count(module_config, "replay", "Eventually") <= seen:
+    while (
+        restarted.poll() is None
+        and time.monotonic() < deadline
+        and count(module_config, "replay", "Eventually") <= seen
+    ):
         time.sleep(POLL_S)
     querynode.kill()
     querynode.start()

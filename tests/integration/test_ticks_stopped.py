@@ -16,8 +16,12 @@ from schemas.errors import ServiceUnavailable
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DIM = 8
-SCHEMA = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True},
-                     {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM}]}
+SCHEMA = {
+    "fields": [
+        {"name": "id", "dtype": "INT64", "is_primary": True},
+        {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+    ]
+}
 SHORT_TIMEOUT_S = 1.5  # how long a read may wait for tsafe in this test
 GRACEFUL_S = 5.0  # OspreyConfig.graceful_time_ms default
 

@@ -13,6 +13,7 @@ With a real proxy inserting, the contract itself: no Insert follows a tick above
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -49,7 +50,9 @@ class DmlTicks:
         self.dml = Topics.of(config).dml
         self.partitions = range(config.dml_partitions)
         self.consumer = KafkaConsumer(
-            bootstrap_servers=config.kafka, enable_auto_commit=False, fetch_max_wait_ms=20,
+            bootstrap_servers=config.kafka,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=20,
             max_partition_fetch_bytes=FETCH_BYTES,
         )
         tps = [TopicPartition(self.dml, i) for i in self.partitions]
@@ -81,7 +84,7 @@ class DmlTicks:
 
     def assert_strictly_increasing(self) -> None:
         for partition, ticks in self.ticks.items():
-            assert all(a < b for a, b in zip(ticks, ticks[1:])), f"partition {partition}: {ticks}"
+            assert all(a < b for a, b in itertools.pairwise(ticks)), f"partition {partition}: {ticks}"
 
     def close(self) -> None:
         self.consumer.close()
@@ -142,7 +145,9 @@ async def test_without_a_proxy_every_partition_ticks_from_the_tso(
 
 
 async def test_ticks_follow_the_min_of_live_proxies_and_hold_unreported_pchannels(
-    module_config: OspreyConfig, cluster_redis: aioredis.Redis, dml_ticks: DmlTicks,
+    module_config: OspreyConfig,
+    cluster_redis: aioredis.Redis,
+    dml_ticks: DmlTicks,
     report_producer: Callable[[ProxyTimeTick], None],
 ) -> None:
     ns = module_config.cluster
@@ -156,7 +161,10 @@ async def test_ticks_follow_the_min_of_live_proxies_and_hold_unreported_pchannel
     leases: list[Lease] = []
     try:
         one, two = await node_ids.alloc(), await node_ids.alloc()
-        leases = [await registry.register("proxy", one, {"fake": True}), await registry.register("proxy", two, {"fake": True})]
+        leases = [
+            await registry.register("proxy", one, {"fake": True}),
+            await registry.register("proxy", two, {"fake": True}),
+        ]
         registered = await tso.now()  # no tick may pass this while a live proxy holds the pchannel
 
         def held(*partitions: int) -> None:
@@ -190,7 +198,8 @@ async def test_ticks_follow_the_min_of_live_proxies_and_hold_unreported_pchannel
         await leases[0].stop()
         stopped = await tso.now()
         await dml_ticks.wait_until(
-            lambda: all(dml_ticks.last(i) > stopped for i in dml_ticks.partitions), "ticks pass the TSO after the last lease"
+            lambda: all(dml_ticks.last(i) > stopped for i in dml_ticks.partitions),
+            "ticks pass the TSO after the last lease",
         )
         dml_ticks.assert_strictly_increasing()
     finally:
@@ -218,6 +227,8 @@ async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
                 highest_tick = max(highest_tick, event.ts)
             elif isinstance(event, InsertEvent):
                 inserts += 1
-                assert event.ts >= highest_tick, f"partition {partition}: insert at {event.ts} after tick {highest_tick}"
+                assert event.ts >= highest_tick, (
+                    f"partition {partition}: insert at {event.ts} after tick {highest_tick}"
+                )
     assert inserts >= len(results)  # every insert is on some partition (one event per shard it touches)
     dml_ticks.assert_strictly_increasing()

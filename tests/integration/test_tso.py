@@ -36,7 +36,7 @@ class Recorder:
     async def batch(self, tso: TimestampOracle, n: int) -> None:
         first = await tso.alloc(n)
         assert first > self.last, (first, self.last)
-        phys, logical = parse_ts(first)
+        _phys, logical = parse_ts(first)
         assert logical + n - 1 <= MAX_LOGICAL  # the whole batch lies in one millisecond
         self.last = first + n - 1
         self.count += n
@@ -142,9 +142,14 @@ async def test_lost_writes_after_restart(redis: aioredis.Redis, cluster_name: st
     issued = await tso.alloc(1000)
     issued_last = issued + 999
     # roll the state back to one second before (what an AOF missing the last second would hold)
-    await redis.hset(tso.key, mapping={
-        "phys": int(state[b"phys"]) - 1000, "window": int(state[b"window"]) - 1000, "run_id": "f" * 40,
-    })
+    await redis.hset(
+        tso.key,
+        mapping={
+            "phys": int(state[b"phys"]) - 1000,
+            "window": int(state[b"window"]) - 1000,
+            "run_id": "f" * 40,
+        },
+    )
     assert await tso.now() > issued_last
 
 

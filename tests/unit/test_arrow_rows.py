@@ -17,17 +17,22 @@ from schemas.errors import InvalidParameter
 DIM = 4
 
 
-def schema(*, auto_id: bool = False, dynamic: bool = False, extra: list[dict[str, object]] | None = None) -> CollectionSchema:
-    fields = [{"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
-              {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
-              {"name": "tag", "dtype": "VARCHAR", "max_length": 5},
-              {"name": "small", "dtype": "INT8"},
-              {"name": "doc", "dtype": "JSON"}, *(extra or [])]
+def schema(
+    *, auto_id: bool = False, dynamic: bool = False, extra: list[dict[str, object]] | None = None
+) -> CollectionSchema:
+    fields = [
+        {"name": "id", "dtype": "INT64", "is_primary": True, "auto_id": auto_id},
+        {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+        {"name": "tag", "dtype": "VARCHAR", "max_length": 5},
+        {"name": "small", "dtype": "INT8"},
+        {"name": "doc", "dtype": "JSON"},
+        *(extra or []),
+    ]
     return CollectionSchema.model_validate({"fields": fields, "enable_dynamic_field": dynamic}).with_field_ids()
 
 
-def vectors(rows: list[list[float] | None], value_type: pa.DataType = pa.float32()) -> pa.Array:
-    return pa.array(rows, pa.list_(value_type))
+def vectors(rows: list[list[float] | None], value_type: pa.DataType | None = None) -> pa.Array:
+    return pa.array(rows, pa.list_(value_type or pa.float32()))
 
 
 def table(n: int = 3, **columns: pa.Array) -> pa.Table:
@@ -44,15 +49,19 @@ def table(n: int = 3, **columns: pa.Array) -> pa.Table:
 
 # ---------------------------------------------------------------- schema
 
-@pytest.mark.parametrize("vector_type", [pa.list_(pa.float32()), pa.list_(pa.float64()), pa.large_list(pa.float32()),
-                                         pa.list_(pa.float32(), DIM)])
+
+@pytest.mark.parametrize(
+    "vector_type",
+    [pa.list_(pa.float32()), pa.list_(pa.float64()), pa.large_list(pa.float32()), pa.list_(pa.float32(), DIM)],
+)
 def test_vector_types_that_fit(vector_type: pa.DataType) -> None:
     t = table()
     check_arrow_schema(t.schema.set(1, pa.field("vec", vector_type)), schema())
 
 
-@pytest.mark.parametrize("doc_type", [pa.map_(pa.string(), pa.int64()), pa.string(), pa.list_(pa.int64()),
-                                      pa.struct([("a", pa.int32())])])
+@pytest.mark.parametrize(
+    "doc_type", [pa.map_(pa.string(), pa.int64()), pa.string(), pa.list_(pa.int64()), pa.struct([("a", pa.int32())])]
+)
 def test_json_types_that_fit(doc_type: pa.DataType) -> None:
     check_arrow_schema(table().schema.set(4, pa.field("doc", doc_type)), schema())
 
@@ -62,17 +71,20 @@ def test_any_integer_type_fits_any_integer_field(int_type: pa.DataType) -> None:
     check_arrow_schema(table().schema.set(3, pa.field("small", int_type)), schema())
 
 
-@pytest.mark.parametrize("change, field, rule", [
-    (lambda s: s.remove(1), "vec", "is required"),
-    (lambda s: s.set(1, pa.field("vec", pa.string())), "vec", "array<float> or array<double>"),
-    (lambda s: s.set(1, pa.field("vec", pa.list_(pa.float32(), DIM + 1))), "vec", f"dim {DIM}"),
-    (lambda s: s.set(1, pa.field("vec", pa.list_(pa.int32()))), "vec", "array<float>"),
-    (lambda s: s.set(2, pa.field("tag", pa.int64())), "tag", "must be string"),
-    (lambda s: s.set(3, pa.field("small", pa.float64())), "small", "integer type"),
-    (lambda s: s.set(4, pa.field("doc", pa.int64())), "doc", "JSON"),
-    (lambda s: s.append(pa.field("other", pa.int64())), "other", "enable_dynamic_field is off"),
-    (lambda s: s.append(pa.field("tag", pa.string())), "tag", "unique"),
-])
+@pytest.mark.parametrize(
+    "change, field, rule",
+    [
+        (lambda s: s.remove(1), "vec", "is required"),
+        (lambda s: s.set(1, pa.field("vec", pa.string())), "vec", "array<float> or array<double>"),
+        (lambda s: s.set(1, pa.field("vec", pa.list_(pa.float32(), DIM + 1))), "vec", f"dim {DIM}"),
+        (lambda s: s.set(1, pa.field("vec", pa.list_(pa.int32()))), "vec", "array<float>"),
+        (lambda s: s.set(2, pa.field("tag", pa.int64())), "tag", "must be string"),
+        (lambda s: s.set(3, pa.field("small", pa.float64())), "small", "integer type"),
+        (lambda s: s.set(4, pa.field("doc", pa.int64())), "doc", "JSON"),
+        (lambda s: s.append(pa.field("other", pa.int64())), "other", "enable_dynamic_field is off"),
+        (lambda s: s.append(pa.field("tag", pa.string())), "tag", "unique"),
+    ],
+)
 def test_schemas_that_do_not_fit_name_the_field(change: object, field: str, rule: str) -> None:
     with pytest.raises(InvalidParameter) as caught:
         check_arrow_schema(change(table().schema), schema())  # type: ignore[operator]
@@ -92,6 +104,7 @@ def test_auto_id_key_must_not_be_given_and_dynamic_columns_are_welcome() -> None
 
 # ---------------------------------------------------------------- rows
 
+
 def test_good_rows_become_columns_the_insert_path_accepts() -> None:
     t = table(4, doc=pa.array(['{"a": 1}', "[1, 2]", "3", '"x"']))
     split = split_rows(t, schema())
@@ -106,8 +119,19 @@ def test_each_bad_row_is_set_aside_with_its_first_broken_rule() -> None:
     t = table(
         9,
         id=pa.array([0, None, 2, 3, 4, 5, 6, 7, 8], pa.int64()),
-        vec=vectors([[1.0] * DIM, [1.0] * DIM, None, [1.0] * (DIM - 1), [1.0, math.nan, 1.0, 1.0],
-                     [1.0, None, 1.0, 1.0], [1.0] * DIM, [1.0] * DIM, [1.0] * DIM]),
+        vec=vectors(
+            [
+                [1.0] * DIM,
+                [1.0] * DIM,
+                None,
+                [1.0] * (DIM - 1),
+                [1.0, math.nan, 1.0, 1.0],
+                [1.0, None, 1.0, 1.0],
+                [1.0] * DIM,
+                [1.0] * DIM,
+                [1.0] * DIM,
+            ]
+        ),
         tag=pa.array(["ok", "ok", "ok", "ok", "ok", "ok", "toolong", "ok", "ok"]),
         small=pa.array([1, 1, 1, 1, 1, 1, 1, 300, 1], pa.int64()),
         doc=pa.array(['{"a":1}'] * 8 + ["{not json"]),

@@ -95,8 +95,14 @@ def test_varchar_primary_key() -> None:
 
 def test_four_vector_fields_and_limits_accepted() -> None:
     s = parse_collection_schema(
-        schema(pk(), vec("a", MIN_DIM), vec("b", MAX_DIM), vec("c"), vec("d"),
-               {"name": "s", "dtype": "VARCHAR", "max_length": MAX_VARCHAR_LENGTH})
+        schema(
+            pk(),
+            vec("a", MIN_DIM),
+            vec("b", MAX_DIM),
+            vec("c"),
+            vec("d"),
+            {"name": "s", "dtype": "VARCHAR", "max_length": MAX_VARCHAR_LENGTH},
+        )
     )
     assert len(s.vector_fields) == 4
 
@@ -104,13 +110,18 @@ def test_four_vector_fields_and_limits_accepted() -> None:
 def test_max_fields_accepted_and_exceeded() -> None:
     extra = [{"name": f"f{i}", "dtype": "INT32"} for i in range(MAX_FIELDS - 2)]
     assert len(parse_collection_schema(schema(pk(), vec(), *extra)).fields) == MAX_FIELDS
-    err = check(schema(pk(), vec(), *extra, {"name": "one_more", "dtype": "INT8"}), "collection_schema.fields",
-                "must have 1..64 fields")
+    err = check(
+        schema(pk(), vec(), *extra, {"name": "one_more", "dtype": "INT8"}),
+        "collection_schema.fields",
+        "must have 1..64 fields",
+    )
     assert "got 65" in err.reason
 
 
 def test_dtype_accepted_as_enum_name_and_lowercase() -> None:
-    s = parse_collection_schema(schema(pk(dtype=DataType.INT64), vec(dtype="float_vector"), {"name": "x", "dtype": "Double"}))
+    s = parse_collection_schema(
+        schema(pk(dtype=DataType.INT64), vec(dtype="float_vector"), {"name": "x", "dtype": "Double"})
+    )
     assert [f.dtype for f in s.fields] == [DataType.INT64, DataType.FLOAT_VECTOR, DataType.DOUBLE]
 
 
@@ -141,8 +152,9 @@ def test_consistency_level() -> None:
 
 
 def test_with_field_ids_assigns_ids_and_appends_dynamic_field() -> None:
-    s = parse_collection_schema(schema(pk(auto_id=True), vec(), {"name": "t", "dtype": "VARCHAR", "max_length": 8},
-                                       enable_dynamic_field=True))
+    s = parse_collection_schema(
+        schema(pk(auto_id=True), vec(), {"name": "t", "dtype": "VARCHAR", "max_length": 8}, enable_dynamic_field=True)
+    )
     t = s.with_field_ids()
     assert [f.field_id for f in t.fields] == [FIRST_FIELD_ID, 101, 102, 103]
     meta = t.fields[-1]
@@ -162,7 +174,9 @@ def test_with_field_ids_without_dynamic_field() -> None:
 
 def test_json_round_trip() -> None:
     s = parse_collection_schema(
-        schema(pk(auto_id=True), vec(dim=4), {"name": "j", "dtype": "JSON", "description": "x"}, enable_dynamic_field=True)
+        schema(
+            pk(auto_id=True), vec(dim=4), {"name": "j", "dtype": "JSON", "description": "x"}, enable_dynamic_field=True
+        )
     )
     for model in (s, s.with_field_ids()):
         dumped = model.model_dump(mode="json")
@@ -183,8 +197,11 @@ def test_models_are_frozen() -> None:
 
 
 def test_unknown_dtype() -> None:
-    err = check(schema(pk(), vec(), {"name": "x", "dtype": "FLOAT17"}), "collection_schema.fields[2].dtype",
-                f"must be one of {ALL_DTYPES}")
+    err = check(
+        schema(pk(), vec(), {"name": "x", "dtype": "FLOAT17"}),
+        "collection_schema.fields[2].dtype",
+        f"must be one of {ALL_DTYPES}",
+    )
     assert err.rule == f"must be one of {ALL_DTYPES}"
     assert "got 'FLOAT17'" in err.reason
 
@@ -203,47 +220,81 @@ def test_field_name_rules() -> None:
 
 
 def test_user_field_named_meta_rejected() -> None:
-    check(schema(pk(), vec(), {"name": "$meta", "dtype": "JSON"}), "collection_schema.fields[2].name",
-          "must not start with '$'")
-    check(schema(pk(), vec(), {"name": "$meta", "dtype": "JSON", "is_dynamic": True}),
-          "collection_schema.fields[2].name", "$meta is reserved for the dynamic field")
-    check(schema(pk(), {"name": "$meta", "dtype": "JSON", "is_dynamic": True}, vec(), enable_dynamic_field=True),
-          "collection_schema.fields[1].name", "must be the last field")
-    check(schema(pk(), vec(), {"name": "extra", "dtype": "JSON", "is_dynamic": True}),
-          "collection_schema.fields[2].name", "the dynamic field must be named $meta")
-    check(schema(pk(), vec(), {"name": "$meta", "dtype": "INT64", "is_dynamic": True}),
-          "collection_schema.fields[2].dtype", "the dynamic field must be JSON")
+    check(
+        schema(pk(), vec(), {"name": "$meta", "dtype": "JSON"}),
+        "collection_schema.fields[2].name",
+        "must not start with '$'",
+    )
+    check(
+        schema(pk(), vec(), {"name": "$meta", "dtype": "JSON", "is_dynamic": True}),
+        "collection_schema.fields[2].name",
+        "$meta is reserved for the dynamic field",
+    )
+    check(
+        schema(pk(), {"name": "$meta", "dtype": "JSON", "is_dynamic": True}, vec(), enable_dynamic_field=True),
+        "collection_schema.fields[1].name",
+        "must be the last field",
+    )
+    check(
+        schema(pk(), vec(), {"name": "extra", "dtype": "JSON", "is_dynamic": True}),
+        "collection_schema.fields[2].name",
+        "the dynamic field must be named $meta",
+    )
+    check(
+        schema(pk(), vec(), {"name": "$meta", "dtype": "INT64", "is_dynamic": True}),
+        "collection_schema.fields[2].dtype",
+        "the dynamic field must be JSON",
+    )
 
 
 @pytest.mark.parametrize(
     ("dim", "rule"),
-    [(None, "is required for FLOAT_VECTOR"), (1, "must be in 2..32768"), (MAX_DIM + 1, "must be in 2..32768"),
-     (0, "must be in 2..32768"), (True, "must be an integer"), ("wide", "must be an integer"),
-     (8.5, "must be an integer")],
+    [
+        (None, "is required for FLOAT_VECTOR"),
+        (1, "must be in 2..32768"),
+        (MAX_DIM + 1, "must be in 2..32768"),
+        (0, "must be in 2..32768"),
+        (True, "must be an integer"),
+        ("wide", "must be an integer"),
+        (8.5, "must be an integer"),
+    ],
 )
 def test_vector_dim_rules(dim: Any, rule: str) -> None:
     check(schema(pk(), vec(dim=dim)), "collection_schema.fields[1].dim", rule)
 
 
 def test_dim_only_on_vectors() -> None:
-    err = check(schema(pk(), vec(), {"name": "n", "dtype": "FLOAT", "dim": 8}), "collection_schema.fields[2].dim",
-                "is only allowed on vector fields")
+    err = check(
+        schema(pk(), vec(), {"name": "n", "dtype": "FLOAT", "dim": 8}),
+        "collection_schema.fields[2].dim",
+        "is only allowed on vector fields",
+    )
     assert "got 8" in err.reason
 
 
 @pytest.mark.parametrize(
     ("max_length", "rule"),
-    [(None, "is required for VARCHAR"), (0, "must be in 1..65535"), (MAX_VARCHAR_LENGTH + 1, "must be in 1..65535"),
-     (False, "must be an integer")],
+    [
+        (None, "is required for VARCHAR"),
+        (0, "must be in 1..65535"),
+        (MAX_VARCHAR_LENGTH + 1, "must be in 1..65535"),
+        (False, "must be an integer"),
+    ],
 )
 def test_varchar_max_length_rules(max_length: Any, rule: str) -> None:
-    check(schema(pk(), vec(), {"name": "s", "dtype": "VARCHAR", "max_length": max_length}),
-          "collection_schema.fields[2].max_length", rule)
+    check(
+        schema(pk(), vec(), {"name": "s", "dtype": "VARCHAR", "max_length": max_length}),
+        "collection_schema.fields[2].max_length",
+        rule,
+    )
 
 
 def test_max_length_only_on_varchar() -> None:
-    check(schema(pk(), vec(), {"name": "n", "dtype": "INT32", "max_length": 8}),
-          "collection_schema.fields[2].max_length", "is only allowed on VARCHAR fields")
+    check(
+        schema(pk(), vec(), {"name": "n", "dtype": "INT32", "max_length": 8}),
+        "collection_schema.fields[2].max_length",
+        "is only allowed on VARCHAR fields",
+    )
 
 
 @pytest.mark.parametrize("dtype", ["BOOL", "INT8", "INT16", "INT32", "FLOAT", "DOUBLE", "JSON", "FLOAT_VECTOR"])
@@ -251,15 +302,23 @@ def test_primary_key_dtype(dtype: str) -> None:
     field = {"name": "id", "dtype": dtype, "is_primary": True}
     if dtype == "FLOAT_VECTOR":
         field["dim"] = 8
-    err = check(schema(field, vec("v2")), "collection_schema.fields[0].dtype", "a primary key field must be INT64 or VARCHAR")
+    err = check(
+        schema(field, vec("v2")), "collection_schema.fields[0].dtype", "a primary key field must be INT64 or VARCHAR"
+    )
     assert f"got '{dtype}'" in err.reason
 
 
 def test_auto_id_rules() -> None:
-    check(schema(pk(), vec(), {"name": "n", "dtype": "INT64", "auto_id": True}), "collection_schema.fields[2].auto_id",
-          "auto_id is only allowed on the primary key field")
-    check(schema({"name": "pk", "dtype": "VARCHAR", "max_length": 8, "is_primary": True, "auto_id": True}, vec()),
-          "collection_schema.fields[0].auto_id", "auto_id is only supported for an INT64 primary key")
+    check(
+        schema(pk(), vec(), {"name": "n", "dtype": "INT64", "auto_id": True}),
+        "collection_schema.fields[2].auto_id",
+        "auto_id is only allowed on the primary key field",
+    )
+    check(
+        schema({"name": "pk", "dtype": "VARCHAR", "max_length": 8, "is_primary": True, "auto_id": True}, vec()),
+        "collection_schema.fields[0].auto_id",
+        "auto_id is only supported for an INT64 primary key",
+    )
 
 
 def test_dynamic_field_cannot_be_primary() -> None:
@@ -279,29 +338,44 @@ def test_field_schema_alone() -> None:
 
 
 def test_no_primary_key() -> None:
-    check(schema({"name": "n", "dtype": "INT64"}, vec()), "collection_schema.fields",
-          "must have exactly one primary key field, found none")
+    check(
+        schema({"name": "n", "dtype": "INT64"}, vec()),
+        "collection_schema.fields",
+        "must have exactly one primary key field, found none",
+    )
 
 
 def test_two_primary_keys_named() -> None:
-    err = check(schema(pk(), vec(), {"name": "pk2", "dtype": "VARCHAR", "max_length": 4, "is_primary": True}),
-                "collection_schema.fields[2].is_primary", "must have exactly one primary key field")
+    err = check(
+        schema(pk(), vec(), {"name": "pk2", "dtype": "VARCHAR", "max_length": 4, "is_primary": True}),
+        "collection_schema.fields[2].is_primary",
+        "must have exactly one primary key field",
+    )
     assert "found 2: id, pk2" in err.rule
 
 
 def test_no_vector_field() -> None:
-    check(schema(pk(), {"name": "n", "dtype": "FLOAT"}), "collection_schema.fields",
-          "must have at least one FLOAT_VECTOR field")
+    check(
+        schema(pk(), {"name": "n", "dtype": "FLOAT"}),
+        "collection_schema.fields",
+        "must have at least one FLOAT_VECTOR field",
+    )
 
 
 def test_too_many_vector_fields() -> None:
-    check(schema(pk(), *(vec(f"v{i}") for i in range(5))), "collection_schema.fields[5].dtype",
-          "must have at most 4 vector fields, found 5")
+    check(
+        schema(pk(), *(vec(f"v{i}") for i in range(5))),
+        "collection_schema.fields[5].dtype",
+        "must have at most 4 vector fields, found 5",
+    )
 
 
 def test_duplicate_field_names() -> None:
-    err = check(schema(pk(), vec(), {"name": "id", "dtype": "BOOL"}), "collection_schema.fields[2].name",
-                "field names must be unique")
+    err = check(
+        schema(pk(), vec(), {"name": "id", "dtype": "BOOL"}),
+        "collection_schema.fields[2].name",
+        "field names must be unique",
+    )
     assert "fields[0]" in err.rule and "got 'id'" in err.reason
 
 
@@ -314,8 +388,14 @@ def test_empty_and_malformed_fields() -> None:
 
 
 def test_field_id_rules() -> None:
-    check(schema(pk(field_id=100), vec()), "collection_schema.fields[1].field_id", "must be set on every field or on none")
-    check(schema(pk(field_id=101), vec(field_id=100)), "collection_schema.fields[0].field_id", "must be 100 + the field's position")
+    check(
+        schema(pk(field_id=100), vec()), "collection_schema.fields[1].field_id", "must be set on every field or on none"
+    )
+    check(
+        schema(pk(field_id=101), vec(field_id=100)),
+        "collection_schema.fields[0].field_id",
+        "must be 100 + the field's position",
+    )
     check(schema(pk(field_id=7), vec()), "collection_schema.fields[0].field_id", "must be >= 100")
 
 

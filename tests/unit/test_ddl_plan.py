@@ -14,7 +14,9 @@ from streams.channels import assign_pchannels, pchannel_partition, vchannel_name
 from streams.topics import Topics
 
 TOPICS = Topics("u", 4)
-SCHEMA = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True}, {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 4}]}
+SCHEMA = {
+    "fields": [{"name": "id", "dtype": "INT64", "is_primary": True}, {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 4}]
+}
 
 
 class Meta:
@@ -34,7 +36,9 @@ class Meta:
         return next(self.ids)
 
     async def run(self, kind: type[ddl.DdlEvent], ts: int | None = None, **fields: object) -> ddl.DdlReply:
-        event = kind.model_validate({"request_id": next(self.requests), "proxy_id": 1, "ts": ts or next(self.clock), **fields})
+        event = kind.model_validate(
+            {"request_id": next(self.requests), "proxy_id": 1, "ts": ts or next(self.clock), **fields}
+        )
         change: Plan = await plan(event, self.view, self.new_id, TOPICS)
         write_ts = next(self.clock)
         for key in change.removals:
@@ -72,7 +76,10 @@ async def test_drop_removes_only_that_collection() -> None:
     for _ in range(11):  # ids 1..22: collection 1 and collection 1x must not share a prefix
         await meta.run(ddl.CreateCollection, collection_name=f"c{next(meta.requests)}", collection_schema=SCHEMA)
     first = min(meta.view.collections)
-    assert not any(collection_prefix(first) != collection_prefix(c) and collection_prefix(c).startswith(collection_prefix(first)) for c in meta.view.collections)
+    assert not any(
+        collection_prefix(first) != collection_prefix(c) and collection_prefix(c).startswith(collection_prefix(first))
+        for c in meta.view.collections
+    )
     name = meta.view.collections[first].collection_name
     await meta.run(ddl.DropCollection, collection_name=name)
     assert first not in meta.view.collections and len(meta.view.collections) == 10
@@ -107,4 +114,3 @@ async def test_reads_do_not_write() -> None:
     event = ddl.DescribeCollection(request_id=99, proxy_id=1, ts=1, collection_name="a")
     change = await plan(event, meta.view, meta.new_id, TOPICS)
     assert not change.writes
-

@@ -27,13 +27,24 @@ def make_collection(pk: str = "INT64") -> CollectionInfo:
     pk_field: dict[str, object] = {"name": "id", "dtype": pk, "is_primary": True}
     if pk == "VARCHAR":
         pk_field["max_length"] = 64
-    fields = [pk_field, {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
-              {"name": "age", "dtype": "INT32"}, {"name": "tag", "dtype": "VARCHAR", "max_length": 16},
-              {"name": "doc", "dtype": "JSON"}]
+    fields = [
+        pk_field,
+        {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+        {"name": "age", "dtype": "INT32"},
+        {"name": "tag", "dtype": "VARCHAR", "max_length": 16},
+        {"name": "doc", "dtype": "JSON"},
+    ]
     schema = CollectionSchema.model_validate({"fields": fields, "enable_dynamic_field": True}).with_field_ids()
-    return CollectionInfo(collection_id=9, collection_name="c", collection_schema=schema, shards_num=2,
-                          consistency_level=ConsistencyLevel.Bounded, vchannels=VCHANNELS, pchannels=PCHANNELS,
-                          created_ts=1)
+    return CollectionInfo(
+        collection_id=9,
+        collection_name="c",
+        collection_schema=schema,
+        shards_num=2,
+        consistency_level=ConsistencyLevel.Bounded,
+        vchannels=VCHANNELS,
+        pchannels=PCHANNELS,
+        created_ts=1,
+    )
 
 
 class Rows:
@@ -49,29 +60,55 @@ class Rows:
         self.partitions: list[int] = []
         self.vchannels: list[str] = []
 
-    def event(self, n: int, ts: int, vchannel: str = VCHANNELS[0], partition_id: int = PARTITIONS[0],
-              segment_id: int = 100, identity: str | None = None) -> InsertEvent:
+    def event(
+        self,
+        n: int,
+        ts: int,
+        vchannel: str = VCHANNELS[0],
+        partition_id: int = PARTITIONS[0],
+        segment_id: int = 100,
+        identity: str | None = None,
+    ) -> InsertEvent:
         schema = self.info.collection_schema
         varchar = schema.primary_field.dtype.value == "VARCHAR"
         ids = np.arange(self.next_pk, self.next_pk + n)
         self.next_pk += n
         pks: list[object] = [f"pk{i:05d}" for i in ids] if varchar else ids.tolist()
         vectors = self.rng.standard_normal((n, DIM)).astype(np.float32)
-        values = {"id": pks if varchar else ids, "vec": vectors, "age": (ids % 50).astype(np.int32),
-                  "tag": [f"t{i % 3}" for i in ids], "doc": [json.dumps({"i": int(i)}) for i in ids],
-                  "$meta": [json.dumps({"extra": int(i)}) for i in ids]}
+        values = {
+            "id": pks if varchar else ids,
+            "vec": vectors,
+            "age": (ids % 50).astype(np.int32),
+            "tag": [f"t{i % 3}" for i in ids],
+            "doc": [json.dumps({"i": int(i)}) for i in ids],
+            "$meta": [json.dumps({"extra": int(i)}) for i in ids],
+        }
         columns = [Column.of(f.field_id or 0, f.name, f.dtype, values[f.name], dim=f.dim) for f in schema.fields]
         self.pks += pks
         self.vectors.append(vectors)
         self.ts += [ts] * n
         self.partitions += [partition_id] * n
         self.vchannels += [vchannel] * n
-        return InsertEvent(identity=identity or f"1:{ts}:{self.next_pk}", request_id=ts, proxy_id=1, ts=ts,
-                           collection_id=self.info.collection_id, partition_id=partition_id,
-                           segment_id=segment_id, vchannel=vchannel, num_rows=n, columns=columns)
+        return InsertEvent(
+            identity=identity or f"1:{ts}:{self.next_pk}",
+            request_id=ts,
+            proxy_id=1,
+            ts=ts,
+            collection_id=self.info.collection_id,
+            partition_id=partition_id,
+            segment_id=segment_id,
+            vchannel=vchannel,
+            num_rows=n,
+            columns=columns,
+        )
 
-    def brute_force(self, queries: np.ndarray, top_k: int, read_ts: int, partitions: tuple[int, ...] | None = None,
-                    ) -> list[list[tuple[object, float]]]:
+    def brute_force(
+        self,
+        queries: np.ndarray,
+        top_k: int,
+        read_ts: int,
+        partitions: tuple[int, ...] | None = None,
+    ) -> list[list[tuple[object, float]]]:
         """Squared L2 in float64, visible rows only, sorted by (distance, pk)."""
         x = np.concatenate(self.vectors).astype(np.float64)
         keep = np.array(self.ts) <= read_ts
@@ -80,7 +117,7 @@ class Rows:
         out = []
         for q in queries.astype(np.float64):
             dist = ((x - q) ** 2).sum(axis=1)
-            ranked = sorted((d, pk) for d, pk, k in zip(dist, self.pks, keep) if k)[:top_k]
+            ranked = sorted((d, pk) for d, pk, k in zip(dist, self.pks, keep, strict=False) if k)[:top_k]
             out.append([(pk, d) for d, pk in ranked])
         return out
 
@@ -110,8 +147,10 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
     assert await delegator.count(30, 1) == 120
     health = delegator.health()
     assert health["tsafe"] == 31 and health["position"] == 3 and health["identities"] == 3
-    assert health["segments"] == {100: {"partition_id": 11, "kind": "growing", "rows": 80, "indexed_rows": 0},
-                                  101: {"partition_id": 11, "kind": "growing", "rows": 40, "indexed_rows": 0}}
+    assert health["segments"] == {
+        100: {"partition_id": 11, "kind": "growing", "rows": 80, "indexed_rows": 0},
+        101: {"partition_id": 11, "kind": "growing", "rows": 40, "indexed_rows": 0},
+    }
     assert delegator.worker.health()["rows"] == 120
 
 
@@ -178,8 +217,7 @@ async def test_timeout_is_service_unavailable(info: CollectionInfo) -> None:
     with pytest.raises(ServiceUnavailable) as err:
         await delegator.wait_tsafe(100, timeout_s=TICK_WAIT_S)
     assert err.value.code == 2
-    assert (f"tsafe of vchannel {VCHANNELS[0]} is 7, behind the guarantee timestamp 100 after"
-            in err.value.reason)
+    assert f"tsafe of vchannel {VCHANNELS[0]} is 7, behind the guarantee timestamp 100 after" in err.value.reason
     assert "time ticks may be stopped" in err.value.reason
     assert delegator.health()["waiters"] == 0
     delegator.update_tsafe(3)  # never goes back
@@ -195,7 +233,7 @@ async def test_rows_after_guarantee_never_returned(info: CollectionInfo) -> None
     queries = rows.rng.standard_normal((4, DIM)).astype(np.float32)
     hits = await delegator.search(queries, "vec", "L2", 200, guarantee_ts=25, timeout_s=1)
     assert set(hits.counts.tolist()) == {50}
-    visible = {pk for pk, ts in zip(rows.pks, rows.ts) if ts <= 25}
+    visible = {pk for pk, ts in zip(rows.pks, rows.ts, strict=False) if ts <= 25}
     assert all(pk in visible for i in range(hits.nq) for pk, _ in hits.hits(i))
     assert_hits(hits, rows.brute_force(queries, 200, 25))
     result = await delegator.query(25, 1)
@@ -223,8 +261,9 @@ async def test_two_vchannels_reduced_equal_one_brute_force(info: CollectionInfo)
     delegators = [ShardDelegator(v, info, worker) for v in VCHANNELS]
     for i in range(6):
         d = delegators[i % 2]
-        d.process_insert(rows.event(20, 10 + i, vchannel=d.vchannel, segment_id=100 + i % 2,
-                                    partition_id=PARTITIONS[i % 2]), i)
+        d.process_insert(
+            rows.event(20, 10 + i, vchannel=d.vchannel, segment_id=100 + i % 2, partition_id=PARTITIONS[i % 2]), i
+        )
     for d in delegators:
         d.update_tsafe(100)
     with pytest.raises(InvalidParameter):  # routed to the wrong delegator
@@ -270,20 +309,45 @@ def test_worker_stop_and_missing_segment(info: CollectionInfo) -> None:
 
 def test_json_values_that_are_strings_survive_the_worker() -> None:
     """JSON texts are parsed once (by the segment): a JSON string value stays a string."""
-    schema = CollectionSchema.model_validate({"fields": [
-        {"name": "id", "dtype": "INT64", "is_primary": True},
-        {"name": "tags", "dtype": "JSON"},
-        {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 2}]}).with_field_ids()
-    info = CollectionInfo(collection_id=77, collection_name="js", collection_schema=schema, shards_num=1,
-                          consistency_level="Bounded", vchannels=["77_0v"], pchannels=["x.dml_0"], created_ts=1)
+    schema = CollectionSchema.model_validate(
+        {
+            "fields": [
+                {"name": "id", "dtype": "INT64", "is_primary": True},
+                {"name": "tags", "dtype": "JSON"},
+                {"name": "v", "dtype": "FLOAT_VECTOR", "dim": 2},
+            ]
+        }
+    ).with_field_ids()
+    info = CollectionInfo(
+        collection_id=77,
+        collection_name="js",
+        collection_schema=schema,
+        shards_num=1,
+        consistency_level="Bounded",
+        vchannels=["77_0v"],
+        pchannels=["x.dml_0"],
+        created_ts=1,
+    )
     worker = Worker()
     worker.load_collection(info)
-    worker.insert(InsertEvent(
-        identity="js:1", request_id=1, proxy_id=1, ts=5, collection_id=77, partition_id=2, segment_id=3,
-        vchannel="77_0v", num_rows=2, columns=[
-            Column.of(100, "id", DataType.INT64, np.array([1, 2])),
-            Column.of(101, "tags", DataType.JSON, [json.dumps("red"), json.dumps({"k": "blue"})]),
-            Column.of(102, "v", DataType.FLOAT_VECTOR, np.zeros((2, 2)), dim=2)]))
+    worker.insert(
+        InsertEvent(
+            identity="js:1",
+            request_id=1,
+            proxy_id=1,
+            ts=5,
+            collection_id=77,
+            partition_id=2,
+            segment_id=3,
+            vchannel="77_0v",
+            num_rows=2,
+            columns=[
+                Column.of(100, "id", DataType.INT64, np.array([1, 2])),
+                Column.of(101, "tags", DataType.JSON, [json.dumps("red"), json.dumps({"k": "blue"})]),
+                Column.of(102, "v", DataType.FLOAT_VECTOR, np.zeros((2, 2)), dim=2),
+            ],
+        )
+    )
     assert worker.segment(3).column("tags").tolist() == ["red", {"k": "blue"}]
 
 

@@ -18,8 +18,15 @@ from schemas.errors import InvalidParameter
 def insert_event(n: int = 100, dim: int = 128) -> InsertEvent:
     rng = np.random.default_rng(42)
     return InsertEvent(
-        identity="p1:7:0", request_id=7, proxy_id=1, ts=123456789, collection_id=5, partition_id=6,
-        segment_id=9, vchannel="5_0v", num_rows=n,
+        identity="p1:7:0",
+        request_id=7,
+        proxy_id=1,
+        ts=123456789,
+        collection_id=5,
+        partition_id=6,
+        segment_id=9,
+        vchannel="5_0v",
+        num_rows=n,
         columns=[
             Column.of(100, "id", DataType.INT64, np.arange(n)),
             Column.of(101, "title", DataType.VARCHAR, [f"t{i}" for i in range(n)]),

@@ -238,7 +238,7 @@ def test_json_paths_and_lists() -> None:
     assert parse("meta['arr'][0] in [1, 2.5, -3]") == InList(ref("meta", "arr", 0), (1, 2.5, -3))
     assert parse('$meta["k"] like "ab%"') == Like(ref("$meta", "k"), "ab%")
     assert parse('meta["quote\\"d"] == true') == Compare(ref("meta", 'quote"d'), "==", True)
-    node = parse('x in ["a", \'b\', 1, true, -0.5,]')
+    node = parse("x in [\"a\", 'b', 1, true, -0.5,]")
     assert node == InList(ref("x"), ("a", "b", 1, True, -0.5))
     assert [type(v) for v in node.values] == [str, str, int, bool, float]  # type: ignore[union-attr]
     assert parse("x not in []") == InList(ref("x"), (), negated=True)
@@ -279,10 +279,14 @@ def test_field_ref_records_its_position() -> None:
         ("a == 12abc", "invalid number '12abc' at position 5"),
         ("1 < 2", "expected a field on one side of '<' at position 2"),
         ("a < b", "expected a literal on one side of '<' at position 2 (comparing two fields is not supported)"),
-        ("1 < a > 2", "expected 'literal < field < literal' or 'literal > field > literal' "
-                      "in a chained comparison at position 6"),
-        ("a < 1 < 2", "expected 'literal < field < literal' or 'literal > field > literal' "
-                      "in a chained comparison at position 6"),
+        (
+            "1 < a > 2",
+            "expected 'literal < field < literal' or 'literal > field > literal' in a chained comparison at position 6",
+        ),
+        (
+            "a < 1 < 2",
+            "expected 'literal < field < literal' or 'literal > field > literal' in a chained comparison at position 6",
+        ),
         ("x like 5", "expected a string pattern after 'like' at position 7, got token '5'"),
         ("'x' like 'y'", "expected a field before 'like' at position 0"),
         ("5 in [1]", "expected a field before 'in' at position 0"),
@@ -302,7 +306,8 @@ def test_nesting_depth_is_bounded() -> None:
     assert parse(deep) == A1
     too_deep = "(" * (MAX_NESTING_DEPTH + 1) + "a == 1" + ")" * (MAX_NESTING_DEPTH + 1)
     assert invalid(too_deep).rule == (
-        f"expected at most {MAX_NESTING_DEPTH} nested parentheses or 'not' at position {MAX_NESTING_DEPTH}")
+        f"expected at most {MAX_NESTING_DEPTH} nested parentheses or 'not' at position {MAX_NESTING_DEPTH}"
+    )
     assert invalid("not " * (MAX_NESTING_DEPTH + 1) + "a == 1").rule.startswith("expected at most")
 
 
@@ -320,12 +325,14 @@ def test_long_flat_chains_do_not_recurse() -> None:
 def test_names_resolve_against_the_schema() -> None:
     flt = compile_filter('i64 > 1 and meta["a"][0] == "x" and color == "red" and $meta["size"] < 3', SCHEMA)
     assert flt is not None
-    assert flt.ast == And((
-        Compare(ref("i64"), ">", 1),
-        Compare(ref("meta", "a", 0), "==", "x"),
-        Compare(dyn("color"), "==", "red"),
-        Compare(dyn("size"), "<", 3),
-    ))
+    assert flt.ast == And(
+        (
+            Compare(ref("i64"), ">", 1),
+            Compare(ref("meta", "a", 0), "==", "x"),
+            Compare(dyn("color"), "==", "red"),
+            Compare(dyn("size"), "<", 3),
+        )
+    )
     assert flt.fields == frozenset({"i64", "meta", DYNAMIC_FIELD_NAME})
     assert flt.expr == 'i64 > 1 and meta["a"][0] == "x" and color == "red" and $meta["size"] < 3'
     assert isinstance(flt, Filter)
@@ -360,8 +367,10 @@ def test_unknown_fields_without_dynamic_field(expr: str, rule: str) -> None:
         ("f64 in [1, false]", "field 'f64' is DOUBLE and cannot be compared with the boolean false"),
         ("flag == 1", "field 'flag' is BOOL and cannot be compared with the number 1"),
         ("flag < true", "field 'flag' cannot be compared with a boolean using '<': booleans support only == and !="),
-        ('meta["x"] >= false',
-         "field 'meta[\"x\"]' cannot be compared with a boolean using '>=': booleans support only == and !="),
+        (
+            'meta["x"] >= false',
+            "field 'meta[\"x\"]' cannot be compared with a boolean using '>=': booleans support only == and !=",
+        ),
         ("i8 like 'a%'", "field 'i8' is INT8: 'like' needs a VARCHAR or JSON field"),
         ("flag like 'a%'", "field 'flag' is BOOL: 'like' needs a VARCHAR or JSON field"),
         ('i8["k"] == 1', "field 'i8' is INT8: only JSON and dynamic fields take a [\"key\"] path"),
@@ -531,11 +540,19 @@ def test_numeric_and_bool_predicates_are_pure_numpy() -> None:
 # -- property: vectorized == reference over random expressions and rows ----------------------------
 
 INT_RANGES: dict[str, tuple[int, int]] = {
-    "i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1), "i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1),
+    "i8": (-(2**7), 2**7 - 1),
+    "i16": (-(2**15), 2**15 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
 }
 NUMPY_TYPES: dict[str, Any] = {
-    "flag": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-    "f32": np.float32, "f64": np.float64,
+    "flag": np.bool_,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f32": np.float32,
+    "f64": np.float64,
 }
 REFS: list[tuple[FieldRef, str]] = [
     (ref("flag"), "bool"),
@@ -556,8 +573,26 @@ TEXT = st.text(alphabet="ab%_\\'\"é\n\x00", max_size=3)
 LIKE_PATTERNS = st.lists(st.sampled_from(["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "'"]), max_size=4).map("".join)
 # Row values come from edge-value pools (one cheap draw each) rather than open-ended strategies.
 TEXT_POOL = ["", "a", "b", "ab", "ba", "abc", "a%", "%", "_", "a_b", "\\", "'", '"', "é", "aé", "\n", "\x00", "a\x00"]
-FLOAT_POOL = [-1.5, -0.0, 0.0, 0.5, 1.0, 2.5, 3.0, 0.1, math.nan, math.inf, -math.inf, 2.0**53, 2.0**53 + 2, 1e300,
-              5e-324, -(2.0**63), 2.0**63, 127.0]
+FLOAT_POOL = [
+    -1.5,
+    -0.0,
+    0.0,
+    0.5,
+    1.0,
+    2.5,
+    3.0,
+    0.1,
+    math.nan,
+    math.inf,
+    -math.inf,
+    2.0**53,
+    2.0**53 + 2,
+    1e300,
+    5e-324,
+    -(2.0**63),
+    2.0**63,
+    127.0,
+]
 FLOAT32_POOL = [float(np.float32(x)) for x in FLOAT_POOL if abs(x) < 1e38 or math.isinf(x) or math.isnan(x)]
 INT_EDGES = [127, 128, -129, 2**31, 2**53 + 1, 2**63 - 1, 2**63, -(2**63) - 1, 2**2000, -(2**2000)]
 # Literals overlap the row pools (so equality and boundaries are hit) and also range freely.
@@ -597,15 +632,17 @@ def _ints(name: str) -> st.SearchStrategy[int]:
 
 
 ROWS = st.lists(
-    st.fixed_dictionaries({
-        "flag": st.booleans(),
-        **{name: _ints(name) for name in INT_RANGES},
-        "f32": st.sampled_from(FLOAT32_POOL),
-        "f64": st.sampled_from(FLOAT_POOL),
-        "name": st.sampled_from(TEXT_POOL),
-        "meta": META_DOCS,
-        DYNAMIC_FIELD_NAME: DYNAMIC_DOCS,
-    }),
+    st.fixed_dictionaries(
+        {
+            "flag": st.booleans(),
+            **{name: _ints(name) for name in INT_RANGES},
+            "f32": st.sampled_from(FLOAT32_POOL),
+            "f64": st.sampled_from(FLOAT_POOL),
+            "name": st.sampled_from(TEXT_POOL),
+            "meta": META_DOCS,
+            DYNAMIC_FIELD_NAME: DYNAMIC_DOCS,
+        }
+    ),
     max_size=6,
 )
 
@@ -652,14 +689,25 @@ def predicates(draw: st.DrawFn, rows: list[dict[str, Any]]) -> Node:
         return Like(field_ref, draw(LIKE_PATTERNS))
     if shape == "range" and kind != "bool":
         if kind == "json":  # a numeric or a string range
-            literal = st.one_of(literal.filter(_is_number), NUMBER_LITERALS) if draw(st.booleans()) else \
-                st.one_of(literal.filter(lambda v: isinstance(v, str)), TEXT)
+            literal = (
+                st.one_of(literal.filter(_is_number), NUMBER_LITERALS)
+                if draw(st.booleans())
+                else st.one_of(literal.filter(lambda v: isinstance(v, str)), TEXT)
+            )
         low, high = draw(literal), draw(literal)
         if draw(st.booleans()):
-            return And((Compare(field_ref, draw(st.sampled_from([">", ">="])), low),
-                        Compare(field_ref, draw(st.sampled_from(["<", "<="])), high)))
-        return And((Compare(field_ref, draw(st.sampled_from(["<", "<="])), high),
-                    Compare(field_ref, draw(st.sampled_from([">", ">="])), low)))
+            return And(
+                (
+                    Compare(field_ref, draw(st.sampled_from([">", ">="])), low),
+                    Compare(field_ref, draw(st.sampled_from(["<", "<="])), high),
+                )
+            )
+        return And(
+            (
+                Compare(field_ref, draw(st.sampled_from(["<", "<="])), high),
+                Compare(field_ref, draw(st.sampled_from([">", ">="])), low),
+            )
+        )
     if kind == "bool" or (kind == "json" and draw(st.integers(0, 4)) == 0):
         return Compare(field_ref, draw(st.sampled_from(["==", "!="])), draw(st.booleans()))
     return Compare(field_ref, draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="])), draw(literal))
@@ -730,14 +778,17 @@ class Renderer:
     def chain(self, node: And) -> str:
         first, second = node.operands
         assert isinstance(first, Compare) and isinstance(second, Compare)
-        return (f"{self.literal(first.value)}{self.space()}{FLIPPED[first.op]}{self.space()}"
-                f"{self.field(first.field)}{self.space()}{second.op}{self.space()}{self.literal(second.value)}")
+        return (
+            f"{self.literal(first.value)}{self.space()}{FLIPPED[first.op]}{self.space()}"
+            f"{self.field(first.field)}{self.space()}{second.op}{self.space()}{self.literal(second.value)}"
+        )
 
     def predicate(self, node: Node) -> str:
         if isinstance(node, Compare):
             if self.rnd.random() < 0.3:
-                text = (f"{self.literal(node.value)}{self.space()}{FLIPPED[node.op]}{self.space()}"
-                        f"{self.field(node.field)}")
+                text = (
+                    f"{self.literal(node.value)}{self.space()}{FLIPPED[node.op]}{self.space()}{self.field(node.field)}"
+                )
             else:
                 text = f"{self.field(node.field)}{self.space()}{node.op}{self.space()}{self.literal(node.value)}"
         elif isinstance(node, InList):
@@ -812,7 +863,11 @@ def _columns(rows: list[dict[str, Any]], name_as_list: bool) -> dict[str, Any]:
 @settings(max_examples=250, deadline=None)
 @given(rows=ROWS, data=st.data(), seed=st.integers(0, 2**32), name_as_list=st.booleans(), with_ids=st.booleans())
 def test_vectorized_filter_agrees_with_reference(
-    rows: list[dict[str, Any]], data: st.DataObject, seed: int, name_as_list: bool, with_ids: bool,
+    rows: list[dict[str, Any]],
+    data: st.DataObject,
+    seed: int,
+    name_as_list: bool,
+    with_ids: bool,
 ) -> None:
     node = data.draw(expressions(rows), label="ast")
     text = Renderer(random.Random(seed)).render(node)

@@ -51,8 +51,15 @@ def exact_distances(vectors: np.ndarray, queries: np.ndarray, metric: str) -> np
     return qn @ xn.T
 
 
-def assert_valid_top_k(hits: SearchHits, vectors: np.ndarray, queries: np.ndarray, metric: str, top_k: int,
-                       visible: np.ndarray, pks: np.ndarray | None = None) -> list[np.ndarray]:
+def assert_valid_top_k(
+    hits: SearchHits,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    metric: str,
+    top_k: int,
+    visible: np.ndarray,
+    pks: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """Each query's hits: min(top_k, visible rows) of them, distinct PKs of visible rows, exact
     distances, best first with ties by PK. ``pks`` maps row offset -> pk (None: pk = offset).
     Returns each query's hit row offsets."""
@@ -291,8 +298,9 @@ def test_search_does_not_wait_for_a_starved_slice(monkeypatch: pytest.MonkeyPatc
     assert index is not None
     calls: list[float] = []
     original = VectorIndex.search
-    monkeypatch.setattr(VectorIndex, "search", lambda self, *a, **k: calls.append(k.get("timeout_s")) or
-                        original(self, *a, **k))
+    monkeypatch.setattr(
+        VectorIndex, "search", lambda self, *a, **k: calls.append(k.get("timeout_s")) or original(self, *a, **k)
+    )
     with blocked_adds(index) as blocker:
         builder = threading.Thread(target=seg.index_step, args=(300,))
         builder.start()
@@ -306,16 +314,16 @@ def test_search_does_not_wait_for_a_starved_slice(monkeypatch: pytest.MonkeyPatc
         blocker.gate.set()
         builder.join(WATCHDOG_S)
     assert seg.indexed_rows == 1_500
-    with pytest.raises(IndexBusy):  # the raw index raises IndexBusy itself when held
-        with blocked_adds(index) as blocker:
-            adder = threading.Thread(target=index.add, args=(vectors[1_500:1_510], np.arange(1_500, 1_510)))
-            adder.start()
-            assert blocker.entered.wait(WATCHDOG_S)
-            try:
-                index.search(queries, 5, 64, timeout_s=0.01)
-            finally:
-                blocker.gate.set()
-                adder.join(WATCHDOG_S)
+    # the raw index raises IndexBusy itself when held
+    with pytest.raises(IndexBusy), blocked_adds(index) as blocker:
+        adder = threading.Thread(target=index.add, args=(vectors[1_500:1_510], np.arange(1_500, 1_510)))
+        adder.start()
+        assert blocker.entered.wait(WATCHDOG_S)
+        try:
+            index.search(queries, 5, 64, timeout_s=0.01)
+        finally:
+            blocker.gate.set()
+            adder.join(WATCHDOG_S)
 
 
 def test_searches_go_before_waiting_adds() -> None:
@@ -365,21 +373,45 @@ DIM = 16
 
 
 def make_collection() -> CollectionInfo:
-    schema = CollectionSchema.model_validate({"fields": [
-        {"name": "id", "dtype": "INT64", "is_primary": True},
-        {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM}]}).with_field_ids()
-    return CollectionInfo(collection_id=5, collection_name="c", collection_schema=schema, shards_num=1,
-                          consistency_level=ConsistencyLevel.Bounded, vchannels=["v0"], pchannels=["p0"],
-                          created_ts=1)
+    schema = CollectionSchema.model_validate(
+        {
+            "fields": [
+                {"name": "id", "dtype": "INT64", "is_primary": True},
+                {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+            ]
+        }
+    ).with_field_ids()
+    return CollectionInfo(
+        collection_id=5,
+        collection_name="c",
+        collection_schema=schema,
+        shards_num=1,
+        consistency_level=ConsistencyLevel.Bounded,
+        vchannels=["v0"],
+        pchannels=["p0"],
+        created_ts=1,
+    )
 
 
-def insert_event(info: CollectionInfo, pks: np.ndarray, vectors: np.ndarray, ts: int,
-                 segment_id: int = 100) -> InsertEvent:
+def insert_event(
+    info: CollectionInfo, pks: np.ndarray, vectors: np.ndarray, ts: int, segment_id: int = 100
+) -> InsertEvent:
     fields = info.collection_schema.fields
-    return InsertEvent(identity=f"e{ts}:{pks[0]}", request_id=ts, proxy_id=1, ts=ts, collection_id=info.collection_id,
-                       partition_id=1, segment_id=segment_id, vchannel="v0", num_rows=len(pks), columns=[
-                           Column.of(fields[0].field_id or 0, "id", DataType.INT64, pks),
-                           Column.of(fields[1].field_id or 0, "vec", DataType.FLOAT_VECTOR, vectors, dim=DIM)])
+    return InsertEvent(
+        identity=f"e{ts}:{pks[0]}",
+        request_id=ts,
+        proxy_id=1,
+        ts=ts,
+        collection_id=info.collection_id,
+        partition_id=1,
+        segment_id=segment_id,
+        vchannel="v0",
+        num_rows=len(pks),
+        columns=[
+            Column.of(fields[0].field_id or 0, "id", DataType.INT64, pks),
+            Column.of(fields[1].field_id or 0, "vec", DataType.FLOAT_VECTOR, vectors, dim=DIM),
+        ],
+    )
 
 
 def test_worker_driven_deterministically_without_a_thread() -> None:
@@ -391,8 +423,11 @@ def test_worker_driven_deterministically_without_a_thread() -> None:
     rng = np.random.default_rng(3)
     vectors = rng.normal(size=(1_000, DIM)).astype(np.float32)
     for sid in (100, 101):
-        worker.insert(insert_event(info, np.arange(500) + 1_000 * sid, vectors[:500] if sid == 100 else vectors[500:],
-                                   ts=7, segment_id=sid))
+        worker.insert(
+            insert_event(
+                info, np.arange(500) + 1_000 * sid, vectors[:500] if sid == 100 else vectors[500:], ts=7, segment_id=sid
+            )
+        )
     assert not worker.builder.running
     health = worker.health()
     assert health["indexed_rows"] == 0 and health["index_builder"]["pending_rows"] == 1_000
@@ -424,8 +459,9 @@ def test_builder_thread_races_inserts_and_searches() -> None:
     while inserted < total and (time.monotonic() < deadline or inserted < 3_000):
         batch = min(int(rng.integers(20, 200)), total - inserted)
         ts = 10 + inserted
-        worker.insert(insert_event(info, np.arange(inserted, inserted + batch), vectors[inserted : inserted + batch],
-                                   ts))
+        worker.insert(
+            insert_event(info, np.arange(inserted, inserted + batch), vectors[inserted : inserted + batch], ts)
+        )
         ts_of[inserted : inserted + batch] = ts
         inserted += batch
         indexed = worker.segment(100).indexed_rows
@@ -436,11 +472,13 @@ def test_builder_thread_races_inserts_and_searches() -> None:
         if searches % 3 == 2:
             mask = np.arange(inserted) % 4 != 1
             visible[:inserted] &= mask
-        queries = np.concatenate([vectors[rng.integers(0, inserted, 2)] + np.float32(0.01),
-                                  rng.normal(size=(2, DIM)).astype(np.float32)])
+        queries = np.concatenate(
+            [vectors[rng.integers(0, inserted, 2)] + np.float32(0.01), rng.normal(size=(2, DIM)).astype(np.float32)]
+        )
         top_k = int(rng.choice([1, 10, 50]))
-        hits = worker.search([100], queries, "vec", "L2", top_k, ts=read_ts,
-                             mask_of=None if mask is None else (lambda s, m=mask: m))
+        hits = worker.search(
+            [100], queries, "vec", "L2", top_k, ts=read_ts, mask_of=None if mask is None else (lambda s, m=mask: m)
+        )
         assert_valid_top_k(hits, vectors, queries, "L2", top_k, visible)
         searches += 1
     assert searches > 20 and "partial" in indexed_seen
@@ -454,8 +492,7 @@ def test_builder_thread_races_inserts_and_searches() -> None:
     assert seg.build_interim_indexes() == inserted - by_thread and seg.indexed_rows == inserted
     index = seg.interim_index("vec")
     assert index is not None and index.size == inserted
-    assert np.array_equal(np.asarray(index._index.get_items(np.arange(inserted)), dtype=np.float32),
-                          vectors[:inserted])
+    assert np.array_equal(np.asarray(index._index.get_items(np.arange(inserted)), dtype=np.float32), vectors[:inserted])
     queries = vectors[rng.integers(0, inserted, 20)] + np.float32(0.01)
     hits = worker.search([100], queries, "vec", "L2", 10, ts=1 << 62)
     assert_valid_top_k(hits, vectors, queries, "L2", 10, np.arange(total) < inserted)

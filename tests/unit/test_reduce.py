@@ -41,8 +41,14 @@ def top(entries: list[tuple[object, float]], k: int, metric: str) -> list[tuple[
     return sorted(best.items(), key=lambda item: (sign(metric) * item[1], item[0]))[:k]
 
 
-def shard_results(rng: np.random.Generator, metric: str, varchar: bool, nq: int, shards: int, top_k: int,
-                  ) -> tuple[list[SearchHits], list[list[tuple[object, float]]]]:
+def shard_results(
+    rng: np.random.Generator,
+    metric: str,
+    varchar: bool,
+    nq: int,
+    shards: int,
+    top_k: int,
+) -> tuple[list[SearchHits], list[list[tuple[object, float]]]]:
     """Random shards of a row set (overlapping, so some PKs are on several shards, sometimes with a
     different distance); each shard answers its own top-k, as a worker does. Returns the parts and,
     per query, every (pk, distance) of every shard (the union the reduce must equal)."""
@@ -52,13 +58,13 @@ def shard_results(rng: np.random.Generator, metric: str, varchar: bool, nq: int,
     # Distances on a coarse grid (multiples of 1/8): exact in float32, many ties across shards.
     base = rng.integers(0 if metric == "L2" else -16, 17, size=(nq, n)) / 8
     parts, union = [], [[] for _ in range(nq)]
-    for s in range(shards):
+    for _s in range(shards):
         members = np.flatnonzero(rng.random(n) < 0.45)
         shifted = rng.random(len(members)) < 0.2  # a stale copy of the row: another distance
         rows = []
         for q in range(nq):
             entries = []
-            for m, moved in zip(members, shifted):
+            for m, moved in zip(members, shifted, strict=False):
                 dist = base[q, m] + (rng.integers(1, 4) / 8 if moved else 0.0)
                 entries.append((pks[m], float(dist)))
             union[q].extend(entries)
@@ -157,7 +163,8 @@ def test_bad_parts_raise() -> None:
     top_k=st.integers(1, 8),
     parts=st.lists(  # per part, per query (nq=2), a list of (pk, distance) candidates
         st.lists(st.lists(st.tuples(st.integers(-5, 12), st.integers(-4, 4)), max_size=8), min_size=2, max_size=2),
-        min_size=1, max_size=4,
+        min_size=1,
+        max_size=4,
     ),
 )
 def test_reduce_property(metric: str, top_k: int, parts: list[list[list[tuple[int, int]]]]) -> None:

@@ -3,6 +3,8 @@ interim HNSW index (threshold, recall, MVCC through the index), retrieve/count, 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -50,8 +52,9 @@ def columns(vectors: np.ndarray, start: int = 0) -> dict[str, object]:
     }
 
 
-def brute_force(vectors: np.ndarray, pks: np.ndarray, queries: np.ndarray, metric: str, top_k: int,
-                valid: np.ndarray | None = None) -> tuple[list[list[object]], list[np.ndarray]]:
+def brute_force(
+    vectors: np.ndarray, pks: np.ndarray, queries: np.ndarray, metric: str, top_k: int, valid: np.ndarray | None = None
+) -> tuple[list[list[object]], list[np.ndarray]]:
     """Full float64 distance matrix, then per query a sort by (distance best first, pk)."""
     x = vectors.astype(np.float64)
     q = queries.astype(np.float64)
@@ -88,8 +91,9 @@ def near_tie_groups(dist: np.ndarray) -> list[slice]:
     return groups
 
 
-def assert_hits_equal(hits: SearchHits, expected: tuple[list[list[object]], list[np.ndarray]], top_k: int,
-                      metric: str) -> None:
+def assert_hits_equal(
+    hits: SearchHits, expected: tuple[list[list[object]], list[np.ndarray]], top_k: int, metric: str
+) -> None:
     """Same PKs in the same order and allclose distances, with padding past counts.
 
     L2/IP tests use dyadic data on which float32 arithmetic is exact, so the order (PK tie-breaks
@@ -98,7 +102,7 @@ def assert_hits_equal(hits: SearchHits, expected: tuple[list[list[object]], list
     """
     exp_pks, exp_dist = expected
     assert hits.pks.shape == (len(exp_pks), top_k) and hits.distances.dtype == np.float32
-    for i, (pks, dist) in enumerate(zip(exp_pks, exp_dist)):
+    for i, (pks, dist) in enumerate(zip(exp_pks, exp_dist, strict=False)):
         n = len(pks)
         assert hits.counts[i] == n
         got = hits.pks[i, :n].tolist()
@@ -259,7 +263,7 @@ def test_many_small_inserts_equal_one_big_insert(gaussian: tuple) -> None:
     big.insert(pks, 50, columns(vectors))
     small = make_segment(make_schema())
     cuts = [0, 1, 2, 5, 17, 100, 101, 400, 1024, 1025, 1499, 1500]
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         batch = vectors[a:b].tobytes() if a % 2 else vectors[a:b]  # raw float32 bytes or arrays
         small.insert(pks[a:b], 50, {**columns(vectors[a:b], a), "vec": batch})
     assert small.row_count == big.row_count == 1500
@@ -325,8 +329,13 @@ def test_bad_inputs_raise_invalid_parameter_naming_the_field(gaussian: tuple) ->
     seg = make_segment(make_schema())
     good = columns(vectors[:4])
     bad_cases = {
-        "vec": [{"vec": vectors[:4, :8]}, {"vec": vectors[:3]}, {"vec": vectors[:4].tobytes()[:-4]},
-                {"vec": vectors[:5].tobytes()}, {"vec": np.full((4, 16), np.nan, np.float32)}],
+        "vec": [
+            {"vec": vectors[:4, :8]},
+            {"vec": vectors[:3]},
+            {"vec": vectors[:4].tobytes()[:-4]},
+            {"vec": vectors[:5].tobytes()},
+            {"vec": np.full((4, 16), np.nan, np.float32)},
+        ],
         "age": [{"age": [1, 2, 3]}, {"age": [1.5, 2, 3, 4]}, {"age": [1, 2, 3, 1 << 40]}],
         "flag": [{"flag": [1, 0, 1, 0]}],
         "tag": [{"tag": ["a", "b", "c"]}, {"tag": ["a", "b", "c", 4]}],
@@ -392,7 +401,7 @@ def test_interim_index_kicks_in_at_threshold_and_keeps_growing(monkeypatch: pyte
     assert np.all(hits.counts == 10)
     visible_pks = set(pks[:1750].tolist())
     assert set(hits.pks.ravel().tolist()) <= visible_pks  # MVCC holds through the index
-    exact_pks, exact_dist = brute_force(vectors, pks, queries, "L2", 10, np.arange(2000) < 1750)
+    exact_pks, _exact_dist = brute_force(vectors, pks, queries, "L2", 10, np.arange(2000) < 1750)
     overlap = np.mean([len(set(hits.pks[i]) & set(exact_pks[i])) / 10 for i in range(20)])
     assert overlap >= 0.9
     for i in range(20):  # distances are exact for the returned rows, and sorted

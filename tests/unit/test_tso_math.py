@@ -30,7 +30,14 @@ def test_bit_layout() -> None:
 
 @pytest.mark.parametrize(
     "phys, logical",
-    [(0, 0), (0, MAX_LOGICAL), (1, 0), (1_700_000_000_000, 12345), (MAX_PHYSICAL_MS, 0), (MAX_PHYSICAL_MS, MAX_LOGICAL)],
+    [
+        (0, 0),
+        (0, MAX_LOGICAL),
+        (1, 0),
+        (1_700_000_000_000, 12345),
+        (MAX_PHYSICAL_MS, 0),
+        (MAX_PHYSICAL_MS, MAX_LOGICAL),
+    ],
 )
 def test_round_trip(phys: int, logical: int) -> None:
     ts = compose_ts(phys, logical)
@@ -57,8 +64,15 @@ def test_ts_from_ms_and_add_ms() -> None:
 
 @pytest.mark.parametrize(
     "phys, logical, field",
-    [(-1, 0, "physical_ms"), (MAX_PHYSICAL_MS + 1, 0, "physical_ms"), (0, -1, "logical"),
-     (0, MAX_LOGICAL + 1, "logical"), (1.5, 0, "physical_ms"), (True, 0, "physical_ms"), (0, "1", "logical")],
+    [
+        (-1, 0, "physical_ms"),
+        (MAX_PHYSICAL_MS + 1, 0, "physical_ms"),
+        (0, -1, "logical"),
+        (0, MAX_LOGICAL + 1, "logical"),
+        (1.5, 0, "physical_ms"),
+        (True, 0, "physical_ms"),
+        (0, "1", "logical"),
+    ],
 )
 def test_compose_rejects(phys: object, logical: object, field: str) -> None:
     with pytest.raises(InvalidParameter) as err:

@@ -35,7 +35,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Union
+from typing import Any, Final
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from state.readpath.expr.parser import (
     parse,
 )
 
-Column = Union[Sequence[Any], np.ndarray]
+Column = Sequence[Any] | np.ndarray
 Columns = Mapping[str, Column]
 Kernel = Callable[[Columns, int], np.ndarray]  # (columns, n_rows) -> bool[n_rows]
 
@@ -68,12 +68,19 @@ RULE_UNKNOWN_FIELD: Final = "field '{name}' does not exist in the collection sch
 RULE_VECTOR_FIELD: Final = "field '{name}' is {dtype}: vector fields cannot be used in a filter"
 RULE_PATH_ON_SCALAR: Final = "field '{name}' is {dtype}: only JSON and dynamic fields take a [\"key\"] path"
 RULE_TYPE_MISMATCH: Final = "field '{name}' is {dtype} and cannot be compared with {what}"
-RULE_BOOL_ORDER: Final = "field '{name}' cannot be compared with a boolean using '{op}': booleans support only == and !="
+RULE_BOOL_ORDER: Final = (
+    "field '{name}' cannot be compared with a boolean using '{op}': booleans support only == and !="
+)
 RULE_LIKE_TYPE: Final = "field '{name}' is {dtype}: 'like' needs a VARCHAR or JSON field"
 RULE_LIKE_TRAILING_ESCAPE: Final = "like pattern {pattern!r} on field '{name}' ends with an unescaped '\\'"
 
 _OPS: Final[dict[str, Callable[[Any, Any], Any]]] = {
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -527,7 +534,9 @@ def _row_value(row: Mapping[str, Any], ref: FieldRef) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     for key in ref.json_path:
-        if (isinstance(key, str) and isinstance(value, dict) and key in value) or (isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value)):
+        if (isinstance(key, str) and isinstance(value, dict) and key in value) or (
+            isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value)
+        ):
             value = value[key]
         else:
             return _MISSING

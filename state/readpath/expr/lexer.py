@@ -77,14 +77,27 @@ BOOLEANS: Final[dict[str, bool]] = {"true": True, "false": False}
 
 # Longest first: "<=" must win over "<", "!=" over "!".
 _PUNCTUATION: Final[tuple[tuple[str, TokenKind], ...]] = (
-    ("==", TokenKind.OP), ("!=", TokenKind.OP), ("<=", TokenKind.OP), (">=", TokenKind.OP),
-    ("&&", TokenKind.AND), ("||", TokenKind.OR),
-    ("<", TokenKind.OP), (">", TokenKind.OP), ("!", TokenKind.NOT),
-    ("(", TokenKind.LPAREN), (")", TokenKind.RPAREN), ("[", TokenKind.LBRACKET), ("]", TokenKind.RBRACKET),
-    (",", TokenKind.COMMA), ("+", TokenKind.PLUS), ("-", TokenKind.MINUS),
+    ("==", TokenKind.OP),
+    ("!=", TokenKind.OP),
+    ("<=", TokenKind.OP),
+    (">=", TokenKind.OP),
+    ("&&", TokenKind.AND),
+    ("||", TokenKind.OR),
+    ("<", TokenKind.OP),
+    (">", TokenKind.OP),
+    ("!", TokenKind.NOT),
+    ("(", TokenKind.LPAREN),
+    (")", TokenKind.RPAREN),
+    ("[", TokenKind.LBRACKET),
+    ("]", TokenKind.RBRACKET),
+    (",", TokenKind.COMMA),
+    ("+", TokenKind.PLUS),
+    ("-", TokenKind.MINUS),
 )
 _OPERATOR_VALUE: Final[dict[TokenKind, str]] = {
-    TokenKind.AND: "and", TokenKind.OR: "or", TokenKind.NOT: "not",
+    TokenKind.AND: "and",
+    TokenKind.OR: "or",
+    TokenKind.NOT: "not",
 }
 
 _WHITESPACE: Final = " \t\r\n"
@@ -100,7 +113,16 @@ _INT_FORMS: Final[tuple[tuple[re.Pattern[str], int], ...]] = (
     (re.compile(r"0|[1-9][0-9]*"), 10),
 )
 _SIMPLE_ESCAPES: Final[dict[str, str]] = {
-    "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
 }
 _HEX_ESCAPE_DIGITS: Final[dict[str, int]] = {"x": 2, "u": 4, "U": 8}  # hex digits each escape takes
 _MAX_OCTAL_ESCAPE_DIGITS: Final = 3
@@ -158,8 +180,7 @@ def _meta(expr: str, pos: int) -> tuple[Token, int]:
     end = pos + len(DYNAMIC_FIELD_NAME)
     if expr.startswith(DYNAMIC_FIELD_NAME, pos) and (end == len(expr) or not _is_ident_char(expr[end])):
         return Token(TokenKind.IDENT, DYNAMIC_FIELD_NAME, pos, DYNAMIC_FIELD_NAME), end
-    raise expr_error(f"unexpected character '$' at position {pos} (only {DYNAMIC_FIELD_NAME} may start with '$')",
-                     expr)
+    raise expr_error(f"unexpected character '$' at position {pos} (only {DYNAMIC_FIELD_NAME} may start with '$')", expr)
 
 
 def _is_ident_char(ch: str) -> bool:
@@ -226,13 +247,13 @@ def _escape(expr: str, backslash: int, string_start: int) -> tuple[str, int]:
         if len(digits) == width and all(d in _HEX for d in digits):
             end = backslash + 2 + width
             return _code_point(int(digits, 16), expr, backslash, end), end
-        raise expr_error(f"invalid escape sequence '\\{kind}' at position {backslash}: needs {width} hex digits",
-                         expr)
-    raise expr_error(f"invalid escape sequence '{expr[backslash:backslash + 2]}' at position {backslash}", expr)
+        raise expr_error(f"invalid escape sequence '\\{kind}' at position {backslash}: needs {width} hex digits", expr)
+    raise expr_error(f"invalid escape sequence '{expr[backslash : backslash + 2]}' at position {backslash}", expr)
 
 
 def _code_point(value: int, expr: str, backslash: int, end: int) -> str:
     if value > 0x10FFFF or value in _SURROGATES:
-        raise expr_error(f"invalid escape sequence '{expr[backslash:end]}' at position {backslash}: "
-                         "not a Unicode scalar value", expr)
+        raise expr_error(
+            f"invalid escape sequence '{expr[backslash:end]}' at position {backslash}: not a Unicode scalar value", expr
+        )
     return chr(value)

@@ -28,12 +28,12 @@ their own node). Errors: ``InvalidParameter(field="expr", rule="<what> at positi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Union
+from typing import Final
 
 from state.readpath.expr.lexer import Token, TokenKind, describe, expr_error, tokenize
 
-Literal = Union[bool, int, float, str]  # bool before int: True is an int in Python
-JsonKey = Union[str, int]  # a JSON object key or a JSON array index
+Literal = bool | int | float | str  # bool before int: True is an int in Python
+JsonKey = str | int  # a JSON object key or a JSON array index
 
 MAX_NESTING_DEPTH: Final = 128  # nested parentheses/not levels; keeps parser and evaluators off the recursion limit
 
@@ -107,8 +107,8 @@ class Not:
     operand: Node
 
 
-Node = Union[Compare, InList, Like, And, Or, Not]
-Predicate = Union[Compare, InList, Like]
+Node = Compare | InList | Like | And | Or | Not
+Predicate = Compare | InList | Like
 
 
 def parse(expr: str) -> Node | None:
@@ -208,13 +208,15 @@ class _Parser:
             self.advance()
             pattern = self.peek()
             if pattern.kind is not TokenKind.STRING:
-                raise self.error(f"expected a string pattern after 'like' at position {pattern.pos}, "
-                                 f"got {describe(pattern)}")
+                raise self.error(
+                    f"expected a string pattern after 'like' at position {pattern.pos}, got {describe(pattern)}"
+                )
             self.advance()
             return Like(ref, str(pattern.value))
         if token.kind is not TokenKind.OP:
-            raise self.error(f"expected a comparison operator, 'in' or 'like' at position {token.pos}, "
-                             f"got {describe(token)}")
+            raise self.error(
+                f"expected a comparison operator, 'in' or 'like' at position {token.pos}, got {describe(token)}"
+            )
         self.advance()
         second = self.operand()
         if self.peek().kind is TokenKind.OP:
@@ -227,18 +229,26 @@ class _Parser:
         if isinstance(left, _Lit) and isinstance(right, FieldRef):
             return Compare(right, FLIPPED[str(op.value)], left.value)
         if isinstance(left, FieldRef):
-            raise self.error(f"expected a literal on one side of {op.text!r} at position {op.pos} "
-                             "(comparing two fields is not supported)")
+            raise self.error(
+                f"expected a literal on one side of {op.text!r} at position {op.pos} "
+                "(comparing two fields is not supported)"
+            )
         raise self.error(f"expected a field on one side of {op.text!r} at position {op.pos}")
 
     def chained(self, low: FieldRef | _Lit, op1: Token, middle: FieldRef | _Lit) -> And:
         op2 = self.advance()
         high = self.operand()
         ops = {str(op1.value), str(op2.value)}
-        if not (isinstance(low, _Lit) and isinstance(middle, FieldRef) and isinstance(high, _Lit)
-                and (ops <= _ASCENDING or ops <= _DESCENDING)):
-            raise self.error(f"expected 'literal < field < literal' or 'literal > field > literal' "
-                             f"in a chained comparison at position {op2.pos}")
+        if not (
+            isinstance(low, _Lit)
+            and isinstance(middle, FieldRef)
+            and isinstance(high, _Lit)
+            and (ops <= _ASCENDING or ops <= _DESCENDING)
+        ):
+            raise self.error(
+                f"expected 'literal < field < literal' or 'literal > field > literal' "
+                f"in a chained comparison at position {op2.pos}"
+            )
         return And((self.compare(low, op1, middle), self.compare(middle, op2, high)))
 
     def field_before(self, operand: FieldRef | _Lit, keyword: str) -> FieldRef:
@@ -262,8 +272,9 @@ class _Parser:
             self.advance()
             key = self.peek()
             if key.kind not in (TokenKind.STRING, TokenKind.INT):
-                raise self.error(f"expected a string key or an integer index in '[...]' at position {key.pos}, "
-                                 f"got {describe(key)}")
+                raise self.error(
+                    f"expected a string key or an integer index in '[...]' at position {key.pos}, got {describe(key)}"
+                )
             self.advance()
             path.append(key.value)  # type: ignore[arg-type]  # STRING -> str, INT -> int
             self.expect(TokenKind.RBRACKET, "']'")
@@ -326,8 +337,9 @@ class _Depth:
     def __enter__(self) -> None:
         self.parser.depth += 1
         if self.parser.depth > MAX_NESTING_DEPTH:
-            raise self.parser.error(f"expected at most {MAX_NESTING_DEPTH} nested parentheses or 'not' "
-                                    f"at position {self.token.pos}")
+            raise self.parser.error(
+                f"expected at most {MAX_NESTING_DEPTH} nested parentheses or 'not' at position {self.token.pos}"
+            )
 
     def __exit__(self, *exc: object) -> None:
         self.parser.depth -= 1
