@@ -1,4 +1,4 @@
-"""Ingest benchmark: Parquet files -> Spark -> Osprey -> searchable, against Client.insert in the same run.
+"""Ingest benchmark: Parquet files -> Spark -> Osprey -> searchable, against InProcessClient.insert in the same run.
 
     .venv/bin/python -m bench.ingest                 # 200,000 x 128 in 10 Parquet files (issue 4)
     .venv/bin/python -m bench.ingest --rows 50000    # a quicker run
@@ -14,7 +14,7 @@ collection's row count (Eventually, every ``POLL_S``). Stages:
 - **searchable rows/s** (the goal): rows / (first row visible -> every row visible under Strong);
 - **end to end**: rows / (job launched -> every row visible), JVM start and planning included.
 
-The reference, same run, same stack, same rows: ``Client.insert`` in batches of 10,000 rows into
+The reference, same run, same stack, same rows: ``InProcessClient.insert`` in batches of 10,000 rows into
 a second collection (rows/s acknowledged and searchable), and raw hnswlib's build rate in process.
 Recall@10 of a Strong search over the Spark-loaded collection against numpy's exact top-10.
 """
@@ -37,7 +37,7 @@ import hnswlib
 import numpy as np
 
 from bench.common import Workload, embedded_stack, gaussian_mixture, recall_at_k, write_results
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.workload import write_parquet_files
 from schemas.config import OspreyConfig
 
@@ -82,7 +82,7 @@ class CountPoller:
         return self
 
     async def _run(self) -> None:
-        async with Client(self.config) as client:
+        async with InProcessClient(self.config) as client:
             while not self._stop.is_set():
                 n = await client.count(self.collection, consistency_level="Eventually")
                 self.samples.append((time.perf_counter(), n))
@@ -107,7 +107,7 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
     write_parquet_files(directory, w.base, files)
 
     async def create() -> None:
-        async with Client(config) as client:
+        async with InProcessClient(config) as client:
             await client.create_collection("spark_docs", schema(w.base.shape[1]))
 
     asyncio.run(create())
@@ -141,7 +141,7 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
     first, every = poller.first_visible(), poller.all_visible()
 
     async def batches() -> list[dict[str, Any]]:
-        async with Client(config) as client:
+        async with InProcessClient(config) as client:
             raw = await client.proxy.redis.hgetall(f"{config.cluster}:ingest:batches:{totals['query_id']}")
             assert await client.count("spark_docs", consistency_level="Strong") == rows
             return [json.loads(v) for v in raw.values()]
@@ -173,7 +173,7 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
 
 async def run_client_insert(config: OspreyConfig, w: Workload) -> dict[str, Any]:
     rows = len(w.base)
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         await client.create_collection("insert_docs", schema(w.base.shape[1]))
         samples: list[tuple[float, int]] = []
         started = time.perf_counter()
@@ -195,14 +195,14 @@ async def run_client_insert(config: OspreyConfig, w: Workload) -> dict[str, Any]
         "curve": samples,
     }
     print(
-        f"  Client.insert: {out['acked_rows_per_s']:,.0f} rows/s acknowledged, "
+        f"  InProcessClient.insert: {out['acked_rows_per_s']:,.0f} rows/s acknowledged, "
         f"{out['searchable_rows_per_s']:,.0f} rows/s searchable"
     )
     return out
 
 
 async def recall(config: OspreyConfig, w: Workload) -> float:
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         hits = await client.search(
             "spark_docs",
             w.queries,
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         spark = run_spark(config, w, args.files, Path(tmp))
         osp_recall = asyncio.run(recall(config, w))
         print(f"  recall@10 (Strong, ef {EF}) over the Spark-loaded rows: {osp_recall:.4f}")
-        print("reference: Client.insert, same stack, same rows")
+        print("reference: InProcessClient.insert, same stack, same rows")
         insert = asyncio.run(run_client_insert(config, w))
 
     ratios = {
@@ -261,7 +261,10 @@ def main(argv: list[str] | None = None) -> None:
 
     def plot(plt: Any) -> Any:
         fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-        for label, curve in (("Spark sink (from job launch)", spark["curve"]), ("Client.insert", insert["curve"])):
+        for label, curve in (
+            ("Spark sink (from job launch)", spark["curve"]),
+            ("InProcessClient.insert", insert["curve"]),
+        ):
             t, n = zip(*curve, strict=False) if curve else ((), ())
             axes[0].plot(t, n, label=label)
         axes[0].set_xlabel("s")

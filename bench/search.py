@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.search --rows 20000 # a quicker run
 
 Starts a private embedded stack (broker, redis-server, rootcoord, one querynode), inserts the
-workload through ``Client.insert``, and measures: insert rows/s to acknowledged and to
+workload through ``InProcessClient.insert``, and measures: insert rows/s to acknowledged and to
 searchable under Strong; sequential (nq=1) QPS with p50/p99 latency (Bounded, the Milvus default,
 and Strong); batched (nq=100) QPS; recall@10 against numpy's exact top-10; freshness (insert
 acknowledged -> visible to a Strong search) p50/p99. The same queries run against raw hnswlib
@@ -22,7 +22,7 @@ import hnswlib
 import numpy as np
 
 from bench.common import Workload, embedded_stack, gaussian_mixture, percentile_ms, recall_at_k, write_results
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from state.meta.status_board import StatusBoard
 
@@ -81,7 +81,7 @@ def bench_numpy(w: Workload, sequential: int) -> dict[str, Any]:
 INDEX_WAIT_S = 600.0
 
 
-async def wait_indexed(client: Client, rows: int) -> None:
+async def wait_indexed(client: InProcessClient, rows: int) -> None:
     """Until the querynodes' status shows every row of every segment in the interim index."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     deadline = time.monotonic() + INDEX_WAIT_S
@@ -105,7 +105,7 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
             {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": w.base.shape[1]},
         ]
     }
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         await client.create_collection("bench", schema, shards_num=SHARDS)
         n = len(w.base)
         started = time.perf_counter()

@@ -34,10 +34,10 @@ def _print(value: Any) -> None:
 
 
 def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) -> Any:
-    from frontends.inprocess import Client
+    from frontends.inprocess import InProcessClient
 
     async def run() -> Any:
-        async with Client(config) as client:
+        async with InProcessClient(config) as client:
             return await action(client)
 
     return asyncio.run(run())

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from frontends.embedded.cluster import LocalCluster
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.status import status
 from frontends.workload import gaussian_mixture, recall_at_k, write_parquet_files
 from schemas.config import OspreyConfig
@@ -45,7 +45,7 @@ def say(step: str, detail: object = "") -> None:
     print(f"  {step:<58} {detail}", flush=True)
 
 
-async def walkthrough(client: Client) -> None:
+async def walkthrough(client: InProcessClient) -> None:
     suffix = time.strftime("%H%M%S")
     a, b, z = f"books_v1_{suffix}", f"books_v2_{suffix}", f"books_{suffix}"
 
@@ -150,7 +150,7 @@ async def walkthrough(client: Client) -> None:
     say(f"as of before the drop: has {a}", await client.has_collection(a, as_of=before_drop))
 
 
-async def spark_ingest(client: Client, suffix: str) -> None:
+async def spark_ingest(client: InProcessClient, suffix: str) -> None:
     """Parquet files -> the Spark job (a process of its own, like ./osprey ingest) -> search."""
     config = client.config
     print(f"Spark ingest: the standard workload, {INGEST_ROWS:,} x {INGEST_DIM} in {INGEST_FILES} Parquet files")
@@ -220,7 +220,7 @@ def run_demo(config: OspreyConfig) -> int:
     try:
 
         async def main() -> None:
-            async with Client(config) as client:
+            async with InProcessClient(config) as client:
                 await walkthrough(client)
 
         asyncio.run(main())

@@ -1,6 +1,9 @@
-"""The Python ``Client``: every DDL operation of Milvus's collection, partition and alias API.
+"""``InProcessClient``: Milvus's collection, partition, alias and data API on a proxy that runs
+inside this process.
 
-A ``Client`` runs its own :class:`Proxy` in process (``async with Client(config) as c``).
+An ``InProcessClient`` starts its own :class:`Proxy` (its own node id, lease and tick loop;
+``async with InProcessClient(config) as c``). The proxy process and the tests use it; code that
+talks to a running proxy uses the thin client, :class:`frontends.client.Client`.
 Names may be collection names or aliases wherever Milvus accepts both; ``as_of`` (a TSO
 timestamp) reads the meta as it was then, 0 reads the latest. Errors are ``OspreyError``s with a
 Milvus code and a reason naming the field and the rule.
@@ -20,19 +23,19 @@ from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOp
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
 
 
-class Client:
+class InProcessClient:
     def __init__(self, config: OspreyConfig | None = None) -> None:
         self.config = config or OspreyConfig.from_env()
         self.proxy = Proxy(self.config)
 
-    async def start(self) -> Client:
+    async def start(self) -> InProcessClient:
         await self.proxy.start()
         return self
 
     async def stop(self) -> None:
         await self.proxy.stop()
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> InProcessClient:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,6 +1,6 @@
 """``./osprey proxy`` (or ``python -m frontends.proxy_server``): the proxy process in the foreground.
 
-Waits for the broker and Redis, starts a :class:`Client` (its proxy registers the node lease)
+Waits for the broker and Redis, starts a :class:`InProcessClient` (its proxy registers the node lease)
 and the REST front end on ``proxy_http``, runs until SIGTERM or SIGINT, then stops both.
 """
 
@@ -13,7 +13,7 @@ import signal
 from collections.abc import Awaitable
 
 from agents.ports import wait_for_port
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.rest import RestFrontEnd
 from schemas.config import OspreyConfig
 
@@ -26,7 +26,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
     """Run the client and the REST front end until ``stop`` is set, then stop both (REST first)."""
-    client = Client(config)
+    client = InProcessClient(config)
     await client.start()
     try:
         rest = RestFrontEnd(client)

@@ -1,4 +1,4 @@
-"""The proxy's REST front end: Milvus RESTful API v2 (Milvus 2.4) over a started :class:`Client`.
+"""The proxy's REST front end: Milvus RESTful API v2 (Milvus 2.4) over a started :class:`InProcessClient`.
 
 Every endpoint is ``POST /v2/vectordb/<group>/<action>`` with a JSON object body whose fields are
 camelCase like Milvus's (``collectionName``, ``partitionName``, ``aliasName``). The answer is
@@ -13,7 +13,7 @@ always HTTP 200 with ``{"code": 0, "data": ...}`` on success or ``{"code": <Milv
 - ``asOf`` (Osprey extension) on every read: a TSO timestamp; the meta as it was then, 0 = latest.
 - ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database.
 
-The endpoints are one table, :data:`ENDPOINTS`: Client method, body arguments, rendering.
+The endpoints are one table, :data:`ENDPOINTS`: InProcessClient method, body arguments, rendering.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.collection import DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
@@ -215,7 +215,7 @@ def parse_body(raw: bytes) -> Body:
 # -- request arguments
 @dataclass(frozen=True)
 class Arg:
-    """A body field passed to the Client method as keyword ``kwarg``."""
+    """A body field passed to the InProcessClient method as keyword ``kwarg``."""
 
     key: str
     kwarg: str
@@ -237,7 +237,7 @@ AS_OF = Arg("asOf", "as_of", kind="int", required=False)
 
 @dataclass(frozen=True)
 class Parsed:
-    """A request read from its body: keyword arguments of the Client method, and how the field
+    """A request read from its body: keyword arguments of the InProcessClient method, and how the field
     paths of an Osprey InvalidParameter map to this request's REST fields (beyond the defaults)."""
 
     kwargs: dict[str, Any]
@@ -501,7 +501,7 @@ def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 # -- the endpoint table
 @dataclass(frozen=True)
 class Endpoint:
-    """One REST endpoint: the Client ``method`` it calls, with ``args`` read from the body (or a
+    """One REST endpoint: the InProcessClient ``method`` it calls, with ``args`` read from the body (or a
     custom ``parse``), and ``render`` turning the method's result into ``data``."""
 
     method: str
@@ -578,7 +578,7 @@ def failure(err: OspreyError) -> dict[str, Any]:
 
 
 # -- the front end
-# Osprey's stream-writer routes (the Spark sink): path -> (request model, Client method). Bodies are
+# Osprey's stream-writer routes (the Spark sink): path -> (request model, InProcessClient method). Bodies are
 # codec frames (schemas/codec.py; Arrow bytes travel raw) or JSON, up to MAX_CHUNK_BYTES.
 INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
     "ingest/open": (IngestOpen, "ingest_open"),
@@ -592,7 +592,7 @@ class RestFrontEnd:
     """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
     ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine."""
 
-    def __init__(self, client: Client, bind: str | None = None) -> None:
+    def __init__(self, client: InProcessClient, bind: str | None = None) -> None:
         self.client = client
         host, _, port = (bind or client.config.proxy_http).rpartition(":")
         self.host, self.port = host, int(port)

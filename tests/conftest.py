@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess, free_port
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 
 LOOPBACK = "127.0.0.1"
@@ -127,8 +127,8 @@ def querynode(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator
 
 
 @pytest.fixture
-async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[Client]:
-    from frontends.inprocess import Client
+async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[InProcessClient]:
+    from frontends.inprocess import InProcessClient
 
-    async with Client(module_config) as c:
+    async with InProcessClient(module_config) as c:
         yield c

@@ -8,7 +8,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from state.meta.meta_table import META_PREFIX
 
@@ -30,7 +30,7 @@ def name(prefix: str = "c") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-async def meta_dump(client: Client) -> tuple[dict[str, str], int]:
+async def meta_dump(client: InProcessClient) -> tuple[dict[str, str], int]:
     """Every latest meta key and value, and the last write's timestamp (changes on any write)."""
     store = client.proxy.store
     return await store.load_with_prefix(META_PREFIX, 0), await store.last_write_ts()

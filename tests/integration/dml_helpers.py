@@ -8,7 +8,7 @@ import time
 
 from kafka import KafkaConsumer, TopicPartition
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
@@ -16,7 +16,7 @@ from streams.channels import pchannel_partition
 
 
 async def insert_events(
-    client: Client, collection_id: int, budget_s: float = 30.0
+    client: InProcessClient, collection_id: int, budget_s: float = 30.0
 ) -> list[tuple[int, int, InsertEvent]]:
     """(partition, size in bytes, event) of every Insert event of a collection acknowledged before
     this call. Each dml partition the collection uses is read until a time tick above a fresh TSO

@@ -1,4 +1,4 @@
-"""DDL through the Client, the dd topic and a real rootcoord worker: collections, time travel,
+"""DDL through the InProcessClient, the dd topic and a real rootcoord worker: collections, time travel,
 the alias rules (seed 000 and current Milvus), and bad inputs that must change nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.collection import CollectionSchema
 from schemas.config import OspreyConfig
 from schemas.errors import (
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 # -- collections
 async def test_create_collection_is_an_event_on_dd_and_meta_in_redis(
-    client: Client, module_config: OspreyConfig
+    client: InProcessClient, module_config: OspreyConfig
 ) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema(), shards_num=2)
@@ -61,7 +61,7 @@ async def test_create_collection_is_an_event_on_dd_and_meta_in_redis(
     assert await client.has_collection(coll)
 
 
-async def test_pchannels_spread_over_dml_partitions(client: Client, module_config: OspreyConfig) -> None:
+async def test_pchannels_spread_over_dml_partitions(client: InProcessClient, module_config: OspreyConfig) -> None:
     """Each new vchannel goes to the least-loaded pchannel, so 3 shards take 3 distinct pchannels."""
     coll = name()
     await client.create_collection(coll, schema(), shards_num=3)
@@ -70,7 +70,7 @@ async def test_pchannels_spread_over_dml_partitions(client: Client, module_confi
     assert set(info.pchannels) <= valid and len(set(info.pchannels)) == 3
 
 
-async def test_describe_and_list_as_of_a_timestamp(client: Client) -> None:
+async def test_describe_and_list_as_of_a_timestamp(client: InProcessClient) -> None:
     coll = name()
     await client.create_collection(coll, schema())
     before_drop = await client.now()
@@ -87,7 +87,7 @@ async def test_describe_and_list_as_of_a_timestamp(client: Client) -> None:
         await client.describe_collection(coll)
 
 
-async def test_meta_gc_never_removes_the_latest_value(client: Client, module_config: OspreyConfig) -> None:
+async def test_meta_gc_never_removes_the_latest_value(client: InProcessClient, module_config: OspreyConfig) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema())
     proxy = client.proxy
@@ -100,7 +100,7 @@ async def test_meta_gc_never_removes_the_latest_value(client: Client, module_con
     assert (await client.describe_collection(coll)).info.collection_id == cid
 
 
-async def test_partitions(client: Client) -> None:
+async def test_partitions(client: InProcessClient) -> None:
     coll = name()
     await client.create_collection(coll, schema())
     pid = await client.create_partition(coll, "p2024")
@@ -116,14 +116,14 @@ async def test_partitions(client: Client) -> None:
 
 
 # -- aliases
-async def two_collections(client: Client) -> tuple[str, str]:
+async def two_collections(client: InProcessClient) -> tuple[str, str]:
     a, b = name("a"), name("b")
     await client.create_collection(a, schema())
     await client.create_collection(b, schema())
     return a, b
 
 
-async def test_alias_create_describe_and_describe_collection_lists_it(client: Client) -> None:
+async def test_alias_create_describe_and_describe_collection_lists_it(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -131,7 +131,7 @@ async def test_alias_create_describe_and_describe_collection_lists_it(client: Cl
     assert (await client.describe_collection(a)).aliases == [z]
 
 
-async def test_alias_same_alias_same_collection_again_succeeds(client: Client) -> None:
+async def test_alias_same_alias_same_collection_again_succeeds(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -139,7 +139,7 @@ async def test_alias_same_alias_same_collection_again_succeeds(client: Client) -
     assert await client.list_aliases(a) == [z]
 
 
-async def test_alias_same_alias_other_collection_fails(client: Client) -> None:
+async def test_alias_same_alias_other_collection_fails(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -149,14 +149,14 @@ async def test_alias_same_alias_other_collection_fails(client: Client) -> None:
     assert (await client.describe_alias(z)).collection_name == a
 
 
-async def test_alias_may_not_equal_a_collection_name(client: Client) -> None:
+async def test_alias_may_not_equal_a_collection_name(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     with pytest.raises(AliasCollectionNameConflict) as err:
         await client.create_alias(b, a)
     assert err.value.code == 1601
 
 
-async def test_new_collection_may_not_take_an_alias_name(client: Client) -> None:
+async def test_new_collection_may_not_take_an_alias_name(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -165,13 +165,13 @@ async def test_new_collection_may_not_take_an_alias_name(client: Client) -> None
     assert err.value.code == 1601
 
 
-async def test_alias_to_missing_collection(client: Client) -> None:
+async def test_alias_to_missing_collection(client: InProcessClient) -> None:
     with pytest.raises(CollectionNotFound) as err:
         await client.create_alias(name("z"), name("missing"))
     assert err.value.code == 100
 
 
-async def test_alias_to_an_alias_is_refused(client: Client) -> None:
+async def test_alias_to_an_alias_is_refused(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z, y = name("z"), name("y")
     await client.create_alias(z, a)
@@ -181,14 +181,14 @@ async def test_alias_to_an_alias_is_refused(client: Client) -> None:
 
 
 @pytest.mark.parametrize("bad", ["", "1abc", "a-b", "x" * 256, "ünï"])
-async def test_alias_name_rules(client: Client, bad: str) -> None:
+async def test_alias_name_rules(client: InProcessClient, bad: str) -> None:
     a, _ = await two_collections(client)
     with pytest.raises(InvalidParameter) as err:
         await client.create_alias(bad, a)
     assert err.value.field == "alias"
 
 
-async def test_drop_alias(client: Client) -> None:
+async def test_drop_alias(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -199,12 +199,12 @@ async def test_drop_alias(client: Client) -> None:
     assert err.value.code == 1600 and f"alias={z}" in err.value.reason
 
 
-async def test_drop_missing_alias(client: Client) -> None:
+async def test_drop_missing_alias(client: InProcessClient) -> None:
     with pytest.raises(AliasNotFound):
         await client.drop_alias(name("z"))
 
 
-async def test_alter_alias_moves_it(client: Client) -> None:
+async def test_alter_alias_moves_it(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -214,13 +214,13 @@ async def test_alter_alias_moves_it(client: Client) -> None:
     assert (await client.describe_collection(b)).aliases == [z]
 
 
-async def test_alter_alias_needs_an_existing_alias(client: Client) -> None:
+async def test_alter_alias_needs_an_existing_alias(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     with pytest.raises(AliasNotFound):
         await client.alter_alias(name("z"), a)
 
 
-async def test_alter_alias_needs_a_live_target(client: Client) -> None:
+async def test_alter_alias_needs_a_live_target(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -230,7 +230,7 @@ async def test_alter_alias_needs_a_live_target(client: Client) -> None:
     assert (await client.describe_alias(z)).collection_name == a
 
 
-async def test_alter_alias_to_an_alias_is_refused(client: Client) -> None:
+async def test_alter_alias_to_an_alias_is_refused(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z, y = name("z"), name("y")
     await client.create_alias(z, a)
@@ -239,7 +239,7 @@ async def test_alter_alias_to_an_alias_is_refused(client: Client) -> None:
         await client.alter_alias(z, y)
 
 
-async def test_collection_with_aliases_cannot_be_dropped(client: Client) -> None:
+async def test_collection_with_aliases_cannot_be_dropped(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -251,7 +251,7 @@ async def test_collection_with_aliases_cannot_be_dropped(client: Client) -> None
     assert not await client.has_collection(a)
 
 
-async def test_drop_collection_by_alias_name_is_refused(client: Client) -> None:
+async def test_drop_collection_by_alias_name_is_refused(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -261,7 +261,7 @@ async def test_drop_collection_by_alias_name_is_refused(client: Client) -> None:
     assert await client.has_collection(a)
 
 
-async def test_alias_resolves_like_a_collection_name(client: Client) -> None:
+async def test_alias_resolves_like_a_collection_name(client: InProcessClient) -> None:
     a, _ = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -271,7 +271,7 @@ async def test_alias_resolves_like_a_collection_name(client: Client) -> None:
     assert "through_alias" in await client.list_partitions(a)
 
 
-async def test_list_aliases(client: Client) -> None:
+async def test_list_aliases(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z1, z2, z3 = sorted(name("z") for _ in range(3))
     await client.create_alias(z2, a)
@@ -283,7 +283,7 @@ async def test_list_aliases(client: Client) -> None:
     assert {z1, z2, z3} <= set(everything) and everything == sorted(everything)
 
 
-async def test_freed_names_can_be_reused_across_kinds(client: Client) -> None:
+async def test_freed_names_can_be_reused_across_kinds(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -294,7 +294,7 @@ async def test_freed_names_can_be_reused_across_kinds(client: Client) -> None:
     assert (await client.describe_alias(b)).collection_name == a
 
 
-async def test_hot_reload_sequence_of_seed_000(client: Client) -> None:
+async def test_hot_reload_sequence_of_seed_000(client: InProcessClient) -> None:
     a, b, z = name("A"), name("B"), name("Z")
     await client.create_collection(a, schema())
     await client.create_alias(z, a)
@@ -309,11 +309,13 @@ async def test_hot_reload_sequence_of_seed_000(client: Client) -> None:
     assert (await client.describe_collection(a, as_of=before)).aliases == [z]
 
 
-async def test_racing_alter_alias_ends_in_the_later_timestamp(client: Client, module_config: OspreyConfig) -> None:
+async def test_racing_alter_alias_ends_in_the_later_timestamp(
+    client: InProcessClient, module_config: OspreyConfig
+) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
-    async with Client(module_config) as other:
+    async with InProcessClient(module_config) as other:
         for _ in range(3):
             await asyncio.gather(client.alter_alias(z, a), other.alter_alias(z, b))
             alters = [
@@ -326,7 +328,7 @@ async def test_racing_alter_alias_ends_in_the_later_timestamp(client: Client, mo
 
 
 async def test_alter_alias_published_out_of_timestamp_order_keeps_the_later(
-    client: Client, module_config: OspreyConfig
+    client: InProcessClient, module_config: OspreyConfig
 ) -> None:
     """Two publishers: the later timestamp reaches dd first; the older one is superseded."""
     a, b = await two_collections(client)
@@ -356,7 +358,7 @@ async def wait_replies(config: OspreyConfig, proxy_ids: set[int], timeout_s: flo
         await asyncio.sleep(0.2)
 
 
-async def test_duplicate_publish_is_applied_once(client: Client, module_config: OspreyConfig) -> None:
+async def test_duplicate_publish_is_applied_once(client: InProcessClient, module_config: OspreyConfig) -> None:
     """A producer retry without idempotence puts the same request on dd twice."""
     coll = name()
     ts = await client.now()
@@ -430,7 +432,7 @@ BAD_CREATES = [
 
 @pytest.mark.parametrize(("coll", "bad_schema", "extra", "field", "rule"), BAD_CREATES)
 async def test_bad_create_collection(
-    client: Client, coll: str, bad_schema: dict, extra: dict, field: str, rule: str
+    client: InProcessClient, coll: str, bad_schema: dict, extra: dict, field: str, rule: str
 ) -> None:
     before = await meta_dump(client)
     with pytest.raises(InvalidParameter) as err:
@@ -439,7 +441,7 @@ async def test_bad_create_collection(
     assert await meta_dump(client) == before
 
 
-async def _bad(client: Client, call, error: type[OspreyError], text: str) -> None:
+async def _bad(client: InProcessClient, call, error: type[OspreyError], text: str) -> None:
     before = await meta_dump(client)
     with pytest.raises(error) as err:
         await call
@@ -447,7 +449,7 @@ async def _bad(client: Client, call, error: type[OspreyError], text: str) -> Non
     assert await meta_dump(client) == before
 
 
-async def test_bad_inputs_on_existing_meta_change_nothing(client: Client) -> None:
+async def test_bad_inputs_on_existing_meta_change_nothing(client: InProcessClient) -> None:
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
@@ -468,7 +470,7 @@ async def test_bad_inputs_on_existing_meta_change_nothing(client: Client) -> Non
 
 
 async def test_bad_events_published_straight_to_dd_are_refused_by_the_rootcoord(
-    client: Client, module_config: OspreyConfig
+    client: InProcessClient, module_config: OspreyConfig
 ) -> None:
     before = await meta_dump(client)
     ts = await client.now()

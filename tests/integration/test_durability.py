@@ -7,7 +7,7 @@ returned by a Strong query exactly once, and nothing that was never sent appears
 failed or timed out were not acknowledged; they may or may not be there.
 
 - ``./osprey down`` then ``./osprey up`` (the CLI itself): every collection, partition, alias and
-  row is back, rows written through the Client, REST and the Spark ingest job;
+  row is back, rows written through the InProcessClient, REST and the Spark ingest job;
 - kill -9 of the broker in the middle of an insert stream;
 - kill -9 of every process at once (broker, redis-server, rootcoord, querynode, proxy);
 - kill -9 of redis-server in the middle of an insert stream; DDL acknowledged before is kept.
@@ -43,7 +43,7 @@ import pytest
 from agents.ports import port_open
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import free_port
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from tests.integration.test_cli import osprey as cli
 
@@ -300,7 +300,7 @@ def spark_ingest(config: OspreyConfig, directory: Path, collection: str, ids: ra
 
 async def client_insert(config: OspreyConfig, collection: str, ids: range) -> None:
     vectors = np.random.default_rng(4).standard_normal((len(ids), DIM)).astype(np.float32)
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         result = await client.insert(collection, {"id": np.array(list(ids), np.int64), "vector": vectors})
         assert list(result.primary_keys) == list(ids)
 
@@ -336,7 +336,7 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     ok(config, "aliases/create", {"aliasName": "other_live", "collectionName": "other"})
     acknowledged: dict[str, set[int]] = {"docs": set(), "other": set()}
 
-    asyncio.run(client_insert(config, "docs", range(0, 1_000)))  # the Python Client
+    asyncio.run(client_insert(config, "docs", range(0, 1_000)))  # the Python InProcessClient
     acknowledged["docs"].update(range(0, 1_000))
     for start in range(1_000, 2_000, 250):  # REST, into a partition and through an alias
         ids = range(start, start + 250)

@@ -1,4 +1,4 @@
-"""Ingest chunks through a proxy without Spark (Client.ingest and the HTTP routes): a chunk sent
+"""Ingest chunks through a proxy without Spark (InProcessClient.ingest and the HTTP routes): a chunk sent
 again under its identity is skipped downstream, auto ids included; a Session read after an ingest
 sees its rows; the commit log replaces a re-committed batch; errors come back with their codes."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.rest import RestFrontEnd
 from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
@@ -36,7 +36,7 @@ def arrow_chunk(ids: np.ndarray | None, vectors: np.ndarray) -> tuple[bytes, byt
     return sink.getvalue().to_pybytes(), table.schema.serialize().to_pybytes()
 
 
-async def create(client: Client, name: str, *, auto_id: bool = False, shards: int = 1) -> None:
+async def create(client: InProcessClient, name: str, *, auto_id: bool = False, shards: int = 1) -> None:
     await client.create_collection(
         name,
         {
@@ -49,12 +49,14 @@ async def create(client: Client, name: str, *, auto_id: bool = False, shards: in
     )
 
 
-async def ids_of(client: Client, name: str) -> list[int]:
+async def ids_of(client: InProcessClient, name: str) -> list[int]:
     return sorted(r["id"] for r in await client.query(name, filter="id >= 0", consistency_level="Strong"))
 
 
 @pytest.mark.parametrize("auto_id, shards", [(False, 1), (False, 2), (True, 2)])
-async def test_a_chunk_sent_again_is_applied_once(client: Client, querynode: Any, auto_id: bool, shards: int) -> None:
+async def test_a_chunk_sent_again_is_applied_once(
+    client: InProcessClient, querynode: Any, auto_id: bool, shards: int
+) -> None:
     name = f"again_{int(auto_id)}_{shards}"
     await create(client, name, auto_id=auto_id, shards=shards)
     rng = np.random.default_rng(shards)
@@ -80,7 +82,7 @@ async def test_a_chunk_sent_again_is_applied_once(client: Client, querynode: Any
         assert caught.value.field == "identity"
 
 
-async def test_open_resolves_aliases_and_checks_the_schema(client: Client, querynode: Any) -> None:
+async def test_open_resolves_aliases_and_checks_the_schema(client: InProcessClient, querynode: Any) -> None:
     await create(client, "opened")
     await client.create_alias("opened_alias", "opened")
     _, arrow_schema = arrow_chunk(np.arange(2), np.zeros((2, DIM), np.float32))
@@ -95,7 +97,7 @@ async def test_open_resolves_aliases_and_checks_the_schema(client: Client, query
     assert await client.count("opened", consistency_level="Strong") == 0
 
 
-async def test_commit_log_replaces_a_recommitted_batch(client: Client) -> None:
+async def test_commit_log_replaces_a_recommitted_batch(client: InProcessClient) -> None:
     tasks = [PartitionCounts(partition=0, rows=10, written=9, rejected=1)]
     await client.ingest_commit(IngestCommit(query_id="q1", collection_id=1, batch_id=0, tasks=tasks))
     await client.ingest_commit(IngestCommit(query_id="q1", collection_id=1, batch_id=1, tasks=tasks))
@@ -109,7 +111,7 @@ async def test_commit_log_replaces_a_recommitted_batch(client: Client) -> None:
     assert (unknown["batches"], unknown["rows"], unknown["written"]) == (0, 0, 0)
 
 
-async def test_the_http_routes(client: Client, querynode: Any) -> None:
+async def test_the_http_routes(client: InProcessClient, querynode: Any) -> None:
     await create(client, "over_http")
     rest = RestFrontEnd(client, bind="127.0.0.1:0")
     await rest.start()
@@ -145,7 +147,7 @@ async def test_the_http_routes(client: Client, querynode: Any) -> None:
     assert await ids_of(client, "over_http") == [0, 1, 2]
 
 
-async def test_a_session_read_after_an_ingest_sees_its_rows(client: Client, querynode: Any) -> None:
+async def test_a_session_read_after_an_ingest_sees_its_rows(client: InProcessClient, querynode: Any) -> None:
     await create(client, "session_ingest", shards=2)
     assert await client.count("session_ingest", consistency_level="Strong") == 0  # served, before the ingest
     data, arrow_schema = arrow_chunk(np.arange(50), np.ones((50, DIM), np.float32))

@@ -1,5 +1,5 @@
 """The stream writers' path end to end on the real stack (broker, redis-server, rootcoord and
-querynode processes), without Spark: Arrow chunks through ``Client.ingest`` and the HTTP routes.
+querynode processes), without Spark: Arrow chunks through ``InProcessClient.ingest`` and the HTTP routes.
 
 - a chunk with good and bad rows: the good rows are inserted exactly (searchable, queryable, vectors
   bit for bit), each bad row is a DeadLetter on the dead-letter topic with its field, rule, reason
@@ -29,7 +29,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from agents.proxy.arrow_checks import RULE_NOT_NULL
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.rest import RestFrontEnd
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
@@ -101,7 +101,7 @@ def schema_ipc(table_or_schema: pa.Table | pa.Schema) -> bytes:
     return s.serialize().to_pybytes()
 
 
-async def create(client: Client, **options: Any) -> tuple[str, int]:
+async def create(client: InProcessClient, **options: Any) -> tuple[str, int]:
     shards = options.pop("shards", 1)
     coll = name("ing")
     cid = await client.create_collection(coll, coll_schema(**options), shards_num=shards)
@@ -109,7 +109,7 @@ async def create(client: Client, **options: Any) -> tuple[str, int]:
 
 
 async def chunk_for(
-    client: Client, coll: str, table: pa.Table, identity: str | None = None, partition_name: str = ""
+    client: InProcessClient, coll: str, table: pa.Table, identity: str | None = None, partition_name: str = ""
 ) -> IngestChunk:
     target = await client.ingest_open(
         IngestOpen(collection_name=coll, partition_name=partition_name, arrow_schema=schema_ipc(table))
@@ -135,11 +135,11 @@ async def served(call: Callable[[], Awaitable[T]], budget_s: float = BUDGET_S) -
             await asyncio.sleep(0.1)
 
 
-async def strong_count(client: Client, coll: str, **options: Any) -> int:
+async def strong_count(client: InProcessClient, coll: str, **options: Any) -> int:
     return await served(lambda: client.count(coll, consistency_level="Strong", **options))
 
 
-async def strong_rows(client: Client, coll: str, **options: Any) -> list[dict[str, Any]]:
+async def strong_rows(client: InProcessClient, coll: str, **options: Any) -> list[dict[str, Any]]:
     return await served(
         lambda: client.query(
             coll, filter="id >= 0", output_fields=["*"], limit=16_384, consistency_level="Strong", **options
@@ -178,7 +178,7 @@ def _read_past_a_sentinel(config: OspreyConfig, topic: str, budget_s: float) -> 
 
 
 async def dead_letters(
-    client: Client, chunk_identity: str | None = None, collection_id: int | None = None
+    client: InProcessClient, chunk_identity: str | None = None, collection_id: int | None = None
 ) -> list[tuple[bytes, DeadLetter]]:
     """(key, letter) of every dead letter published so far for the chunk / collection, in order."""
     topic = Topics.of(client.config).dead_letter
@@ -194,7 +194,7 @@ async def dead_letters(
     return out
 
 
-async def insert_events(client: Client, collection_id: int) -> list[tuple[int, InsertEvent]]:
+async def insert_events(client: InProcessClient, collection_id: int) -> list[tuple[int, InsertEvent]]:
     """(dml partition, event) of every Insert event of the collection acknowledged before the call."""
     return [(partition, event) for partition, _, event in await dml_insert_events(client, collection_id, BUDGET_S)]
 
@@ -213,7 +213,9 @@ def same_values(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------------------- good and bad rows
 
 
-async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(client: Client, querynode: Any) -> None:
+async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(
+    client: InProcessClient, querynode: Any
+) -> None:
     coll, cid = await create(client, dynamic=True)
     n = 14
     rng = np.random.default_rng(11)
@@ -291,7 +293,9 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(c
         assert same_values(letter.values(), table.slice(letter.row, 1).to_pylist()[0])
 
 
-async def test_a_chunk_of_only_bad_rows_writes_nothing_and_publishes_every_row(client: Client, querynode: Any) -> None:
+async def test_a_chunk_of_only_bad_rows_writes_nothing_and_publishes_every_row(
+    client: InProcessClient, querynode: Any
+) -> None:
     coll, _cid = await create(client)
     table = rows_table(3, rank=[500, -500, 1000])
     chunk = await chunk_for(client, coll, table)
@@ -303,7 +307,9 @@ async def test_a_chunk_of_only_bad_rows_writes_nothing_and_publishes_every_row(c
     assert await strong_count(client, coll) == 0
 
 
-async def test_maps_are_json_objects_and_unusual_bad_rows_are_dead_letters(client: Client, querynode: Any) -> None:
+async def test_maps_are_json_objects_and_unusual_bad_rows_are_dead_letters(
+    client: InProcessClient, querynode: Any
+) -> None:
     """A map column in the dynamic field is stored (and read back) as a JSON object; a uint64 key
     beyond INT64 and a null vector slot backed by values are bad rows; the other rows are inserted."""
     coll, _cid = await create(client, dynamic=True)
@@ -329,7 +335,7 @@ async def test_maps_are_json_objects_and_unusual_bad_rows_are_dead_letters(clien
     assert letters == {1: ("vec", RULE_NOT_NULL), 2: ("id", f"must fit INT64 ({-(2**63)}..{2**63 - 1})")}
 
 
-async def test_a_chunk_whose_schema_does_not_fit_fails_whole(client: Client, querynode: Any) -> None:
+async def test_a_chunk_whose_schema_does_not_fit_fails_whole(client: InProcessClient, querynode: Any) -> None:
     coll, cid = await create(client)
     good = await chunk_for(client, coll, rows_table(2))
     bad_table = rows_table(2).set_column(2, "title", pa.array([1, 2], pa.int64()))
@@ -350,7 +356,7 @@ async def test_a_chunk_whose_schema_does_not_fit_fails_whole(client: Client, que
 # ---------------------------------------------------------------------------- sent again
 
 
-async def test_an_explicit_key_chunk_sent_again_is_applied_once(client: Client, querynode: Any) -> None:
+async def test_an_explicit_key_chunk_sent_again_is_applied_once(client: InProcessClient, querynode: Any) -> None:
     coll, _cid = await create(client)
     n = 300
     table = rows_table(
@@ -373,7 +379,7 @@ async def test_an_explicit_key_chunk_sent_again_is_applied_once(client: Client, 
     assert a.model_copy(update={"ts": 0}) == b.model_copy(update={"ts": 0}) and (a.ts, b.ts) == (first.ts, again.ts)
 
 
-async def test_an_auto_id_chunk_sent_again_keeps_its_keys(client: Client, querynode: Any) -> None:
+async def test_an_auto_id_chunk_sent_again_keeps_its_keys(client: InProcessClient, querynode: Any) -> None:
     coll, _cid = await create(client, auto_id=True, shards=2)
     n = 250
     table = rows_table(n, seed=4, first_id=None)
@@ -398,7 +404,9 @@ async def test_an_auto_id_chunk_sent_again_keeps_its_keys(client: Client, queryn
     assert await strong_count(client, coll) == n
 
 
-async def test_two_shards_get_rows_and_a_resend_repeats_the_same_events(client: Client, querynode: Any) -> None:
+async def test_two_shards_get_rows_and_a_resend_repeats_the_same_events(
+    client: InProcessClient, querynode: Any
+) -> None:
     coll, cid = await create(client, shards=2)
     info = (await client.describe_collection(coll)).info
     n = 400
@@ -431,7 +439,7 @@ async def test_two_shards_get_rows_and_a_resend_repeats_the_same_events(client: 
 # ---------------------------------------------------------------------------- open
 
 
-async def test_open_checks_the_schema_and_resolves_names(client: Client, querynode: Any) -> None:
+async def test_open_checks_the_schema_and_resolves_names(client: InProcessClient, querynode: Any) -> None:
     coll, cid = await create(client, dynamic=False)
     table = rows_table(2)
     target = await client.ingest_open(IngestOpen(collection_name=coll, arrow_schema=schema_ipc(table)))
@@ -490,7 +498,7 @@ async def test_open_checks_the_schema_and_resolves_names(client: Client, queryno
 # ---------------------------------------------------------------------------- commit log
 
 
-async def test_the_commit_log_keeps_the_latest_record_of_a_batch(client: Client) -> None:
+async def test_the_commit_log_keeps_the_latest_record_of_a_batch(client: InProcessClient) -> None:
     query_id = f"q-{uuid.uuid4().hex[:10]}"
     first = await client.ingest_commit(
         IngestCommit(
@@ -552,7 +560,7 @@ def _raw_post(url: str, path: str, body: bytes | None, headers: dict[str, str]) 
         conn.close()
 
 
-async def test_the_http_routes(client: Client, querynode: Any) -> None:
+async def test_the_http_routes(client: InProcessClient, querynode: Any) -> None:
     coll, cid = await create(client, dynamic=True)
     rest = RestFrontEnd(client, bind="127.0.0.1:0")
     await rest.start()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.dml import MAX_EVENT_BYTES, InsertEvent
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
@@ -48,7 +48,9 @@ def rows(n: int, seed: int = 0, **extra: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def test_insert_publishes_columnar_events_routed_by_pk(client: Client, module_config: OspreyConfig) -> None:
+async def test_insert_publishes_columnar_events_routed_by_pk(
+    client: InProcessClient, module_config: OspreyConfig
+) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema(), shards_num=2)
     info = (await client.describe_collection(coll)).info
@@ -76,7 +78,7 @@ async def test_insert_publishes_columnar_events_routed_by_pk(client: Client, mod
     assert all(e.segment_id > 0 for _, _, e in events)
 
 
-async def test_large_insert_is_cut_into_events_under_1mb(client: Client, module_config: OspreyConfig) -> None:
+async def test_large_insert_is_cut_into_events_under_1mb(client: InProcessClient, module_config: OspreyConfig) -> None:
     coll = name()
     big = {**schema(), "fields": [*schema()["fields"][:5], {"name": "embedding", "dtype": "FLOAT_VECTOR", "dim": 128}]}
     cid = await client.create_collection(coll, big)
@@ -97,7 +99,7 @@ async def test_large_insert_is_cut_into_events_under_1mb(client: Client, module_
     assert result.insert_count == n
 
 
-async def test_varchar_keys_given_and_dynamic_fields(client: Client, module_config: OspreyConfig) -> None:
+async def test_varchar_keys_given_and_dynamic_fields(client: InProcessClient, module_config: OspreyConfig) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema(auto_id=False, dynamic=True, pk="VARCHAR"), shards_num=3)
     data = [{**r, "id": f"k{i}", "color": "red" if i % 2 else "blue"} for i, r in enumerate(rows(50))]
@@ -111,7 +113,7 @@ async def test_varchar_keys_given_and_dynamic_fields(client: Client, module_conf
     assert metas["k1"] == {"color": "red"} and metas["k2"] == {"color": "blue"}
 
 
-async def test_insert_into_a_partition_by_alias(client: Client, module_config: OspreyConfig) -> None:
+async def test_insert_into_a_partition_by_alias(client: InProcessClient, module_config: OspreyConfig) -> None:
     coll, alias = name(), name("al")
     cid = await client.create_collection(coll, schema())
     pid = await client.create_partition(coll, "p1")
@@ -161,7 +163,13 @@ def _bad_cases() -> list[tuple[str, Any, type[OspreyError], str, str]]:
 
 @pytest.mark.parametrize(("what", "data", "error", "field", "rule"), _bad_cases(), ids=[c[0] for c in _bad_cases()])
 async def test_bad_rows_fail_whole_request_and_publish_nothing(
-    client: Client, module_config: OspreyConfig, what: str, data: Any, error: type[OspreyError], field: str, rule: str
+    client: InProcessClient,
+    module_config: OspreyConfig,
+    what: str,
+    data: Any,
+    error: type[OspreyError],
+    field: str,
+    rule: str,
 ) -> None:
     coll = name()
     cid = await client.create_collection(coll, schema())
@@ -173,7 +181,7 @@ async def test_bad_rows_fail_whole_request_and_publish_nothing(
     assert len(await insert_events(client, cid)) == before
 
 
-async def test_unknown_collection_or_partition(client: Client) -> None:
+async def test_unknown_collection_or_partition(client: InProcessClient) -> None:
     with pytest.raises(CollectionNotFound):
         await client.insert(name("missing"), rows(1))
     coll = name()

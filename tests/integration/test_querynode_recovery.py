@@ -20,7 +20,7 @@ import pytest
 
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import ServiceUnavailable
 from state.meta.registry import NodeRegistry
@@ -64,7 +64,7 @@ def columns(ids: np.ndarray, seed: int) -> dict[str, Any]:
 
 class QueryNodes:
     """Query node processes of the module's cluster, started and stopped off the event loop (the
-    proxy inside the test's Client keeps ticking meanwhile). Started from the loop's executor
+    proxy inside the test's InProcessClient keeps ticking meanwhile). Started from the loop's executor
     threads, which live until the loop closes: with ``die_with_parent`` a worker dies with the
     thread that started it, and the fixture stops every worker before that."""
 
@@ -116,7 +116,7 @@ async def read(call: Callable[[], Awaitable[T]], budget_s: float = RECOVERY_S) -
             await asyncio.sleep(0.5)
 
 
-async def owners_by_pid(client: Client, config: OspreyConfig) -> dict[str, int]:
+async def owners_by_pid(client: InProcessClient, config: OspreyConfig) -> dict[str, int]:
     """pchannel -> pid of its owner, for the owners whose lease is live (dead owners left out)."""
     redis = client.proxy.redis
     owners = await ShardOwners(redis, config.cluster).owners()
@@ -125,7 +125,7 @@ async def owners_by_pid(client: Client, config: OspreyConfig) -> dict[str, int]:
 
 
 async def wait_owners(
-    client: Client, config: OspreyConfig, pids: set[int], budget_s: float = RECOVERY_S
+    client: InProcessClient, config: OspreyConfig, pids: set[int], budget_s: float = RECOVERY_S
 ) -> dict[str, int]:
     """Poll until every dml partition is owned by a live node and the owners are exactly ``pids``."""
     pchannels = {f"{client.proxy.topics.dml}_{p}" for p in range(config.dml_partitions)}
@@ -142,18 +142,18 @@ async def wait_owners(
 # ---------------------------------------------------------------------------- reads
 
 
-async def search(client: Client, coll: str, queries: np.ndarray) -> list[list[tuple[int, float]]]:
+async def search(client: InProcessClient, coll: str, queries: np.ndarray) -> list[list[tuple[int, float]]]:
     hits = await read(
         lambda: client.search(coll, queries, limit=TOP_K, consistency_level="Strong", timeout=READ_TIMEOUT_S)
     )
     return [[(h["id"], h["distance"]) for h in per_query] for per_query in hits]
 
 
-async def count(client: Client, coll: str) -> int:
+async def count(client: InProcessClient, coll: str) -> int:
     return await read(lambda: client.count(coll, consistency_level="Strong", timeout=READ_TIMEOUT_S))
 
 
-async def ids(client: Client, coll: str, limit: int = 1_000_000) -> list[int]:
+async def ids(client: InProcessClient, coll: str, limit: int = 1_000_000) -> list[int]:
     """Every PK as returned (PK order, one entry per row: the query path does not dedup)."""
     rows = await read(
         lambda: client.query(
@@ -163,7 +163,7 @@ async def ids(client: Client, coll: str, limit: int = 1_000_000) -> list[int]:
     return [r["id"] for r in rows]
 
 
-async def assert_rows(client: Client, coll: str, expected: set[int]) -> None:
+async def assert_rows(client: InProcessClient, coll: str, expected: set[int]) -> None:
     """count(*) and the returned PKs are exactly ``expected``, each PK once."""
     found = await ids(client, coll)
     assert len(found) == len(set(found)), f"{len(found) - len(set(found))} rows returned twice"
@@ -181,7 +181,7 @@ class Reader:
     each PK once, and the search hits the PKs ``hit_ids`` per query)."""
 
     def __init__(
-        self, client: Client, coll: str, expected: set[int], queries: np.ndarray, hit_ids: list[list[int]]
+        self, client: InProcessClient, coll: str, expected: set[int], queries: np.ndarray, hit_ids: list[list[int]]
     ) -> None:
         self.client, self.coll, self.expected, self.queries, self.hit_ids = client, coll, expected, queries, hit_ids
         self.ok = self.unavailable = 0
@@ -234,13 +234,13 @@ def brute_force(vectors: np.ndarray, pks: np.ndarray, queries: np.ndarray) -> li
     return [[int(pks[i]) for i in np.lexsort((pks, row))[:TOP_K]] for row in d]
 
 
-async def new_collection(client: Client) -> str:
+async def new_collection(client: InProcessClient) -> str:
     coll = name("qn")
     await client.create_collection(coll, schema(), shards_num=SHARDS)
     return coll
 
 
-async def insert(client: Client, coll: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
+async def insert(client: InProcessClient, coll: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
     data = columns(np.arange(lo, hi), seed)
     result = await client.insert(coll, data)
     assert result.insert_count == hi - lo
@@ -251,7 +251,7 @@ async def insert(client: Client, coll: str, lo: int, hi: int, seed: int) -> dict
 
 
 async def test_two_querynodes_answer_as_one(
-    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+    module_config: OspreyConfig, client: InProcessClient, querynodes: QueryNodes
 ) -> None:
     first = await querynodes.start("a")
     coll = await new_collection(client)
@@ -299,7 +299,7 @@ async def test_two_querynodes_answer_as_one(
 
 
 async def test_querynode_kill9_rebuilds_from_dml(
-    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+    module_config: OspreyConfig, client: InProcessClient, querynodes: QueryNodes
 ) -> None:
     node = await querynodes.start("k")
     coll = await new_collection(client)
@@ -372,7 +372,7 @@ async def test_querynode_kill9_rebuilds_from_dml(
 
 
 async def test_stopped_querynode_hands_over(
-    module_config: OspreyConfig, client: Client, querynodes: QueryNodes
+    module_config: OspreyConfig, client: InProcessClient, querynodes: QueryNodes
 ) -> None:
     """x owns every partition, gives half to y, and takes them back when y stops: the partitions it
     gets back are rebuilt from their first record (the rows it had were dropped when it lost them)."""

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from frontends.embedded.stack import WorkerProcess, free_port
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from frontends.rest import API_PREFIX, RestFrontEnd
 from schemas.config import OspreyConfig
 from tests.integration.ddl_helpers import DIM, name
@@ -27,7 +27,7 @@ class Rest:
 
     url: str
     session: aiohttp.ClientSession
-    client: Client
+    client: InProcessClient
 
     async def call(self, path: str, body: Any = None, *, raw: bytes | None = None) -> dict[str, Any]:
         """POST ``body`` (or ``raw`` bytes) to ``/v2/vectordb/<path>``; the JSON answer (always HTTP 200)."""
@@ -54,7 +54,7 @@ class Rest:
 @pytest.fixture
 async def rest(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[Rest]:
     config = module_config.model_copy(update={"proxy_http": f"127.0.0.1:{free_port()}"})
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         front = RestFrontEnd(client)
         await front.start()
         try:

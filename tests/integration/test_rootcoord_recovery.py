@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from frontends.embedded.stack import WorkerProcess
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError, RequestTimeout
 from tests.integration.ddl_helpers import schema
@@ -38,7 +38,7 @@ async def test_kill_rootcoord_mid_stream(module_config: OspreyConfig, rootcoord:
     half = asyncio.Event()
 
     async def run_client(k: int) -> None:
-        async with Client(module_config) as client:
+        async with InProcessClient(module_config) as client:
             for i in range(ROUNDS):
                 for j, (method, args) in enumerate(requests(k, i, prefix)):
                     try:
@@ -67,7 +67,7 @@ async def test_kill_rootcoord_mid_stream(module_config: OspreyConfig, rootcoord:
     assert 60 <= killed_at[0] < CLIENTS * ROUNDS * 5  # the kill landed mid-stream
     assert not [f for f in failures if not isinstance(f, RequestTimeout)], failures
     assert len(acked) + len(failures) == CLIENTS * ROUNDS * 5
-    async with Client(module_config) as client:
+    async with InProcessClient(module_config) as client:
         described = {d.collection_name: d for d in await client.show_collections()}
         expected_collections = {f"{prefix}_c{k}_{i}" for k in range(CLIENTS) for i in range(ROUNDS)}
         assert expected_collections <= set(described)

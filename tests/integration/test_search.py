@@ -1,4 +1,4 @@
-"""Search and query on the real stack: proxy (in the Client) -> querynode worker process -> reduce.
+"""Search and query on the real stack: proxy (in the InProcessClient) -> querynode worker process -> reduce.
 
 Covers read-your-writes (Strong, Session), guarantee timestamps, exact search on growing segments
 against numpy brute force for L2/IP/COSINE across 2 shards, filters (scalar and dynamic fields),
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dq import DQ_RESULT, QueryRequest, QueryResult, SearchRequest, SearchResult
@@ -93,7 +93,7 @@ def assert_top_k(hits: list[dict[str, Any]], distances: np.ndarray, pks: np.ndar
     return decided
 
 
-async def wait_served(client: Client, coll: str, n: int, budget_s: float = 30.0) -> None:
+async def wait_served(client: InProcessClient, coll: str, n: int, budget_s: float = 30.0) -> None:
     """Until a Strong count of ``coll`` is ``n`` (the querynode owns every shard)."""
     deadline = time.monotonic() + budget_s
     while True:
@@ -111,7 +111,7 @@ async def wait_served(client: Client, coll: str, n: int, budget_s: float = 30.0)
 
 
 @pytest.mark.slow
-async def test_read_your_writes_strong_200_times(client: Client, querynode: Any) -> None:
+async def test_read_your_writes_strong_200_times(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(auto_id=True), shards_num=2)
     await wait_served(client, coll, 0)
@@ -128,7 +128,7 @@ async def test_read_your_writes_strong_200_times(client: Client, querynode: Any)
     assert await client.count(coll, consistency_level="Strong") == 200
 
 
-async def test_session_consistency_sees_own_insert(client: Client, querynode: Any) -> None:
+async def test_session_consistency_sees_own_insert(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(auto_id=True), shards_num=2)
     await wait_served(client, coll, 0)
@@ -143,7 +143,7 @@ async def test_session_consistency_sees_own_insert(client: Client, querynode: An
     assert await client.count(coll, consistency_level="Session") == 10
 
 
-async def test_rows_after_the_guarantee_timestamp_are_invisible(client: Client, querynode: Any) -> None:
+async def test_rows_after_the_guarantee_timestamp_are_invisible(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(), shards_num=2)
     await wait_served(client, coll, 0)
@@ -166,7 +166,7 @@ async def test_rows_after_the_guarantee_timestamp_are_invisible(client: Client, 
 # ---------------------------------------------------------------------------- exact search
 
 
-async def test_exact_search_matches_brute_force_l2_ip_cosine(client: Client, querynode: Any) -> None:
+async def test_exact_search_matches_brute_force_l2_ip_cosine(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(), shards_num=2)
     n, nq, k = 3000, 20, 10
@@ -209,7 +209,7 @@ async def test_exact_search_matches_brute_force_l2_ip_cosine(client: Client, que
         assert_top_k(hits[q], brute_force(data["embedding"][:7], queries[q : q + 1], "L2")[0], data["id"][:7], 50, "L2")
 
 
-async def test_a_pk_inserted_twice_is_one_hit(client: Client, querynode: Any) -> None:
+async def test_a_pk_inserted_twice_is_one_hit(client: InProcessClient, querynode: Any) -> None:
     """Milvus reduces search results to one hit per primary key, however many shards there are."""
     data = random_rows(30, seed=13)
     for shards in (1, 2):
@@ -241,7 +241,7 @@ def reference_rows(data: dict[str, Any], colors: list[str], levels: list[int]) -
     ]
 
 
-async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> None:
+async def test_filters_paging_count_and_get(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(dynamic=True), shards_num=2, consistency_level="Strong")
     n = 600
@@ -326,7 +326,7 @@ async def test_filters_paging_count_and_get(client: Client, querynode: Any) -> N
 
 
 async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served(
-    client: Client, querynode: Any
+    client: InProcessClient, querynode: Any
 ) -> None:
     """The querynode has served the collection (its meta is cached) before the partition exists: a
     request naming the partition reloads its meta instead of answering PartitionNotFound."""
@@ -356,7 +356,7 @@ async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served
 # ---------------------------------------------------------------------------- bad inputs
 
 
-async def test_bad_inputs_are_rejected_and_change_nothing(client: Client, querynode: Any) -> None:
+async def test_bad_inputs_are_rejected_and_change_nothing(client: InProcessClient, querynode: Any) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(auto_id=True), shards_num=2, consistency_level="Strong")
     await client.create_partition(coll, "p1")
@@ -518,7 +518,7 @@ async def _plain_roundtrip(
 
 
 async def test_plain_kafka_request_is_answered_on_dq_result(
-    client: Client, querynode: Any, module_config: OspreyConfig
+    client: InProcessClient, querynode: Any, module_config: OspreyConfig
 ) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(), shards_num=2)
@@ -580,7 +580,9 @@ async def test_plain_kafka_request_is_answered_on_dq_result(
     assert len(results) == 1 and results[0].vchannel == "" and results[0].code == CollectionNotFound.code
 
 
-async def test_topic_path_equals_direct_path(client: Client, querynode: Any, module_config: OspreyConfig) -> None:
+async def test_topic_path_equals_direct_path(
+    client: InProcessClient, querynode: Any, module_config: OspreyConfig
+) -> None:
     coll = name()
     await client.create_collection(coll, vec_schema(dynamic=True), shards_num=2, consistency_level="Strong")
     data = random_rows(400, seed=51)
@@ -598,7 +600,7 @@ async def test_topic_path_equals_direct_path(client: Client, querynode: Any, mod
     await wait_served(client, coll, 400)
     queries = np.random.default_rng(52).standard_normal((5, DIM)).astype(np.float32)
     topic_config = module_config.model_copy(update={"dq_path": "topic"})
-    async with Client(topic_config) as via_topic:
+    async with InProcessClient(topic_config) as via_topic:
         assert via_topic.health()["dq_router"]["path"] == "topic"
         for kwargs in (
             {"limit": 10},

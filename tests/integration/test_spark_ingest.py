@@ -31,7 +31,7 @@ import pytest
 from agents.ports import wait_for_port
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
@@ -88,7 +88,7 @@ def run(coro: Any) -> Any:
 
 
 async def _with_client(config: OspreyConfig, action: Any) -> Any:
-    async with Client(config) as client:
+    async with InProcessClient(config) as client:
         return await action(client)
 
 

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from frontends.embedded.stack import WorkerProcess
-from frontends.inprocess import Client
+from frontends.inprocess import InProcessClient
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, DmlEvent, InsertEvent, ProxyTimeTick, TimeTickEvent
@@ -103,7 +103,7 @@ EVERYWHERE = "ticks_everywhere"
 @pytest.fixture
 async def every_pchannel_in_use(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
     """Ticks go to the pchannels in use only: one collection with a shard on every dml partition."""
-    async with Client(module_config) as client:
+    async with InProcessClient(module_config) as client:
         if not await client.has_collection(EVERYWHERE):
             await client.create_collection(EVERYWHERE, schema(), shards_num=module_config.dml_partitions)
         pchannels = (await client.describe_collection(EVERYWHERE)).info.pchannels
@@ -208,7 +208,7 @@ async def test_ticks_follow_the_min_of_live_proxies_and_hold_unreported_pchannel
 
 
 async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
-    client: Client, module_config: OspreyConfig, dml_ticks: DmlTicks
+    client: InProcessClient, module_config: OspreyConfig, dml_ticks: DmlTicks
 ) -> None:
     coll = name()
     await client.create_collection(coll, schema(), shards_num=2)
