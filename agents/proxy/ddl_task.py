@@ -20,7 +20,7 @@ from schemas.validation import invalid_from_validation_error
 from state.meta.ddl_rules import plan
 
 if TYPE_CHECKING:
-    from agents.proxy.proxy import Proxy
+    from agents.proxy.interfaces import DdlHost
 
 
 async def _no_id() -> int:
@@ -28,9 +28,9 @@ async def _no_id() -> int:
 
 
 class DdlTask(Task[ddl.DdlReply]):
-    def __init__(self, proxy: Proxy, kind: type[ddl.DdlEvent], fields: dict[str, Any]) -> None:
+    def __init__(self, host: DdlHost, kind: type[ddl.DdlEvent], fields: dict[str, Any]) -> None:
         super().__init__()
-        self.proxy = proxy
+        self.host = host
         self.kind = kind
         self.fields = fields
         self.name = kind.__name__
@@ -40,23 +40,23 @@ class DdlTask(Task[ddl.DdlReply]):
     async def pre_execute(self) -> None:
         try:
             self.event = self.kind.model_validate(
-                {"request_id": self.request_id, "proxy_id": self.proxy.proxy_id, "ts": self.ts, **self.fields}
+                {"request_id": self.request_id, "proxy_id": self.host.proxy_id, "ts": self.ts, **self.fields}
             )
         except ValidationError as exc:
             raise invalid_from_validation_error(exc) from None
         if not self.event.is_read:
             try:
-                await plan(self.event, await self.proxy.cache.view(), _no_id, self.proxy.topics)
+                await plan(self.event, await self.host.cache.view(), _no_id, self.host.topics)
             except OspreyError:  # refuse only on fresh meta, never on a stale cache entry
-                await plan(self.event, await self.proxy.cache.refresh(), _no_id, self.proxy.topics)
+                await plan(self.event, await self.host.cache.refresh(), _no_id, self.host.topics)
 
     async def execute(self) -> None:
         assert self.event is not None
-        self.reply = await self.proxy.publish_and_wait(self.event)
+        self.reply = await self.host.publish_and_wait(self.event)
 
     async def post_execute(self) -> None:
         assert self.reply is not None
-        self.proxy.cache.invalidate_ids(self.reply.invalidate)
+        self.host.cache.invalidate_ids(self.reply.invalidate)
         if not self.reply.ok:
             raise from_status(self.reply.code, self.reply.reason)
         self.result = self.reply

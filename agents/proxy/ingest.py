@@ -3,7 +3,7 @@
 The chunk names its collection and partition by id (resolved once, when the writer opened the
 stream, :func:`open_target`). PreExecute checks the chunk's Arrow schema, then every row
 (:mod:`agents.proxy.arrow_checks`); the good rows go through exactly the insert path
-(:class:`~agents.proxy.insert.InsertTask`: the same column checks, auto ids, routing, events),
+(an :class:`~agents.proxy.insert.InsertPipeline`: the same column checks, auto ids, routing, events),
 with the chunk's identity as the events' identity prefix, so a chunk sent again is skipped by the
 delegators. Each bad row becomes a :class:`~schemas.ingest.DeadLetter` on the ``dead-letter``
 topic, published and acknowledged with the events. The reply counts rows, written and rejected.
@@ -11,24 +11,26 @@ topic, published and acknowledged with the events. The reply counts rows, writte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents.proxy.arrow_checks import check_arrow_schema, read_ipc, read_ipc_schema, row_ipc, split_rows
-from agents.proxy.insert import InsertTask
+from agents.proxy.insert import InsertPipeline
 from agents.proxy.insert_checks import columns_of
+from agents.proxy.interfaces import InsertHost
+from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.errors import PartitionNotFound
 from schemas.ingest import DeadLetter, IngestChunk, IngestChunkReply, IngestOpen, IngestTarget
 from schemas.meta import DEFAULT_PARTITION_NAME
+from state.meta.idalloc import IdAllocator
+from state.meta.meta_cache import MetaCache
+from state.meta.tso import TimestampOracle
 
-if TYPE_CHECKING:
-    from agents.proxy.proxy import Proxy
 
-
-async def open_target(proxy: Proxy, request: IngestOpen) -> IngestTarget:
+async def open_target(cache: MetaCache, request: IngestOpen) -> IngestTarget:
     """Resolve the collection (name or alias) and partition to ids and check the writer's Arrow
     schema against the collection: InvalidParameter naming the field before any row is sent."""
-    desc = await proxy.cache.get(request.collection_name)
+    desc = await cache.get(request.collection_name)
     name = request.partition_name or DEFAULT_PARTITION_NAME
     part = next((p for p in desc.partitions if p.partition_name == name), None)
     if part is None:
@@ -43,59 +45,74 @@ async def open_target(proxy: Proxy, request: IngestOpen) -> IngestTarget:
     )
 
 
-class IngestTask(InsertTask):
+class IngestTask(Task[IngestChunkReply]):
+    """One writer chunk: the Arrow checks split good rows from bad ones; the good rows go through
+    an :class:`InsertPipeline` under the chunk's identity, the bad ones to the dead-letter topic."""
+
     name = "Ingest"
 
-    def __init__(self, proxy: Proxy, chunk: IngestChunk) -> None:
-        super().__init__(proxy, "", None)
+    def __init__(self, host: InsertHost, chunk: IngestChunk) -> None:
+        super().__init__()
+        self.host = host
         self.chunk = chunk
-        self.identity = chunk.identity
-        self.replayable = True
-        self.groups: list[Any] = []  # stays empty when every row of the chunk is refused
-        self.row_bytes = 1
+        self.pipeline: InsertPipeline | None = None
+
+    async def on_enqueue(self, ids: IdAllocator, tso: TimestampOracle) -> None:
+        """Only the request id here: the timestamp is taken when the task enters its pchannels."""
+        self.request_id = await ids.alloc()
 
     async def pre_execute(self) -> None:
-        desc = await self.proxy.cache.get_by_id(self.chunk.collection_id)
-        self.info = desc.info
-        self.collection_name = desc.info.collection_name
+        desc = await self.host.cache.get_by_id(self.chunk.collection_id)
         part = next((p for p in desc.partitions if p.partition_id == self.chunk.partition_id), None)
         if part is None:
             raise PartitionNotFound(
-                f"partition not found[collection={self.collection_name}][partition_id={self.chunk.partition_id}]"
+                f"partition not found[collection={desc.info.collection_name}][partition_id={self.chunk.partition_id}]"
             )
-        self.partition_id = part.partition_id
-        schema = self.info.collection_schema
+        schema = desc.info.collection_schema
         self.table = read_ipc(self.chunk.arrow)
         check_arrow_schema(self.table.schema, schema)
         self.split = split_rows(self.table, schema)
+        self.pipeline = InsertPipeline(
+            self.host, desc.info, part.partition_id, self.request_id, self.chunk.identity, replayable=True
+        )
         if len(self.split.good):
-            self.columns, self.n = columns_of(self.split.columns, schema)
-            await self.route()
+            await self.pipeline.route(*columns_of(self.split.columns, schema))
 
-    async def publish_more(self) -> list[Any]:
+    async def execute(self) -> None:
+        assert self.pipeline is not None
+        self.ts = await self.pipeline.publish(self._dead_letters)
+
+    async def _dead_letters(self, ts: int) -> list[Any]:
+        """Publish one DeadLetter per refused row (stamped ``ts``); their acknowledgements."""
+        assert self.pipeline is not None
         sends = []
         for reject in self.split.rejects:
             letter = DeadLetter(
-                identity=f"{self.identity}:{reject.row}",
-                chunk_identity=self.identity,
+                identity=f"{self.chunk.identity}:{reject.row}",
+                chunk_identity=self.chunk.identity,
                 row=reject.row,
                 origin=self.chunk.origin,
-                collection_id=self.info.collection_id,
-                partition_id=self.partition_id,
-                ts=self.ts,
+                collection_id=self.pipeline.info.collection_id,
+                partition_id=self.pipeline.partition_id,
+                ts=ts,
                 field=reject.field,
                 rule=reject.rule,
                 reason=reject.reason,
                 values_arrow=row_ipc(self.table, reject.row),
             )
             sends.append(
-                await self.proxy.producer.send(
-                    self.proxy.topics.dead_letter, encode(letter), key=letter.identity.encode()
+                await self.host.producer.send(
+                    self.host.topics.dead_letter, encode(letter), key=letter.identity.encode()
                 )
             )
         return sends
 
     async def post_execute(self) -> None:
+        assert self.pipeline is not None
         self.result = IngestChunkReply(
-            identity=self.identity, rows=self.split.rows, written=self.n, rejected=len(self.split.rejects), ts=self.ts
+            identity=self.chunk.identity,
+            rows=self.split.rows,
+            written=self.pipeline.n,
+            rejected=len(self.split.rejects),
+            ts=self.ts,
         )

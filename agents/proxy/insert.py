@@ -17,27 +17,30 @@ identity prefix (``<namespace>:ingest:pk:<prefix>``) so a repeat routes its rows
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from agents.proxy.insert_checks import columns_of
+from agents.proxy.interfaces import InsertHost
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent
 from schemas.errors import InvalidParameter, PartitionNotFound
-from schemas.meta import DEFAULT_PARTITION_NAME
+from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
+from state.meta.idalloc import IdAllocator
 from state.meta.segment_alloc import max_rows_of
+from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_partition
 from streams.hashing import shard_of
-
-if TYPE_CHECKING:
-    from agents.proxy.proxy import Proxy
 
 EVENT_FILL = 0.9  # events are cut at 90% of MAX_EVENT_BYTES: room for the header
 PK_ID_BATCH = 100_000
 AUTO_ID_MEMORY_S = 7 * 24 * 3600  # how long the auto ids of an identity prefix are remembered
+
+PublishMore = Callable[[int], Awaitable[list[Any]]]  # (ts) -> acknowledgements of extra records
 
 
 @dataclass(frozen=True)
@@ -47,38 +50,39 @@ class InsertResult:
     timestamp: int
 
 
-class InsertTask(Task[InsertResult]):
-    name = "Insert"
+class InsertPipeline:
+    """The insert path after the checks, shared by :class:`InsertTask` and the ingest path (which
+    compose it): auto ids, routing rows to shards, cutting them into events, publishing.
 
-    def __init__(self, proxy: Proxy, collection_name: str, data: Any, partition_name: str = "") -> None:
-        super().__init__()
-        self.proxy = proxy
-        self.collection_name = collection_name
-        self.data = data
-        self.partition_name = partition_name or DEFAULT_PARTITION_NAME
-        self.identity = ""  # the events' identity prefix; set by on_enqueue unless a caller gives one
-        self.replayable = False  # True when the caller's identity may come again with the same rows
+    ``route`` takes checked columns; ``publish`` stamps the request as it enters the pchannels'
+    in-flight statistics, publishes every event (and the caller's ``more`` records) and returns
+    the timestamp once the broker acknowledged all of them.
+    """
+
+    def __init__(
+        self,
+        host: InsertHost,
+        info: CollectionInfo,
+        partition_id: int,
+        request_id: int,
+        identity: str,
+        replayable: bool = False,
+    ) -> None:
+        self.host = host
+        self.info = info
+        self.partition_id = partition_id
+        self.request_id = request_id
+        self.identity = identity  # the events' identity prefix
+        self.replayable = replayable  # True when the identity may come again with the same rows
+        self.columns: dict[str, Any] = {}
         self.n = 0
+        self.groups: list[tuple[int, np.ndarray]] = []  # stays empty when there is no row
+        self.row_bytes = 1
+        self.ts = 0
 
-    async def on_enqueue(self, ids: Any, tso: Any) -> None:
-        """Only the request id here: the timestamp is taken when the task enters its pchannels."""
-        self.request_id = await ids.alloc()
-        self.identity = self.identity or f"{self.proxy.proxy_id}:{self.request_id}"
-
-    async def pre_execute(self) -> None:
-        desc = await self.proxy.cache.get(self.collection_name)
-        self.info = desc.info
-        part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
-        if part is None:
-            raise PartitionNotFound(
-                f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
-            )
-        self.partition_id = part.partition_id
-        self.columns, self.n = columns_of(self.data, self.info.collection_schema)
-        await self.route()
-
-    async def route(self) -> None:
+    async def route(self, columns: dict[str, Any], n: int) -> None:
         """Auto ids (if the schema has them), then rows grouped by shard (hash of the PK)."""
+        self.columns, self.n = columns, n
         schema = self.info.collection_schema
         pk = schema.primary_field
         if pk.auto_id:
@@ -94,16 +98,16 @@ class InsertTask(Task[InsertResult]):
         self.row_bytes = _row_bytes(self.columns, self.n)
 
     async def auto_ids(self, n: int) -> int:
-        """The first of ``n`` new auto ids; for a caller-given identity prefix, the same ids every
+        """The first of ``n`` new auto ids; for a replayable identity prefix, the same ids every
         time it is sent (remembered in Redis for ``AUTO_ID_MEMORY_S``)."""
-        first = await self.proxy.pk_ids.alloc(n)
+        first = await self.host.pk_ids.alloc(n)
         if not self.replayable:
             return first
-        key = f"{self.proxy.config.cluster}:ingest:pk:{self.identity}"
+        key = f"{self.host.config.cluster}:ingest:pk:{self.identity}"
         mine = f"{first}:{n}"
-        if await self.proxy.redis.set(key, mine, nx=True, ex=AUTO_ID_MEMORY_S):
+        if await self.host.redis.set(key, mine, nx=True, ex=AUTO_ID_MEMORY_S):
             return first
-        kept = (await self.proxy.redis.get(key) or b"").decode()
+        kept = (await self.host.redis.get(key) or b"").decode()
         kept_first, _, kept_n = kept.partition(":")
         if kept_n != str(n):
             raise InvalidParameter(
@@ -111,9 +115,11 @@ class InsertTask(Task[InsertResult]):
             )
         return int(kept_first)
 
-    async def execute(self) -> None:
+    async def publish(self, more: PublishMore | None = None) -> int:
+        """Publish the events (and ``more(ts)``'s records); the timestamp, once all are acknowledged."""
+        host = self.host
         pchannels = sorted({self.info.pchannels[s] for s, _ in self.groups})
-        stats = self.proxy.dm_stats
+        stats = host.dm_stats
         self.ts = await stats.enter(pchannels)
         try:
             sends = []
@@ -124,25 +130,21 @@ class InsertTask(Task[InsertResult]):
                 vchannel, pchannel = self.info.vchannels[shard], self.info.pchannels[shard]
                 for lo in range(0, len(rows), rows_per_event):
                     part = rows[lo : lo + rows_per_event]
-                    segment_id = await self.proxy.quotas.take_whole(
+                    segment_id = await host.quotas.take_whole(
                         self.info.collection_id, self.partition_id, vchannel, len(part), max_rows
                     )
                     event = self._event(chunk, segment_id, vchannel, part)
                     chunk += 1
                     sends.append(
-                        await self.proxy.producer.send(
-                            self.proxy.topics.dml, encode(event), partition=pchannel_partition(pchannel)
-                        )
+                        await host.producer.send(host.topics.dml, encode(event), partition=pchannel_partition(pchannel))
                     )
-            sends.extend(await self.publish_more())
+            if more is not None:
+                sends.extend(await more(self.ts))
             for ack in sends:
                 await ack
         finally:
             stats.leave(pchannels, self.ts)
-
-    async def publish_more(self) -> list[Any]:
-        """Hook: other records to publish with the events (their acknowledgements are awaited too)."""
-        return []
+        return self.ts
 
     def _event(self, chunk: int, segment_id: int, vchannel: str, rows: np.ndarray) -> InsertEvent:
         columns = []
@@ -153,7 +155,7 @@ class InsertTask(Task[InsertResult]):
         return InsertEvent(
             identity=f"{self.identity}:{chunk}",
             request_id=self.request_id,
-            proxy_id=self.proxy.proxy_id,
+            proxy_id=self.host.proxy_id,
             ts=self.ts,
             collection_id=self.info.collection_id,
             partition_id=self.partition_id,
@@ -163,10 +165,48 @@ class InsertTask(Task[InsertResult]):
             columns=columns,
         )
 
-    async def post_execute(self) -> None:
+    def primary_keys(self) -> list[Any]:
         pks = self.columns[self.info.collection_schema.primary_field.name]
-        keys = pks.tolist() if isinstance(pks, np.ndarray) else list(pks)
-        self.result = InsertResult(primary_keys=keys, insert_count=self.n, timestamp=self.ts)
+        return pks.tolist() if isinstance(pks, np.ndarray) else list(pks)
+
+
+class InsertTask(Task[InsertResult]):
+    """One client insert: resolve the collection, check the rows, then the :class:`InsertPipeline`."""
+
+    name = "Insert"
+
+    def __init__(self, host: InsertHost, collection_name: str, data: Any, partition_name: str = "") -> None:
+        super().__init__()
+        self.host = host
+        self.collection_name = collection_name
+        self.data = data
+        self.partition_name = partition_name or DEFAULT_PARTITION_NAME
+        self.pipeline: InsertPipeline | None = None
+
+    async def on_enqueue(self, ids: IdAllocator, tso: TimestampOracle) -> None:
+        """Only the request id here: the timestamp is taken when the task enters its pchannels."""
+        self.request_id = await ids.alloc()
+
+    async def pre_execute(self) -> None:
+        desc = await self.host.cache.get(self.collection_name)
+        part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
+        if part is None:
+            raise PartitionNotFound(
+                f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
+            )
+        identity = f"{self.host.proxy_id}:{self.request_id}"
+        self.pipeline = InsertPipeline(self.host, desc.info, part.partition_id, self.request_id, identity)
+        await self.pipeline.route(*columns_of(self.data, desc.info.collection_schema))
+
+    async def execute(self) -> None:
+        assert self.pipeline is not None
+        self.ts = await self.pipeline.publish()
+
+    async def post_execute(self) -> None:
+        assert self.pipeline is not None
+        self.result = InsertResult(
+            primary_keys=self.pipeline.primary_keys(), insert_count=self.pipeline.n, timestamp=self.ts
+        )
 
 
 def _row_bytes(columns: dict[str, Any], n: int) -> int:

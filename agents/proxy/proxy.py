@@ -120,7 +120,7 @@ class Proxy:
         self.shard_owners = ShardOwners(self.redis, ns)
         self.direct = DirectPool()
         self._closers.insert(0, self.direct.close)
-        self.dq_router = DqRouter(self)
+        self.dq_router = DqRouter(config, self.topics, self.producer, self.shard_owners, self.direct, self.proxy_id)
         self.status_board = StatusBoard(self.redis, ns)
         self.ingest_log = IngestLog(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
@@ -164,7 +164,7 @@ class Proxy:
 
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
         """Resolve a stream writer's collection and check its Arrow schema (see agents/proxy/ingest.py)."""
-        return await open_target(self, request)
+        return await open_target(self.cache, request)
 
     async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
         """Run one writer chunk through the dm queue: good rows inserted under the chunk's

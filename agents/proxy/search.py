@@ -24,18 +24,21 @@ import numpy as np
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
+from schemas.config import OspreyConfig
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import InvalidParameter, OspreyError, PartitionNotFound, RequestTimeout, from_status
 from schemas.meta import CollectionInfo
-from state.meta.shard_owners import ShardOwner
+from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.readpath.consistency import guarantee_ts
 from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.readpath.search_hits import hits_of
+from streams.direct import DirectPool
+from streams.topics import Topics
 
 if TYPE_CHECKING:
-    from agents.proxy.proxy import Proxy
+    from agents.proxy.interfaces import ReadHost
 
 __all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"]
 
@@ -97,19 +100,32 @@ class _Collector:
 class DqRouter:
     """Gets one result per vchannel of a request, by the configured path (``dq_path``)."""
 
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
+    def __init__(
+        self,
+        config: OspreyConfig,
+        topics: Topics,
+        producer: Any,
+        shard_owners: ShardOwners,
+        direct: DirectPool,
+        proxy_id: int,
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.producer = producer  # aiokafka's AIOKafkaProducer, started by the proxy
+        self.shard_owners = shard_owners
+        self.direct = direct
+        self.proxy_id = proxy_id
         self._owners: dict[str, ShardOwner] = {}
         self._owners_at = float("-inf")
         self._collectors: dict[int, _Collector] = {}
 
     @property
     def origin(self) -> str:
-        return f"proxy-{self.proxy.proxy_id}"
+        return f"proxy-{self.proxy_id}"
 
     async def run(self, request: SearchRequest | QueryRequest, info: CollectionInfo) -> list[Result]:
         deadline = time.monotonic() + request.timeout_ms / 1000 + ROUTER_SLACK_S
-        if self.proxy.config.dq_path == "topic":
+        if self.config.dq_path == "topic":
             results = await self._via_topic(request, info, deadline)
         else:
             results = await self._direct(request, info, deadline)
@@ -119,7 +135,7 @@ class DqRouter:
 
     async def _owner_map(self, refresh: bool) -> dict[str, ShardOwner]:
         if refresh or time.monotonic() - self._owners_at > OWNERS_TTL_S:
-            self._owners = await self.proxy.shard_owners.owners()
+            self._owners = await self.shard_owners.owners()
             self._owners_at = time.monotonic()
         return self._owners
 
@@ -166,7 +182,7 @@ class DqRouter:
         return results
 
     async def _call(self, address: str, request: SearchRequest | QueryRequest, deadline: float) -> list[Result]:
-        client = await self.proxy.direct.get(address)
+        client = await self.direct.get(address)
         batch = await client.call(request, max(0.001, deadline - time.monotonic()))
         return list(batch.results)
 
@@ -191,7 +207,7 @@ class DqRouter:
                 if left <= 0:
                     missing = sorted(collector.expected - set(collector.results))
                     raise RequestTimeout(
-                        f"no result on {self.proxy.topics.dq_result} for vchannels {missing} of "
+                        f"no result on {self.topics.dq_result} for vchannels {missing} of "
                         f"collection {info.collection_name} (request_id={request.request_id}); "
                         "is a querynode running? see ./osprey status"
                     )
@@ -215,7 +231,7 @@ class DqRouter:
         return collector.results
 
     async def _publish(self, request: SearchRequest | QueryRequest) -> None:
-        await self.proxy.producer.send_and_wait(self.proxy.topics.dq_request, encode(request), key=self.origin.encode())
+        await self.producer.send_and_wait(self.topics.dq_request, encode(request), key=self.origin.encode())
 
     def on_result(self, result: Result) -> None:
         """A result read from dq-result (the proxy's router calls this)."""
@@ -225,7 +241,7 @@ class DqRouter:
                 collector.add(result)
 
     def health(self) -> dict[str, Any]:
-        return {"path": self.proxy.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
+        return {"path": self.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
 
 
 def _raise_errors(results: Sequence[Result]) -> None:
@@ -263,14 +279,14 @@ class _ReadTask(Task[Any]):
 
     def __init__(
         self,
-        proxy: Proxy,
+        host: ReadHost,
         collection_name: str,
         consistency_level: Any,
         guarantee_timestamp: int | None,
         timeout: float | None,
     ) -> None:
         super().__init__()
-        self.proxy = proxy
+        self.host = host
         self.collection_name = collection_name
         self.level = parse_level(consistency_level)
         if guarantee_timestamp is not None and (
@@ -278,7 +294,7 @@ class _ReadTask(Task[Any]):
         ):
             raise InvalidParameter("guarantee_timestamp", "must be an integer >= 0", guarantee_timestamp)
         self.given_guarantee = guarantee_timestamp
-        self.timeout_ms = _timeout_ms(timeout, proxy.config.search_timeout_s)
+        self.timeout_ms = _timeout_ms(timeout, host.config.search_timeout_s)
 
     async def on_enqueue(self, ids: Any, tso: Any) -> None:
         """Only the request id: the timestamp depends on the consistency level (``_resolve``)."""
@@ -288,30 +304,30 @@ class _ReadTask(Task[Any]):
         """The collection (resolved once, by id from here on), and the request's timestamp: a fresh
         TSO timestamp for Strong (it must follow every acknowledged write); otherwise the proxy's
         estimate of now, which costs no round trip and only feeds Bounded's "now - graceful time"."""
-        info = (await self.proxy.cache.get(self.collection_name)).info
+        info = (await self.host.cache.get(self.collection_name)).info
         if self.given_guarantee is None and (self.level or info.consistency_level) is ConsistencyLevel.Strong:
-            self.ts = await self.proxy.tso.now()
-            self.proxy.request_tick()
+            self.ts = await self.host.tso.now()
+            self.host.request_tick()
         else:
-            self.ts = self.proxy.approx_now()
+            self.ts = self.host.approx_now()
         return info
 
     def _guarantee(self, info: CollectionInfo) -> int:
         if self.given_guarantee is not None:
             return self.given_guarantee
         level = self.level or info.consistency_level
-        return guarantee_ts(level, self.ts, self.proxy.config.graceful_time_ms, self.proxy.last_write_ts)
+        return guarantee_ts(level, self.ts, self.host.config.graceful_time_ms, self.host.last_write_ts)
 
     async def _check(self, request: SearchRequest | QueryRequest) -> Prepared:
         """The request checked against the cached meta; a partition the cache does not know may
         have been created (by another proxy) after it was loaded: reloaded once, checked again."""
         try:
-            return prepare(request, await self.proxy.cache.view())
+            return prepare(request, await self.host.cache.view())
         except PartitionNotFound:
-            return prepare(request, await self.proxy.cache.refresh())
+            return prepare(request, await self.host.cache.refresh())
 
     async def execute(self) -> None:
-        self.results = await self.proxy.dq_router.run(self.prepared.request, self.prepared.info)
+        self.results = await self.host.dq_router.run(self.prepared.request, self.prepared.info)
         _raise_errors(self.results)
 
 
@@ -320,7 +336,7 @@ class SearchTask(_ReadTask):
 
     def __init__(
         self,
-        proxy: Proxy,
+        host: ReadHost,
         collection_name: str,
         data: Any,
         limit: int,
@@ -333,7 +349,7 @@ class SearchTask(_ReadTask):
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
+        super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.queries = query_vectors(data)
         params = dict(search_params or {})
         self.metric = params.pop("metric_type", "L2")
@@ -415,7 +431,7 @@ class QueryTask(_ReadTask):
 
     def __init__(
         self,
-        proxy: Proxy,
+        host: ReadHost,
         collection_name: str,
         filter: str = "",
         output_fields: Sequence[str] | None = None,
@@ -427,7 +443,7 @@ class QueryTask(_ReadTask):
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        super().__init__(proxy, collection_name, consistency_level, guarantee_timestamp, timeout)
+        super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.filter = filter or ""
         self.output_fields = list(output_fields or [])
         self.limit = limit

@@ -208,7 +208,7 @@ async def test_a_proxy_reloads_its_meta_once_for_a_partition_created_by_another_
     store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
     store.add_partition(11, "_default")
     cache = MetaCache(store)  # type: ignore[arg-type]
-    task = SimpleNamespace(proxy=SimpleNamespace(cache=cache))
+    task = SimpleNamespace(host=SimpleNamespace(cache=cache))
     assert (await _ReadTask._check(task, search())).partition_ids is None  # type: ignore[arg-type]  # all
     store.add_partition(12, "p1")  # another proxy created it; this one has not seen the dd event yet
     prepared = await _ReadTask._check(task, search(partition_names=["p1"]))  # type: ignore[arg-type]
