@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,6 @@ from schemas.config import OspreyConfig
 # partitions: Kafka's smallest allowed value (group.min.session.timeout.ms = 6 s by default).
 SESSION_TIMEOUT_S = 6.0
 HEARTBEAT_INTERVAL_S = 2.0
-# Bytes one fetch returns per partition (Faust's default is 1 MiB: one ~1 MB insert event per
-# round trip to the broker while a querynode replays or takes a bulk load).
-CONSUMER_MAX_FETCH_BYTES = 8 * 1024 * 1024
 
 
 def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
@@ -37,7 +33,7 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
         consumer_auto_offset_reset="earliest",
-        consumer_max_fetch_size=CONSUMER_MAX_FETCH_BYTES,
+        consumer_max_fetch_size=config.consumer_max_fetch_bytes,  # Faust's 1 MiB = one event per fetch
         producer_acks=-1,
         topic_allow_declare=False,
         **settings,
@@ -54,9 +50,9 @@ DEPENDENCY_WAIT_S = 60.0  # how long a worker waits for the broker and Redis to 
 
 def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
     """A worker process's main: the ``OSPREY_*`` config, wait for the broker and Redis, run the
-    app ``create_app`` builds (log level from ``OSPREY_LOG_LEVEL``)."""
+    app ``create_app`` builds (log level from ``config.log_level``)."""
 
     config = OspreyConfig.from_env()
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
-    run_worker(create_app(config), loglevel=os.environ.get("OSPREY_LOG_LEVEL", "info"))
+    run_worker(create_app(config), loglevel=config.log_level.lower())

@@ -1,31 +1,109 @@
-"""The lifecycle every long-running Osprey component shares: start, stop, health."""
+"""The lifecycle every long-running Osprey component shares: start, stop, health.
+
+A :class:`Service` builds its resources in :meth:`Service.on_start` and hands each one's closing to
+:meth:`Service.on_close` (an ``AsyncExitStack``: closed in reverse order of registration, each
+close logged and skipped past if it fails, so one broken client never keeps another open). Its
+background loops run as tasks started by :meth:`Service.spawn`; ``stop`` first runs
+:meth:`Service.on_stop` (to let loops drain), then cancels the loops and waits for them, then
+closes the resources.
+
+Why not ``asyncio.TaskGroup``: a task group cancels the task that entered it when a child fails,
+and a service is entered by whoever called ``start`` (a Faust agent, a request handler), which
+must not be cancelled by a loop of the service. The loop set here is the equivalent for a
+start/stop lifetime: a loop that dies is logged and shows in ``health``; cancellation of the
+caller of ``start`` or ``stop`` is never swallowed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 
-@runtime_checkable
-class Service(Protocol):
-    """A long-running component. ``start`` returns once it is ready; ``stop`` is safe to call twice."""
+class Service:
+    """A long-running component. ``start`` returns once it is ready (concurrent callers wait for
+    the first; a second call is a no-op); a failed start undoes what it built; ``stop`` is safe to
+    call twice and before ``start``."""
 
-    async def start(self) -> None: ...
+    service_name = "service"
 
-    async def stop(self) -> None: ...
+    def __init__(self) -> None:
+        self._resources = AsyncExitStack()
+        self._loops: set[asyncio.Task[Any]] = set()
+        self._dead_loops: list[str] = []
+        self._lifecycle = asyncio.Lock()
+        self.started = False
+
+    # -- what subclasses implement
+    async def on_start(self) -> None:
+        """Build resources (register each with :meth:`on_close`) and start loops (:meth:`spawn`)."""
+
+    async def on_stop(self) -> None:
+        """Before the loops are cancelled: ask them to finish (set an event, flush)."""
 
     def health(self) -> dict[str, Any]:
-        """A JSON-able snapshot of the component's state for ``./osprey status``."""
-        ...
+        """A JSON-able snapshot of the component's state for ``osprey status``."""
+        return {"started": self.started, "dead_loops": list(self._dead_loops)}
 
+    # -- what subclasses call
+    def on_close(self, close: Callable[[], Awaitable[Any]], what: str) -> None:
+        """Run ``close`` on stop, before everything registered earlier."""
+        self._resources.push_async_callback(self._close_logged, close, what)
 
-async def close_all(closers: list[Callable[[], Awaitable[Any]]], log: logging.Logger, what: str) -> None:
-    """Await every closer in order, then empty the list; a failing one is logged (naming
-    ``what``) and the rest still run, so one broken client never keeps another open."""
-    for close in closers:
+    def spawn(self, loop: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run ``loop`` until it returns or stop cancels it."""
+        task = asyncio.create_task(loop, name=name)
+        self._loops.add(task)
+        task.add_done_callback(self._loop_done)
+        return task
+
+    # -- the lifecycle
+    async def start(self) -> None:
+        async with self._lifecycle:
+            if self.started:
+                return
+            try:
+                await self.on_start()
+            except BaseException:
+                await self._teardown()
+                raise
+            self.started = True
+
+    async def stop(self) -> None:
+        async with self._lifecycle:
+            try:
+                await self.on_stop()
+            finally:
+                await self._teardown()
+                self.started = False
+
+    async def _teardown(self) -> None:
+        loops = list(self._loops)
+        for task in loops:
+            task.cancel()
+        try:
+            if loops:
+                await asyncio.wait(loops)  # never raises the loops' errors; our own cancellation propagates
+        finally:
+            resources, self._resources = self._resources, AsyncExitStack()
+            await resources.aclose()
+
+    def _loop_done(self, task: asyncio.Task[Any]) -> None:
+        self._loops.discard(task)
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is not None:
+            self._dead_loops.append(f"{task.get_name()}: {err!r}")
+            log.error("%s: loop %s died", self.service_name, task.get_name(), exc_info=err)
+
+    async def _close_logged(self, close: Callable[[], Awaitable[Any]], what: str) -> None:
         try:
             await close()
-        except Exception:  # stopping goes on through every closer
-            log.exception("%s: error while stopping", what)
-    closers.clear()
+        except Exception:  # stopping goes on through every resource
+            log.exception("%s: error while closing %s", self.service_name, what)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Awaitable
 
@@ -60,7 +59,7 @@ def main(config: OspreyConfig | None = None) -> None:
     """Run the proxy process with ``config`` (default: the ``OSPREY_*`` environment); blocks."""
     config = config or OspreyConfig.from_env()
     logging.basicConfig(
-        level=os.environ.get("OSPREY_LOG_LEVEL", "info").upper(),
+        level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")

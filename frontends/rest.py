@@ -13,6 +13,20 @@ always HTTP 200 with ``{"code": 0, "data": ...}`` on success or ``{"code": <Milv
 - ``asOf`` (Osprey extension) on every read: a TSO timestamp; the meta as it was then, 0 = latest.
 - ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database.
 
+Osprey extensions beyond Milvus's answers, so the thin client (:mod:`frontends.client`) rebuilds
+exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys are unchanged:
+
+- ``collections/describe`` also has ``virtualChannelNames``, ``physicalChannelNames``,
+  ``partitionInfos`` (id and timestamp of each partition) and ``dynamicField`` (the hidden ``$meta``).
+- ``collections/show`` and ``partitions/show``: like ``list``, with ids and created timestamps.
+- ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
+  beside ``data`` (which stays ``{}``, as Milvus's).
+- An error whose field the REST request names differently also has ``pythonMessage``: the message
+  with the field as the Python API's keyword names it (``collection_name``, not ``collectionName``).
+- ``entities/insert`` also takes ``data`` as an object of columns (field -> list of values);
+  ``entities/query`` takes ``id`` (primary keys, as ``entities/get``); search, query and get take
+  ``timeout`` (seconds the read may wait for the shards).
+
 The endpoints are one table, :data:`ENDPOINTS`: InProcessClient method, body arguments, rendering.
 """
 
@@ -29,10 +43,10 @@ from pydantic import BaseModel, ValidationError
 
 from frontends.inprocess import InProcessClient
 from schemas.codec import decode
-from schemas.collection import DataType, FieldSchema
+from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
-from schemas.meta import AliasDescription, CollectionDescription
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +364,13 @@ def _created(collection_id: int) -> dict[str, Any]:
     return {"collectionID": collection_id}
 
 
+_collection_id = _created  # collections/drop: the dropped id, beside data
+
+
+def _partition_id(partition_id: int) -> dict[str, Any]:
+    return {"partitionID": partition_id}
+
+
 def _altered(applied: bool) -> dict[str, Any]:
     """``superseded`` (Osprey): a later AlterAlias by timestamp had already won; no effect."""
     return {"superseded": not applied}
@@ -360,9 +381,35 @@ def _type_params(f: FieldSchema) -> list[dict[str, str]]:
     return [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
 
 
+def _partition(p: PartitionInfo) -> dict[str, Any]:
+    return {
+        "partitionName": p.partition_name,
+        "partitionID": p.partition_id,
+        "collectionID": p.collection_id,
+        "createdTimestamp": p.created_ts,
+    }
+
+
+def _partitions(partitions: list[PartitionInfo]) -> list[dict[str, Any]]:
+    return [_partition(p) for p in partitions]
+
+
+def _collection_briefs(briefs: list[CollectionBrief]) -> list[dict[str, Any]]:
+    return [
+        {"collectionName": b.collection_name, "collectionID": b.collection_id, "createdTimestamp": b.created_ts}
+        for b in briefs
+    ]
+
+
+def _dynamic_field(schema: CollectionSchema) -> dict[str, Any] | None:
+    f = schema.dynamic_field
+    return None if f is None else {"name": f.name, "id": f.field_id, "description": f.description}
+
+
 def _collection(desc: CollectionDescription) -> dict[str, Any]:
     """DescribeCollection as Milvus RESTful v2 shows it (the dynamic ``$meta`` field is hidden),
-    plus ``createdTimestamp`` (TSO) and the partition names."""
+    plus ``createdTimestamp`` (TSO) and the partition names; and the Osprey extensions: channels,
+    partition details and the ``$meta`` field."""
     info, schema = desc.info, desc.info.collection_schema
     fields = [
         {
@@ -390,6 +437,10 @@ def _collection(desc: CollectionDescription) -> dict[str, Any]:
         "partitionsNum": len(desc.partitions),
         "partitions": [p.partition_name for p in desc.partitions],
         "createdTimestamp": info.created_ts,
+        "virtualChannelNames": info.vchannels,
+        "physicalChannelNames": info.pchannels,
+        "partitionInfos": _partitions(desc.partitions),
+        "dynamicField": _dynamic_field(schema),
     }
 
 
@@ -425,14 +476,19 @@ def _read_options(body: Body) -> dict[str, Any]:
         options["consistency_level"] = level
     if body.has("guaranteeTimestamp"):
         options["guarantee_timestamp"] = body.integer("guaranteeTimestamp", default=0)
+    timeout = body.raw("timeout")
+    if timeout is not None:
+        options["timeout"] = timeout  # seconds; checked by the read task
     return options
 
 
 def _parse_insert(body: Body) -> Parsed:
+    """``data``: a list of rows, or (Osprey extension) an object of columns."""
+    columns = body.raw("data")
     return Parsed(
         {
             "collection_name": body.string("collectionName"),
-            "data": _list(body, "data"),
+            "data": columns if isinstance(columns, dict) else _list(body, "data"),
             "partition_name": body.string("partitionName", default=""),
         }
     )
@@ -459,15 +515,16 @@ def _parse_search(body: Body) -> Parsed:
 
 def _parse_query(body: Body) -> Parsed:
     limit = body.integer("limit", default=-1, minimum=-1)
-    return Parsed(
-        {
-            "collection_name": body.string("collectionName"),
-            "limit": None if limit < 0 else limit,
-            "offset": body.integer("offset", default=0),
-            **_read_options(body),
-        },
-        {"output_fields": "outputFields", "expr": "filter"},
-    )
+    kwargs: dict[str, Any] = {
+        "collection_name": body.string("collectionName"),
+        "limit": None if limit < 0 else limit,
+        "offset": body.integer("offset", default=0),
+        **_read_options(body),
+    }
+    if body.has("id"):  # Osprey extension: these primary keys only (and the filter, if any)
+        ids = body.raw("id")
+        kwargs["ids"] = ids if isinstance(ids, list) else [ids]
+    return Parsed(kwargs, {"output_fields": "outputFields", "expr": "filter", "ids": "id"})
 
 
 def _parse_get(body: Body) -> Parsed:
@@ -502,12 +559,14 @@ def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class Endpoint:
     """One REST endpoint: the InProcessClient ``method`` it calls, with ``args`` read from the body (or a
-    custom ``parse``), and ``render`` turning the method's result into ``data``."""
+    custom ``parse``), ``render`` turning the method's result into ``data``, and ``beside`` (Osprey
+    extension) into keys of the answer next to ``data``, for results Milvus's ``data`` has no room for."""
 
     method: str
     args: tuple[Arg, ...] = ()
     render: Callable[[Any], Any] = _empty
     parse: Callable[[Body], Parsed] | None = None
+    beside: Callable[[Any], dict[str, Any]] | None = None
 
     def read(self, body: Body) -> Parsed:
         if self.parse is not None:
@@ -519,12 +578,14 @@ ENDPOINTS: dict[str, Endpoint] = {
     "collections/create": Endpoint("create_collection", render=_created, parse=_parse_create),
     "collections/describe": Endpoint("describe_collection", (COLLECTION, AS_OF), _collection),
     "collections/list": Endpoint("list_collections", (AS_OF,), _same),
+    "collections/show": Endpoint("show_collections", (AS_OF,), _collection_briefs),
     "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), _has),
-    "collections/drop": Endpoint("drop_collection", (COLLECTION,)),
-    "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION)),
-    "partitions/drop": Endpoint("drop_partition", (COLLECTION, PARTITION)),
+    "collections/drop": Endpoint("drop_collection", (COLLECTION,), beside=_collection_id),
+    "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION), beside=_partition_id),
+    "partitions/drop": Endpoint("drop_partition", (COLLECTION, PARTITION), beside=_partition_id),
     "partitions/has": Endpoint("has_partition", (COLLECTION, PARTITION, AS_OF), _has),
     "partitions/list": Endpoint("list_partitions", (COLLECTION, AS_OF), _same),
+    "partitions/show": Endpoint("show_partitions", (COLLECTION, AS_OF), _partitions),
     "aliases/create": Endpoint("create_alias", (ALIAS, COLLECTION)),
     "aliases/drop": Endpoint("drop_alias", (ALIAS,)),
     "aliases/alter": Endpoint("alter_alias", (ALIAS, COLLECTION), _altered),
@@ -558,7 +619,7 @@ def as_rest_error(err: InvalidParameter, overrides: Mapping[str, str] | None = N
     if renamed == err.field:
         return err
     reason = err.reason.replace(f"[field={err.field}]", f"[field={renamed}]", 1)
-    rebuilt = from_status(InvalidParameter.code, reason)
+    rebuilt = from_status(InvalidParameter.code, reason, field=renamed, rule=err.rule)
     assert isinstance(rebuilt, InvalidParameter)
     return rebuilt
 
@@ -573,8 +634,17 @@ def success(data: Any) -> dict[str, Any]:
     return {"code": 0, "data": data}
 
 
-def failure(err: OspreyError) -> dict[str, Any]:
-    return {"code": err.code, "message": err.reason}
+def failure(err: OspreyError, python: OspreyError | None = None) -> dict[str, Any]:
+    """The error answer; ``python`` (the same error as the Python API words it) adds
+    ``pythonMessage`` when its wording differs."""
+    answer: dict[str, Any] = {"code": err.code, "message": err.reason}
+    if err.field or err.rule:  # Osprey extension: the error as data (schemas.errors.ErrorStatus)
+        answer["field"], answer["rule"] = err.field, err.rule
+    if err.retriable:
+        answer["retriable"] = True
+    if python is not None and python.reason != err.reason:
+        answer["pythonMessage"] = python.reason
+    return answer
 
 
 # -- the front end
@@ -664,8 +734,12 @@ class RestFrontEnd:
             try:
                 result = await getattr(self.client, endpoint.method)(**parsed.kwargs)
             except InvalidParameter as err:
-                raise as_rest_error(err, parsed.fields) from None
-            return success(endpoint.render(result))
+                self.errors += 1
+                return failure(as_rest_error(err, parsed.fields), python=err)
+            answer = success(endpoint.render(result))
+            if endpoint.beside is not None:
+                answer.update(endpoint.beside(result))
+            return answer
         except OspreyError as err:
             self.errors += 1
             return failure(err)

@@ -30,7 +30,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         await checkpoint.load()
         view = MetaView.from_kvs(await store.load_with_prefix(META_PREFIX, 0))
         now = await tso.now()
-        ticks = {k.decode(): int(v) for k, v in (await redis.hgetall(f"{ns}:timetick")).items()}
+        raw_ticks = await redis.hgetall(f"{ns}:timetick")
+        ticks = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw_ticks.items()}
         now_ms = parse_ts(now)[0]
         board = StatusBoard(redis, ns)
         owners = await ShardOwners(redis, ns).owners()

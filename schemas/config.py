@@ -83,6 +83,27 @@ class OspreyConfig(BaseModel):
     querynode_host: str = Field(
         "127.0.0.1", description="address a query node's direct search server binds and advertises"
     )
+    querynode_max_inflight_requests: int = Field(
+        64, ge=1, le=10_000, description="searches/queries a query node answers at once (per server); more wait"
+    )
+    interim_index_rows: int = Field(
+        10_000, ge=0, description="a growing segment gets an interim HNSW index once it holds this many rows"
+    )
+    interim_index_slice_target_ms: float = Field(
+        10.0, gt=0, le=1_000, description="how long one interim-index build slice may hold a segment's index"
+    )
+    segment_quota_batch_rows: int = Field(
+        20_000, ge=1, description="segment rows a proxy reserves from Redis per (collection, partition, vchannel)"
+    )
+    shard_owners_ttl_s: float = Field(
+        1.0, gt=0, description="how long a proxy trusts its copy of the pchannel -> query node map"
+    )
+    consumer_max_fetch_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024 * 1024, description="bytes one Kafka fetch of a worker returns per partition"
+    )
+    log_level: str = Field(
+        "info", pattern=r"^(?i:debug|info|warning|error|critical)$", description="log level of every Osprey process"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OspreyConfig:

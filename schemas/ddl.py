@@ -165,7 +165,8 @@ REQUEST_TYPE: dict[str, type[DdlEvent]] = {
 
 # -- replies
 class DdlReply(BaseModel):
-    """``code`` 0 is success; otherwise ``code``/``reason`` rebuild the error (schemas.errors.from_status).
+    """``code`` 0 is success; otherwise ``code``, ``reason``, ``field`` and ``rule`` rebuild the
+    error (:func:`schemas.errors.from_status`).
 
     ``ts`` is the write's timestamp for a change, the read timestamp for a read.
     ``invalidate`` lists the collection ids whose cached meta this change made stale.
@@ -178,6 +179,8 @@ class DdlReply(BaseModel):
     ts: int = 0
     code: int = 0
     reason: str = ""
+    field: str = Field("", description="on an error about one request field: the field")
+    rule: str = Field("", description="on an error about one request field: the rule it broke")
     invalidate: list[int] = []
 
     @property

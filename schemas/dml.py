@@ -70,7 +70,10 @@ class Column(_Event):
         if self.data is None:
             return np.array(self.texts, dtype=object)
         values = np.frombuffer(self.data, dtype=NUMPY_DTYPE[self.dtype])
-        return values.reshape(-1, self.dim) if self.dtype == DataType.FLOAT_VECTOR else values
+        if self.dtype != DataType.FLOAT_VECTOR:
+            return values
+        assert self.dim is not None  # the model validator requires dim on FLOAT_VECTOR columns
+        return values.reshape(-1, self.dim)
 
     @classmethod
     def of(cls, field_id: int, name: str, dtype: DataType, values: object, dim: int | None = None) -> Column:

@@ -83,6 +83,8 @@ class _Result(_Event):
     node_id: int = 0
     code: int = Field(0, description="0 success; else an OspreyError code (schemas.errors.from_status)")
     reason: str = ""
+    field: str = Field("", description="on an error about one request field: the field")
+    rule: str = Field("", description="on an error about one request field: the rule it broke")
     moved: bool = Field(False, description="this node does not serve the vchannel: ask its current owner")
 
     @property

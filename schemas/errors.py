@@ -1,38 +1,88 @@
-"""One error hierarchy for Osprey, with Milvus-compatible numeric codes.
+"""One error hierarchy for Osprey, with Milvus-compatible numeric codes, carried as data.
 
-Every error carries ``code`` (the Milvus ``merr`` code a MilvusService front end will return) and
-``reason`` (text naming the field and the rule that broke, worded close to Milvus's). Errors cross
-process boundaries inside DDL replies as ``(code, reason)`` and are rebuilt by :func:`from_status`.
+Every error has ``code`` (the Milvus ``merr`` code a MilvusService front end returns), ``reason``
+(text worded close to Milvus's), ``field`` and ``rule`` (which request field broke which rule;
+empty when the error is not about one field) and the class flag ``retriable`` (sending the same
+request again may succeed: a component was unreachable). Across processes an error travels as
+:class:`ErrorStatus` fields (a DDL reply, a search result, a REST answer) and is rebuilt by
+:func:`from_status`: field and rule travel as fields of their own, never parsed out of the text.
+
+The code -> class table (:data:`ERROR_CLASSES`) is built from the classes: a class that sets its
+own ``code`` registers itself; two classes may not claim one code.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 SUCCESS_CODE = 0
 
+ERROR_CLASSES: dict[int, type[OspreyError]] = {}  # code -> class, filled by OspreyError.__init_subclass__
+
+
+class ErrorStatus(BaseModel):
+    """An error as data, as it crosses a process boundary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: int
+    reason: str
+    field: str = ""
+    rule: str = ""
+    retriable: bool = False
+
 
 class OspreyError(Exception):
-    """Base of every Osprey error: ``code`` is Milvus-compatible, ``reason`` names field and rule."""
+    """Base of every Osprey error: ``code`` is Milvus-compatible, ``reason`` is the text,
+    ``field``/``rule`` say what broke (empty when not about one field)."""
 
     code: ClassVar[int] = 5  # merr ErrServiceInternal
+    retriable: ClassVar[bool] = False
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, field: str = "", rule: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.field = field
+        self.rule = rule
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            _register(cls)
 
     def __str__(self) -> str:
         return f"{self.reason} (code={self.code})"
 
+    def status(self) -> ErrorStatus:
+        return ErrorStatus(
+            code=self.code, reason=self.reason, field=self.field, rule=self.rule, retriable=self.retriable
+        )
+
+
+def _register(cls: type[OspreyError]) -> None:
+    taken = ERROR_CLASSES.get(cls.code)
+    if taken is not None and taken is not cls:
+        raise TypeError(f"error code {cls.code} of {cls.__name__} is already {taken.__name__}'s")
+    ERROR_CLASSES[cls.code] = cls
+
+
+_register(OspreyError)
+
 
 class ServiceUnavailable(OspreyError):
-    """A component did not answer in time (merr ErrServiceUnavailable)."""
+    """A component did not answer in time (merr ErrServiceUnavailable); sending again may work."""
 
     code = 2
+    retriable = True
 
 
 class RequestTimeout(ServiceUnavailable):
-    """A request was published but its reply did not arrive before the deadline."""
+    """A request was published but its reply did not arrive before the deadline. Not retriable as
+    is: the request is on its topic and will still be applied once; a resend is a second request."""
+
+    retriable = False
 
 
 class CollectionNotFound(OspreyError):
@@ -52,7 +102,7 @@ class IndexNotFound(OspreyError):
 
 
 class InvalidParameter(OspreyError):
-    """A request broke a rule; the reason names ``field`` and ``rule``."""
+    """A request broke a rule: ``field`` and ``rule`` say which; ``got`` is the offending value."""
 
     code = 1100
 
@@ -60,9 +110,7 @@ class InvalidParameter(OspreyError):
         text = f"invalid parameter[field={field}][rule={rule}]"
         if got is not None:
             text += f": got {got!r}"
-        super().__init__(text)
-        self.field = field
-        self.rule = rule
+        super().__init__(text, field=field, rule=rule)
 
 
 class AliasNotFound(OspreyError):
@@ -79,36 +127,14 @@ class AliasAlreadyExists(OspreyError):
     code = 1602
 
 
-_BY_CODE: dict[int, type[OspreyError]] = {
-    cls.code: cls
-    for cls in (
-        OspreyError,
-        ServiceUnavailable,
-        CollectionNotFound,
-        CollectionNotLoaded,
-        PartitionNotFound,
-        IndexNotFound,
-        AliasNotFound,
-        AliasCollectionNameConflict,
-        AliasAlreadyExists,
-    )
-}
+def from_status(code: int, reason: str, field: str = "", rule: str = "") -> OspreyError:
+    """Rebuild the error a component reported (the fields of its :class:`ErrorStatus`); an
+    unknown code becomes the base class, keeping the text."""
+    cls = ERROR_CLASSES.get(code, OspreyError)
+    err = cls.__new__(cls)
+    OspreyError.__init__(err, reason, field=field, rule=rule)
+    return err
 
 
-def from_status(code: int, reason: str) -> OspreyError:
-    """Rebuild the error a component reported as ``(code, reason)``."""
-    if code == InvalidParameter.code:
-        err = InvalidParameter.__new__(InvalidParameter)
-        OspreyError.__init__(err, reason)
-        err.field, err.rule = _field_and_rule(reason)
-        return err
-    return _BY_CODE.get(code, OspreyError)(reason)
-
-
-def _field_and_rule(reason: str) -> tuple[str, str]:
-    """Inverse of InvalidParameter's wording; field and rule may themselves contain brackets."""
-    head = reason.split("]: got ", 1)[0] + ("]" if "]: got " in reason else "")
-    start, middle = head.find("[field="), head.find("][rule=")
-    if start < 0 or middle < 0 or not head.endswith("]"):
-        return "", ""
-    return head[start + len("[field=") : middle], head[middle + len("][rule=") : -1]
+def from_error_status(status: ErrorStatus) -> OspreyError:
+    return from_status(status.code, status.reason, status.field, status.rule)

@@ -108,8 +108,7 @@ class DirectClient:
         self._fail(ConnectionError("closed"))
         if self._reading is not None:
             self._reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reading
+            await asyncio.wait({self._reading})  # a cancellation of close's caller still propagates
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()

@@ -188,10 +188,10 @@ def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
     if extra and schema.dynamic_field is not None:
         _check_dynamic(table, extra, marks)
     good = np.flatnonzero(~marks.bad)
-    out = SplitRows(rows=n, good=good, rejects=[marks.rejects[r] for r in sorted(marks.rejects)])
+    split = SplitRows(rows=n, good=good, rejects=[marks.rejects[r] for r in sorted(marks.rejects)])
     if len(good):
-        out.columns = _good_columns(table, schema, good, marks.bad, vectors, json_values, extra)
-    return out
+        split.columns = _good_columns(table, schema, good, marks.bad, vectors, json_values, extra)
+    return split
 
 
 def _narrower(t: pa.DataType, dtype: DataType) -> bool:

@@ -58,5 +58,5 @@ class DdlTask(Task[ddl.DdlReply]):
         assert self.reply is not None
         self.host.cache.invalidate_ids(self.reply.invalidate)
         if not self.reply.ok:
-            raise from_status(self.reply.code, self.reply.reason)
+            raise from_status(self.reply.code, self.reply.reason, self.reply.field, self.reply.rule)
         self.result = self.reply

@@ -107,7 +107,8 @@ class InsertPipeline:
         mine = f"{first}:{n}"
         if await self.host.redis.set(key, mine, nx=True, ex=AUTO_ID_MEMORY_S):
             return first
-        kept = (await self.host.redis.get(key) or b"").decode()
+        raw = await self.host.redis.get(key) or b""
+        kept = raw.decode() if isinstance(raw, bytes) else raw
         kept_first, _, kept_n = kept.partition(":")
         if kept_n != str(n):
             raise InvalidParameter(

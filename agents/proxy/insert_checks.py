@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType, FieldSchema
 from schemas.dml import NUMPY_DTYPE
@@ -99,7 +100,7 @@ def _dynamic_rows(raw: Mapping[str, Sequence[Any]], n: int) -> list[dict[str, An
     return [{k: v[i] for k, v in raw.items() if v[i] is not _MISSING} for i in range(n)]
 
 
-def _first_bad(mask: np.ndarray) -> int:
+def _first_bad(mask: npt.ArrayLike) -> int:
     return int(np.flatnonzero(mask)[0])
 
 

@@ -26,7 +26,7 @@ from agents.proxy.queue import DdTaskQueue, DmTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
-from agents.service import close_all
+from agents.service import Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
@@ -59,25 +59,29 @@ STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey st
 STOP_LOOP_TIMEOUT_S = 5.0
 
 
-class Proxy:
+class Proxy(Service):
     """One proxy: ``start`` registers it as a node and readies its streams; ``stop`` undoes that."""
 
+    service_name = "proxy"
+
     def __init__(self, config: OspreyConfig) -> None:
+        super().__init__()
         self.config = config
         self.topics = Topics.of(config)
         self.proxy_id = 0
         self._pending: dict[int, asyncio.Future[ddl.DdlReply]] = {}
-        self._router: asyncio.Task[None] | None = None
-        self._closers: list[Any] = []
+        self._ticking: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
         self.lease: Lease | None = None
+        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         config, ns = self.config, self.config.cluster
+        self._closing.clear()
         await ensure_topics(config)
         self.redis = connect(config)
-        self._closers.append(self.redis.aclose)
+        self.on_close(self.redis.aclose, "redis")
         self.tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
         self.ids = IdAllocator(self.redis, ns, "request", batch=REQUEST_ID_BATCH)
         self.store = SnapshotKV(self.redis, ns, self.tso, retention_s=config.meta_retention_s)
@@ -85,10 +89,10 @@ class Proxy:
         self.proxy_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
         self.producer = make_producer(config)
         await self.producer.start()
-        self._closers.insert(0, self.producer.stop)
+        self.on_close(self.producer.stop, "producer")
         self.consumer = make_consumer(config)
         await self.consumer.start()
-        self._closers.insert(0, self.consumer.stop)
+        self.on_close(self.consumer.stop, "consumer")
         partitions = [
             TopicPartition(self.topics.dd, 0),
             TopicPartition(self.topics.dd_reply, 0),
@@ -100,52 +104,41 @@ class Proxy:
         await self.consumer.seek_to_end(*partitions)
         for tp in partitions:
             await self.consumer.position(tp)
-        self._router = asyncio.create_task(self._route(), name="proxy-router")
+        self.spawn(self._route(), "proxy-router")
         self.queue = DdTaskQueue(self.ids, self.tso)
         await self.queue.start()
+        self.on_close(self.queue.stop, "dd queue")
         # the DML side: auto ids, segment quotas, in-flight statistics and the time ticker
         self.pk_ids = IdAllocator(self.redis, ns, "pk", batch=PK_ID_BATCH)
-        self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns))
+        self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns), batch_rows=config.segment_quota_batch_rows)
         self.dm_stats = DmTaskStats(self.tso.now)
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
+        self.on_close(self.dm_queue.stop, "dm queue")
         self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms, idle_reports_now=True)
         now = await self.tso.now()
         self._last_now = (now, time.monotonic())
         for partition in range(config.dml_partitions):
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
-        self._ticking = asyncio.create_task(self._tick_loop(), name="proxy-time-tick")
+        self._ticking = self.spawn(self._tick_loop(), "proxy-time-tick")
         # the DQ side: searches and queries run in parallel, routed to the shards' delegators
-        self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
-        self.dq_queue = DmTaskQueue(self.ids, self.tso)
         self.shard_owners = ShardOwners(self.redis, ns)
         self.direct = DirectPool()
-        self._closers.insert(0, self.direct.close)
+        self.on_close(self.direct.close, "direct pool")
+        self.dq_queue = DmTaskQueue(self.ids, self.tso)
+        self.on_close(self.dq_queue.stop, "dq queue")
         self.dq_router = DqRouter(config, self.topics, self.producer, self.shard_owners, self.direct, self.proxy_id)
         self.status_board = StatusBoard(self.redis, ns)
         self.ingest_log = IngestLog(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
-        self._closers.insert(0, self.lease.stop)
+        self.on_close(self.lease.stop, "node lease")
 
-    async def stop(self) -> None:
+    async def on_stop(self) -> None:
+        """Let the tick loop finish its report (at most ``STOP_LOOP_TIMEOUT_S``) before it is cancelled."""
         self._closing.set()
         self._tick_soon.set()
-        ticking = getattr(self, "_ticking", None)
-        if ticking is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(ticking, STOP_LOOP_TIMEOUT_S)
+        if self._ticking is not None:
+            await asyncio.wait({self._ticking}, timeout=STOP_LOOP_TIMEOUT_S)
             self._ticking = None
-        if hasattr(self, "dm_queue"):
-            await self.dm_queue.stop()
-        if hasattr(self, "dq_queue"):
-            await self.dq_queue.stop()
-        if self._router is not None:
-            self._router.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._router
-            self._router = None
-        if hasattr(self, "queue"):
-            await self.queue.stop()
-        await close_all(self._closers, log, "proxy")
 
     async def submit(self, kind: type[ddl.DdlEvent], **fields: Any) -> ddl.DdlReply:
         """Run a DDL request through the dd queue; its reply, or its error raised."""
@@ -289,8 +282,11 @@ class Proxy:
             self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
 
     def health(self) -> dict[str, Any]:
+        if not self.started:
+            return super().health()
         stats = self.dm_stats.stats.statistics()
         return {
+            **super().health(),
             "proxy_id": self.proxy_id,
             "pending": len(self._pending),
             "dd_queue": self.queue.health(),

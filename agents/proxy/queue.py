@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -39,8 +38,7 @@ class DdTaskQueue:
     async def stop(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            await asyncio.wait({self._loop_task})  # a cancellation of stop's caller still propagates
             self._loop_task = None
         while not self._unissued.empty():
             self._unissued.get_nowait().notify(RuntimeError("proxy stopped before the request ran"))

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"]
 
-OWNERS_TTL_S = 1.0  # how long the proxy trusts its copy of the pchannel -> query node map
 RETRY_PAUSE_S = 0.05  # pause before asking again for a shard whose owner is unknown or moving
 ROUTER_SLACK_S = 1.0  # the proxy waits this much longer than a delegator may wait for tsafe
 TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner
@@ -134,7 +133,7 @@ class DqRouter:
     # -- direct path
 
     async def _owner_map(self, refresh: bool) -> dict[str, ShardOwner]:
-        if refresh or time.monotonic() - self._owners_at > OWNERS_TTL_S:
+        if refresh or time.monotonic() - self._owners_at > self.config.shard_owners_ttl_s:
             self._owners = await self.shard_owners.owners()
             self._owners_at = time.monotonic()
         return self._owners
@@ -165,7 +164,7 @@ class DqRouter:
                     raise outcome
                 for result in outcome:
                     if not result.vchannel:  # the whole request was refused
-                        raise from_status(result.code, result.reason)
+                        raise from_status(result.code, result.reason, result.field, result.rule)
                     if result.moved:
                         last_error = result.reason  # not (or no longer) its owner: ask the new one
                         continue
@@ -227,7 +226,9 @@ class DqRouter:
         finally:
             self._collectors.pop(request.request_id, None)
         if collector.error is not None:
-            raise from_status(collector.error.code, collector.error.reason)
+            raise from_status(
+                collector.error.code, collector.error.reason, collector.error.field, collector.error.rule
+            )
         return collector.results
 
     async def _publish(self, request: SearchRequest | QueryRequest) -> None:
@@ -247,7 +248,7 @@ class DqRouter:
 def _raise_errors(results: Sequence[Result]) -> None:
     for result in results:
         if not result.ok:
-            raise from_status(result.code, result.reason)
+            raise from_status(result.code, result.reason, result.field, result.rule)
 
 
 def _values(column: Column) -> Any:

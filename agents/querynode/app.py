@@ -9,7 +9,6 @@ consumed from its first record and the rows are rebuilt exactly (identities appl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -20,7 +19,8 @@ from faust.types import TP
 from agents.process import make_app
 from agents.querynode.node import QueryNode
 from agents.querynode.servers import DirectServer, TopicServer
-from agents.service import close_all
+from agents.querynode.worker import Worker
+from agents.service import Service
 from schemas.config import OspreyConfig
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
@@ -39,54 +39,67 @@ ROLE = "querynode"
 STATUS_INTERVAL_S = 1.0
 
 
-class QueryNodeRuntime:
+class QueryNodeRuntime(Service):
     """The process's clients, node and servers; ``start`` is idempotent, ``stop`` undoes it. The
     node registers in the node registry (which is what "ready" means to ``./osprey up``) after its
     first partition assignment, so a ready querynode serves the pchannels it owns."""
 
+    service_name = "querynode"
+
     def __init__(self, config: OspreyConfig) -> None:
+        super().__init__()
         self.config = config
         self.topics = Topics.of(config)
         self.node: QueryNode | None = None
-        self._lock = asyncio.Lock()
-        self._closers: list[Any] = []
         self._assignment: set[int] | None = None
         self._lease: Lease | None = None
 
-    async def start(self) -> QueryNode:
-        async with self._lock:
-            if self.node is not None:
-                return self.node
-            config, ns = self.config, self.config.cluster
-            await ensure_topics(config)
-            self.redis = connect(config)
-            self._closers.append(self.redis.aclose)
-            tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
-            cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
-            node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
-            node = QueryNode(node_id, self.topics.dml, cache, tso, config.graceful_time_ms)
-            self.direct = DirectServer(node, config.querynode_host)
-            await self.direct.start()
-            self._closers.insert(0, self.direct.stop)
-            producer = make_producer(config)
-            await producer.start()
-            self._closers.insert(0, producer.stop)
-            self.topic_server = TopicServer(config, self.topics, node, producer)
-            await self.topic_server.start()
-            self._closers.insert(0, self.topic_server.stop)
-            self.owners = ShardOwners(self.redis, ns)
-            self.status = StatusBoard(self.redis, ns)
-            self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
-            self._closers.insert(0, self._release_all)
-            self.node = node
-            if self._assignment is not None:  # the group assigned partitions before we were ready
-                await self._apply_assignment(node, self._assignment)
-            return node
+    async def ready(self) -> QueryNode:
+        """The node, once the runtime has started."""
+        await self.start()
+        assert self.node is not None
+        return self.node
+
+    async def on_start(self) -> None:
+        config, ns = self.config, self.config.cluster
+        await ensure_topics(config)
+        self.redis = connect(config)
+        self.on_close(self.redis.aclose, "redis")
+        self.on_close(self._forget_node, "node")  # runs after every server and client below closed
+        tso = TimestampOracle(self.redis, ns, window_ms=config.tso_window_ms)
+        cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
+        node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
+        worker = Worker(config.interim_index_rows, slice_target_s=config.interim_index_slice_target_ms / 1000)
+        node = QueryNode(node_id, self.topics.dml, cache, tso, config.graceful_time_ms, worker=worker)
+        self.node = node
+        self.direct = DirectServer(node, config.querynode_host, max_inflight=config.querynode_max_inflight_requests)
+        await self.direct.start()
+        self.on_close(self.direct.stop, "direct server")
+        producer = make_producer(config)
+        await producer.start()
+        self.on_close(producer.stop, "producer")
+        self.topic_server = TopicServer(
+            config, self.topics, node, producer, max_inflight=config.querynode_max_inflight_requests
+        )
+        await self.topic_server.start()
+        self.on_close(self.topic_server.stop, "topic server")
+        self.owners = ShardOwners(self.redis, ns)
+        self.status = StatusBoard(self.redis, ns)
+        self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
+        self.on_close(self._release_all, "shard ownership")
+        if self._assignment is not None:  # the group assigned partitions before we were ready
+            await self._apply_assignment(node, self._assignment)
+
+    async def _forget_node(self) -> None:
+        if self.node is not None:
+            self.node.worker.stop()  # joins the interim index builder thread
+        self.node = None
+        self._lease = None
 
     async def on_assigned(self, partitions: set[int]) -> None:
         """The consumer group's new assignment of dml partitions."""
         self._assignment = set(partitions)
-        node = await self.start()
+        node = await self.ready()
         await self._apply_assignment(node, self._assignment)
 
     async def _apply_assignment(self, node: QueryNode, partitions: set[int]) -> None:
@@ -96,7 +109,7 @@ class QueryNodeRuntime:
         log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
         if self._lease is None:  # registered (live, "ready") once it knows what it serves
             self._lease = await self.registry.register_process(ROLE, node.node_id, address=self.direct.address)
-            self._closers.insert(0, self._lease.stop)
+            self.on_close(self._lease.stop, "node lease")
 
     async def _release_all(self) -> None:
         if self.node is not None:
@@ -109,9 +122,10 @@ class QueryNodeRuntime:
             await self.status.publish(ROLE, self.node.node_id, doc, ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
 
     def health(self) -> dict[str, Any]:
-        if self.node is None:
-            return {"started": False}
+        if self.node is None or not self.started:
+            return super().health()
         return {
+            **super().health(),
             **self.node.health(),
             "address": self.direct.address,
             "direct_served": self.direct.served,
@@ -119,13 +133,6 @@ class QueryNodeRuntime:
             "topic": self.topic_server.health(),
             "worker": self.node.worker.health()["rows"],
         }
-
-    async def stop(self) -> None:
-        await close_all(self._closers, log, "querynode")
-        if self.node is not None:
-            self.node.worker.stop()  # joins the interim index builder thread
-        self.node = None
-        self._lease = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:
@@ -140,7 +147,7 @@ def create_app(config: OspreyConfig) -> faust.App:
 
     @app.agent(dml_topic, name="dml")
     async def dml_agent(stream: faust.StreamT) -> None:
-        node = await runtime.start()
+        node = await runtime.ready()
         async for event in stream.events():
             rewind = await node.apply(event.message.partition, event.message.offset, event.value)
             if rewind is not None:  # the consumer skipped records this pchannel needs (node.apply)

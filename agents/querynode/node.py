@@ -360,6 +360,8 @@ class QueryNode:
             node_id=self.node_id,
             code=err.code,
             reason=err.reason,
+            field=err.field,
+            rule=err.rule,
         )
 
     # ------------------------------------------------------------------ health

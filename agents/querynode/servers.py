@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from agents.service import Service
 from schemas.codec import decode, encode
 from schemas.dq import DQ_REQUEST, QueryRequest, ResultBatch, SearchRequest
 from state.meta.tso import add_ms
@@ -36,16 +37,24 @@ __all__ = ["DirectServer", "TopicServer"]
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
+STOP_TIMEOUT_S = 2.0  # how long stop waits for the listener's connections to close
 
 
-class DirectServer:
-    """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started."""
+class DirectServer(Service):
+    """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started. At most
+    ``max_inflight`` requests are answered at once; past that a connection is not read until one
+    finishes (back-pressure through TCP, never an unbounded pile of tasks)."""
 
-    def __init__(self, node: QueryNode, host: str, port: int = 0) -> None:
+    service_name = "querynode direct server"
+
+    def __init__(self, node: QueryNode, host: str, port: int = 0, max_inflight: int = 64) -> None:
+        super().__init__()
         self.node = node
         self.host, self.port = host, port
-        self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.max_inflight = max_inflight
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._answers: set[asyncio.Task[None]] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
         self.served = 0
         self.serve_s = 0.0  # total seconds from a request's frame read to its answer written
 
@@ -53,41 +62,44 @@ class DirectServer:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+    async def on_start(self) -> None:
+        server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        self.on_close(lambda: self._close_server(server), "listener")
 
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
-            self._server = None
+    async def _close_server(self, server: asyncio.Server) -> None:
+        server.close()
+        tasks = [*self._connections, *self._answers]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), STOP_TIMEOUT_S)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+        me = asyncio.current_task()
+        if me is not None:
+            self._connections.add(me)
         try:
             while True:
                 frame = await read_frame(reader)
                 request = decode(frame, DQ_REQUEST)
+                await self._slots.acquire()
                 answer = asyncio.create_task(self._answer(request, writer, time.perf_counter()))
-                self._tasks.add(answer)
-                answer.add_done_callback(self._tasks.discard)
+                self._answers.add(answer)
+                answer.add_done_callback(self._answered)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            pass
+            pass  # the peer went away
         except Exception:  # an undecodable frame: this connection's framing cannot be trusted
             log.exception("querynode: bad frame on the direct path; closing the connection")
         finally:
             writer.close()
-            if task is not None:
-                self._tasks.discard(task)
+            self._connections.discard(me)  # type: ignore[arg-type]
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._answers.discard(task)
+        self._slots.release()
 
     async def _answer(
         self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float
@@ -100,27 +112,37 @@ class DirectServer:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
 
+    def health(self) -> dict[str, Any]:
+        return {**super().health(), "in_flight": len(self._answers), "max_inflight": self.max_inflight}
 
-class TopicServer:
+
+class TopicServer(Service):
     """Answers ``dq-request`` on ``dq-result``, from the end of the topic at start. Requests whose
     deadline (``ts + timeout_ms``) passed before this server started are skipped: their askers
-    gave up."""
+    gave up. At most ``max_inflight`` requests are answered at once; the reader waits for a slot."""
 
-    def __init__(self, config: OspreyConfig, topics: Topics, node: QueryNode, producer: AIOKafkaProducer) -> None:
+    service_name = "querynode topic server"
+
+    def __init__(
+        self, config: OspreyConfig, topics: Topics, node: QueryNode, producer: AIOKafkaProducer, max_inflight: int = 64
+    ) -> None:
+        super().__init__()
         self.config = config
         self.topics = topics
         self.node = node
         self.producer = producer
-        self._reader: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.max_inflight = max_inflight
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._answers: set[asyncio.Task[None]] = set()
         self._started_ts = 0
         self.served = 0
         self.skipped = 0
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         self._started_ts = await self.node.tso.now()
         self.consumer = make_consumer(self.config)
         await self.consumer.start()
+        self.on_close(self.consumer.stop, "consumer")
         partitions = [
             TopicPartition(self.topics.dq_request, p)
             for p in sorted(self.consumer.partitions_for_topic(self.topics.dq_request) or {0})
@@ -129,30 +151,26 @@ class TopicServer:
         await self.consumer.seek_to_end(*partitions)
         for tp in partitions:
             await self.consumer.position(tp)
-        self._reader = asyncio.create_task(self._read(), name="querynode-dq-request")
+        self.on_close(self._cancel_answers, "answers in flight")
+        self.spawn(self._read(), "querynode-dq-request")
 
-    async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
-            self._reader = None
-        for task in list(self._tasks):
+    async def _cancel_answers(self) -> None:
+        answers = list(self._answers)
+        for task in answers:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self.consumer.stop()
+        if answers:
+            await asyncio.wait(answers)
 
     async def _read(self) -> None:
         while True:
             try:
                 async for record in self.consumer:
-                    self._dispatch(record)
+                    await self._dispatch(record)
             except KafkaError as err:
                 log.warning("querynode: reading %s failed (%r); retrying", self.topics.dq_request, err)
                 await asyncio.sleep(RETRY_S)
 
-    def _dispatch(self, record: Any) -> None:
+    async def _dispatch(self, record: Any) -> None:
         try:
             request = decode(record.value, DQ_REQUEST)
         except Exception:
@@ -162,9 +180,14 @@ class TopicServer:
         if request.ts and add_ms(request.ts, request.timeout_ms) < self._started_ts:
             self.skipped += 1
             return
+        await self._slots.acquire()
         task = asyncio.create_task(self._answer(request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._answers.add(task)
+        task.add_done_callback(self._answered)
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._answers.discard(task)
+        self._slots.release()
 
     async def _answer(self, request: SearchRequest | QueryRequest) -> None:
         results = await self.node.serve_safely(request, answer_unowned=False)
@@ -175,5 +198,5 @@ class TopicServer:
                 log.warning("querynode: result of request %s not published (%r)", request.request_id, err)
         self.served += 1
 
-    def health(self) -> dict[str, int]:
-        return {"served": self.served, "skipped": self.skipped, "in_flight": len(self._tasks)}
+    def health(self) -> dict[str, Any]:
+        return {**super().health(), "served": self.served, "skipped": self.skipped, "in_flight": len(self._answers)}

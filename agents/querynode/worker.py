@@ -221,7 +221,12 @@ class Worker:
     (or :meth:`load_growing`); an insert into an unknown segment of a registered collection creates
     that growing segment."""
 
-    def __init__(self, interim_index_rows: int = INTERIM_INDEX_ROWS, build_in_background: bool = True) -> None:
+    def __init__(
+        self,
+        interim_index_rows: int = INTERIM_INDEX_ROWS,
+        build_in_background: bool = True,
+        slice_target_s: float = SLICE_TARGET_S,
+    ) -> None:
         """``build_in_background``: interim indexes are extended by the :attr:`builder` thread
         (started on the first insert that leaves rows to index); False never starts it and leaves
         the indexes to the caller (``builder.run_once()`` one slice per segment, or
@@ -231,7 +236,7 @@ class Worker:
         self._collections: dict[int, CollectionInfo] = {}
         self._segments: dict[int, GrowingSegment] = {}
         self._stopped = False
-        self.builder = IndexBuilder(lambda: list(self._segments.values()))
+        self.builder = IndexBuilder(lambda: list(self._segments.values()), slice_target_s=slice_target_s)
 
     # ------------------------------------------------------------------ segments
 

@@ -7,15 +7,15 @@ and the core, starts before the first event, and registers the node in the regis
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from typing import Any
 
 import faust
 
 from agents.process import make_app
 from agents.rootcoord.core import RootCoord
 from agents.rootcoord.timetick import TimeTickAgent
-from agents.service import close_all
+from agents.service import Service
 from schemas import ddl
 from schemas.config import OspreyConfig
 from state.meta.dd_checkpoint import DdCheckpoint
@@ -33,59 +33,66 @@ ROLE = "rootcoord"
 META_ID_BATCH = 100  # collection and partition ids reserved per Redis round trip
 
 
-class RootCoordRuntime:
-    """The rootcoord process's clients and core; ``start`` is idempotent."""
+class RootCoordRuntime(Service):
+    """The rootcoord process's clients and core; ``start`` is idempotent, ``stop`` undoes it."""
+
+    service_name = "rootcoord"
 
     def __init__(self, config: OspreyConfig) -> None:
+        super().__init__()
         self.config = config
         self.topics = Topics.of(config)
         self.core: RootCoord | None = None
         self.timetick: TimeTickAgent | None = None
-        self._lock = asyncio.Lock()
-        self._closers: list = []
 
-    async def start(self) -> RootCoord:
-        async with self._lock:
-            if self.core is not None:
-                return self.core
-            config, ns = self.config, self.config.cluster
-            redis = connect(config)
-            self._closers.append(redis.aclose)
-            checkpoint = DdCheckpoint(redis, ns)
-            await ensure_topics(config)
-            tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
-            store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
-            producer = make_producer(config)
-            await producer.start()
-            self._closers.insert(0, producer.stop)
+    async def ready(self) -> RootCoord:
+        """The core, once the runtime has started (recovered from its checkpoint)."""
+        await self.start()
+        assert self.core is not None
+        return self.core
 
-            async def send_reply(reply: ddl.DdlReply) -> None:
-                await producer.send_and_wait(
-                    self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode()
-                )
+    def health(self) -> dict[str, Any]:
+        doc = super().health()
+        if self.timetick is not None:
+            doc["timetick"] = self.timetick.health()
+        return doc
 
-            async def dd_end() -> int:
-                return await end_offset(config, self.topics.dd, 0)
+    async def on_start(self) -> None:
+        config, ns = self.config, self.config.cluster
+        redis = connect(config)
+        self.on_close(redis.aclose, "redis")
+        self.on_close(self._forget, "core")
+        checkpoint = DdCheckpoint(redis, ns)
+        await ensure_topics(config)
+        tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
+        store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
+        producer = make_producer(config)
+        await producer.start()
+        self.on_close(producer.stop, "producer")
 
-            core = RootCoord(
-                config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end
+        async def send_reply(reply: ddl.DdlReply) -> None:
+            await producer.send_and_wait(
+                self.topics.dd_reply, reply.model_dump_json().encode(), key=str(reply.proxy_id).encode()
             )
-            await core.recover()
-            node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
-            registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
-            lease = await registry.register_process(ROLE, node_id)
-            self._closers.insert(0, lease.stop)
-            timetick = TimeTickAgent(
-                config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use()
-            )
-            await timetick.start()
-            self._closers.insert(0, timetick.stop)  # before the producer and Redis close
-            self.timetick = timetick
-            self.core = core
-            return core
 
-    async def stop(self) -> None:
-        await close_all(self._closers, log, "rootcoord")
+        async def dd_end() -> int:
+            return await end_offset(config, self.topics.dd, 0)
+
+        core = RootCoord(
+            config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end
+        )
+        await core.recover()
+        node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
+        registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
+        lease = await registry.register_process(ROLE, node_id)
+        self.on_close(lease.stop, "node lease")
+        timetick = TimeTickAgent(config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use())
+        await timetick.start()
+        self.on_close(timetick.stop, "time tick")  # before the producer and Redis close
+        self.timetick = timetick
+        self.core = core
+
+    async def _forget(self) -> None:
         self.core = None
         self.timetick = None
 
@@ -99,7 +106,7 @@ def create_app(config: OspreyConfig) -> faust.App:
 
     @app.agent(dd_topic, name="ddl")
     async def ddl_agent(stream: faust.StreamT) -> None:
-        core = await runtime.start()
+        core = await runtime.ready()
         async for event in stream.events():
             await core.handle(event.message.offset, event.value)
 

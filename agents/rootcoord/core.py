@@ -137,12 +137,13 @@ class RootCoord:
         except TRANSIENT_ERRORS:
             raise
         except OspreyError as err:
-            reply = error_reply(event, err.code, err.reason)
+            reply = error_reply(event, err)
             await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         except Exception as exc:  # a bug must not block dd: answer it, record it, go on
             log.exception("dd offset %d: planning %s failed", offset, event.kind)  # type: ignore[attr-defined]
-            reply = error_reply(event, OspreyError.code, f"internal error while applying {event.kind}: {exc!r}")  # type: ignore[attr-defined]
+            internal = OspreyError(f"internal error while applying {event.kind}: {exc!r}")  # type: ignore[attr-defined]
+            reply = error_reply(event, internal)
             await self.checkpoint.save(self.checkpoint.fields_for(offset, reply))
             return reply
         if not change.writes:
@@ -220,14 +221,19 @@ def _decode(raw: bytes) -> ddl.DdlEvent | ddl.DdlReply | None:
     model = ddl.REQUEST_TYPE.get(kind) if isinstance(kind, str) else None
     if model is None:
         known = ", ".join(ddl.REQUEST_TYPE)
+        bad_kind = InvalidParameter("kind", f"must be one of {known}", kind)
         return ddl.ErrorReply(
             request_id=request_id,
             proxy_id=proxy_id,
-            code=InvalidParameter.code,
-            reason=InvalidParameter("kind", f"must be one of {known}", kind).reason,
+            code=bad_kind.code,
+            reason=bad_kind.reason,
+            field=bad_kind.field,
+            rule=bad_kind.rule,
         )
     try:
         return model.model_validate(head)
     except ValidationError as exc:
         err = invalid_from_validation_error(exc)
-        return ddl.REPLY_TYPE[kind](request_id=request_id, proxy_id=proxy_id, code=err.code, reason=err.reason)
+        return ddl.REPLY_TYPE[kind](
+            request_id=request_id, proxy_id=proxy_id, code=err.code, reason=err.reason, field=err.field, rule=err.rule
+        )

@@ -180,7 +180,8 @@ class TimeTickAgent:
     async def publish_once(self) -> dict[str, int]:
         """One round; returns the ticks written (pchannel -> ts). Raises on Redis/Kafka errors."""
         if not self._restored:
-            saved = {k.decode(): int(v) for k, v in (await self._redis.hgetall(self.key)).items()}
+            raw = await self._redis.hgetall(self.key)
+            saved = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
             self.sync.mark_published({p: ts for p, ts in saved.items() if p in self.sync.pchannels})
             self._restored = True
         tso_now = await self._tso.now()  # before the liveness read: see the module docstring

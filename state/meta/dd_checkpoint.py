@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from schemas import ddl
 
@@ -32,7 +33,7 @@ class DdCheckpoint:
     async def load(self) -> None:
         raw = await self.redis.hgetall(self.hash_name)
         self.position, self.last_request, self.last_reply = -1, {}, {}
-        self.remember({k.decode(): v.decode() for k, v in raw.items()})
+        self.remember({_text(k): _text(v) for k, v in raw.items()})
 
     @classmethod
     def fields_for(cls, offset: int, reply: ddl.DdlReply | None) -> dict[str, str]:
@@ -44,7 +45,8 @@ class DdCheckpoint:
 
     async def save(self, fields: dict[str, str]) -> None:
         """Write ``fields`` alone (an event that changed no meta)."""
-        await self.redis.hset(self.hash_name, mapping=fields)
+        mapping: dict[FieldT, EncodableT] = {k: v for k, v in fields.items()}  # hset's Mapping key is invariant
+        await self.redis.hset(self.hash_name, mapping=mapping)
         self.remember(fields)
 
     def remember(self, fields: dict[str, str]) -> None:
@@ -56,3 +58,8 @@ class DdCheckpoint:
                 self.last_request[int(key[5:])] = int(value)
             elif key.startswith("reply:"):
                 self.last_reply[int(key[6:])] = value
+
+
+def _text(raw: bytes | str) -> str:
+    """A hash field or value as text (the client returns bytes: no ``decode_responses``)."""
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from schemas import ddl
 from schemas.errors import (
+    OspreyError,
     AliasAlreadyExists,
     AliasCollectionNameConflict,
     AliasNotFound,
@@ -65,9 +66,18 @@ def _reply(event: ddl.DdlEvent, **fields: object) -> Callable[[int], ddl.DdlRepl
     return lambda ts: reply_type(request_id=event.request_id, proxy_id=event.proxy_id, ts=ts, **fields)
 
 
-def error_reply(event: ddl.DdlEvent, code: int, reason: str) -> ddl.DdlReply:
+def error_reply(event: ddl.DdlEvent, err: OspreyError) -> ddl.DdlReply:
+    """The reply refusing ``event`` with ``err`` (code, reason, field and rule as data)."""
     reply_type = ddl.REPLY_TYPE[event.kind]  # type: ignore[attr-defined]
-    return reply_type(request_id=event.request_id, proxy_id=event.proxy_id, ts=event.ts, code=code, reason=reason)
+    return reply_type(
+        request_id=event.request_id,
+        proxy_id=event.proxy_id,
+        ts=event.ts,
+        code=err.code,
+        reason=err.reason,
+        field=err.field,
+        rule=err.rule,
+    )
 
 
 def _collection_target(view: MetaView, field_name: str, name: str) -> CollectionInfo:

@@ -15,7 +15,6 @@ stops refreshing: it must not come back under the same id as if nothing happened
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -137,8 +136,7 @@ class Lease:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # a cancellation of stop's caller still propagates
         if self._state in ("running", "lost"):
             try:
                 await self._registry._delete(self, self._token)  # deletes only a lease still ours

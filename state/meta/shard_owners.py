@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 __all__ = ["ShardOwner", "ShardOwners"]
 
@@ -48,7 +49,7 @@ class ShardOwners:
 
     async def claim(self, pchannels: Iterable[str], node_id: int, address: str) -> None:
         value = json.dumps({"node_id": node_id, "address": address})
-        mapping = {p: value for p in pchannels}
+        mapping: dict[FieldT, EncodableT] = {p: value for p in pchannels}
         if mapping:
             await self._redis.hset(self.key, mapping=mapping)
 

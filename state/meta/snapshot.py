@@ -373,7 +373,8 @@ class SnapshotKV:
             removed += int(await self._gc(keys=[self.keys_key], args=[self._vprefix, bound, *chunk]))
             if len(chunk) < GC_CHUNK_KEYS:
                 return removed
-            start = b"(" + chunk[-1]
+            last = chunk[-1]
+            start = b"(" + (last if isinstance(last, bytes) else last.encode())
 
 
 def _max_bound(ts: int) -> bytes:

@@ -88,7 +88,7 @@ def merge_query_results(parts: Sequence[QueryRows], offset: int = 0, limit: int 
     merged: QueryRows = {}
     for name, first in parts[0].items():
         if isinstance(first, np.ndarray):
-            merged[name] = np.concatenate([p[name] for p in parts])  # type: ignore[misc]
+            merged[name] = np.concatenate([p[name] for p in parts])
         else:
             merged[name] = [v for p in parts for v in p[name]]
     pks = next(iter(merged.values()))

@@ -20,7 +20,8 @@ def search_result(
 ) -> SearchResult:
     """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes)."""
     pks = hits.pks.reshape(-1)
-    common = dict(
+    varchar = hits.varchar_pks
+    return SearchResult(
         request_id=request.request_id,
         origin=request.origin,
         vchannel=vchannel,
@@ -28,13 +29,11 @@ def search_result(
         nq=hits.nq,
         top_k=hits.k,
         counts=hits.counts.astype("<i8").tobytes(),
+        int_pks=None if varchar else pks.astype("<i8").tobytes(),
+        str_pks=[None if p is None else str(p) for p in pks.tolist()] if varchar else None,
         distances=hits.distances.astype("<f4").tobytes(),
         fields=fields,
     )
-    if hits.varchar_pks:
-        return SearchResult(str_pks=[None if p is None else str(p) for p in pks.tolist()], **common)
-    return SearchResult(int_pks=pks.astype("<i8").tobytes(), **common)
-
 
 def hits_of(result: SearchResult) -> SearchHits:
     """The inverse of :func:`search_result` (fields aside)."""

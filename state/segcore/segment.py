@@ -482,7 +482,7 @@ class GrowingSegment:
 
     @staticmethod
     def _convert_fixed(field: FieldSchema, values: Any, n: int) -> np.ndarray:
-        dtype = np.dtype(_FIXED_DTYPES[field.dtype])
+        dtype: np.dtype[Any] = np.dtype(_FIXED_DTYPES[field.dtype])
         try:
             raw = np.asarray(values)
         except (TypeError, ValueError) as exc:

@@ -63,7 +63,7 @@ def normalize_metric(metric: str) -> str:
     name = metric.upper() if isinstance(metric, str) else metric
     if name not in METRICS:
         raise InvalidParameter("metric_type", f"must be one of {', '.join(METRICS)}", metric)
-    return name  # type: ignore[return-value]
+    return name
 
 
 def larger_is_better(metric: str) -> bool:

@@ -482,7 +482,9 @@ def like_matcher(pattern: str) -> Callable[[str], bool]:
 
 def _split_on_runs(tokens: list[LikeToken]) -> list[str]:
     """The literal text between ``%`` wildcards (``%`` runs count once): ``a%%b`` -> ``["a", "b"]``."""
-    segments, current, previous_run = [], [], False
+    segments: list[str] = []
+    current: list[str] = []
+    previous_run = False
     for wild, ch in tokens:
         if wild:
             if not previous_run:
@@ -534,9 +536,9 @@ def _row_value(row: Mapping[str, Any], ref: FieldRef) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     for key in ref.json_path:
-        if (isinstance(key, str) and isinstance(value, dict) and key in value) or (
-            isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value)
-        ):
+        if isinstance(key, str) and isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value):
             value = value[key]
         else:
             return _MISSING
