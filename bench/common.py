@@ -20,8 +20,19 @@ import numpy as np
 
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import EmbeddedProcess, free_port
-from frontends.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k  # noqa: F401 (re-exported)
+from frontends.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k
 from schemas.config import OspreyConfig
+
+__all__ = [
+    "RESULTS_DIR",
+    "Workload",
+    "embedded_stack",
+    "exact_top_k",
+    "gaussian_mixture",
+    "percentile_ms",
+    "recall_at_k",
+    "write_results",
+]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

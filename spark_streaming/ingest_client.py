@@ -90,5 +90,6 @@ class IngestClient:
                 f"proxy {self.host}:{self.port} answered HTTP {response.status} without JSON"
             ) from None
         if answer.get("code", 0) != 0:
-            raise from_status(answer["code"], answer.get("message", ""), answer.get("field", ""), answer.get("rule", ""))
+            message, field, rule = answer.get("message", ""), answer.get("field", ""), answer.get("rule", "")
+            raise from_status(answer["code"], message, field, rule)
         return answer.get("data")

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from schemas.config import OspreyConfig
-from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
 from spark_streaming.ingest_client import IngestClient
 
 SOURCE_NAME = "osprey"
@@ -111,7 +111,7 @@ class ChunkSender:
         self.rows = self.written = self.rejected = 0
         self._pool = ThreadPoolExecutor(max_workers=options.in_flight, thread_name_prefix="osprey-sink")
         self._clients: list[IngestClient] = []
-        self._pending: deque[Future[Any]] = deque()
+        self._pending: deque[Future[IngestChunkReply]] = deque()
         self._local = threading.local()
 
     def _client(self) -> IngestClient:
@@ -120,6 +120,10 @@ class ChunkSender:
             client = self._local.client = IngestClient(self.options.proxy)
             self._clients.append(client)
         return client
+
+    def _write(self, chunk: IngestChunk) -> IngestChunkReply:
+        """Send one chunk on the calling (pool) thread's connection."""
+        return self._client().write(chunk)
 
     def send_batches(self, batches: Iterator[Any]) -> None:
         """Cut each record batch into chunks of at most ``chunk_bytes`` and send them in order of
@@ -146,11 +150,11 @@ class ChunkSender:
                 first_row += piece.num_rows
                 while len(self._pending) >= self.options.in_flight:
                     self._settle(self._pending.popleft())
-                self._pending.append(self._pool.submit(lambda c=chunk: self._client().write(c)))
+                self._pending.append(self._pool.submit(self._write, chunk))
         while self._pending:
             self._settle(self._pending.popleft())
 
-    def _settle(self, future: Future[Any]) -> None:
+    def _settle(self, future: Future[IngestChunkReply]) -> None:
         reply = future.result()
         self.rows += reply.rows
         self.written += reply.written
@@ -170,7 +174,9 @@ def write_task(
     """One Spark task's rows, as chunks ``spark:<query id>:<batch id>:<partition>:<first row>``."""
     from pyspark import TaskContext
 
-    partition = TaskContext.get().partitionId()
+    context = TaskContext.get()
+    assert context is not None, "write_task runs inside a Spark task"
+    partition = context.partitionId()
     started = time.monotonic()
     sender = ChunkSender(options, target, f"spark:{query_id}:{batch_id}:{partition}", f"spark:{query_id}")
     try:
@@ -216,6 +222,7 @@ class OspreyStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None, "write runs inside a Spark task"
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY) or "stream"
         batch_id = int(context.getLocalProperty(BATCH_ID_PROPERTY) or 0)
         return write_task(self.options, self.target, query_id, batch_id, iterator)

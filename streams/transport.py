@@ -35,7 +35,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
 
-class ReadOffsets(defaultdict):  # type: ignore[type-arg]
+class ReadOffsets(defaultdict[TP, int | None]):
     """Faust's per-partition "offset last delivered", by which its consumer drops every later
     record below it (``Consumer.getmany``), made to read as None, so nothing is dropped. Used by an
     app that does not commit (the query node), which orders and deduplicates records by offset

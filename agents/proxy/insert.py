@@ -1,7 +1,9 @@
-"""InsertTask: rows -> checked columns -> shards -> events -> columnar Insert events on ``dml``.
+"""The insert path: rows -> checked columns -> shards -> columnar Insert events on ``dml``.
 
-PreExecute resolves the collection once (name or alias -> id, from the meta cache), checks every
-row (``insert_checks``), assigns auto-id primary keys, and routes rows: hash(pk) % shards_num ->
+:class:`InsertTask` is one client insert; :class:`InsertPipeline` (auto ids, routing, events,
+publishing) is the part after the checks, which the ingest task composes too. PreExecute
+resolves the collection once (name or alias -> id, from the meta cache), checks every row
+(``insert_checks``), assigns auto-id primary keys, and routes rows: hash(pk) % shards_num ->
 vchannel -> pchannel. Execute takes the task's timestamp as it enters the pchannels' in-flight
 statistics (so no time tick passes it before the broker acknowledged every event), cuts each
 shard's rows into events under ``MAX_EVENT_BYTES`` and gives each event one segment, publishes

@@ -2,8 +2,8 @@
 
 ``Proxy.submit(kind, **fields)`` runs one DDL request through the dd queue and returns its reply
 (or raises its error). One consumer follows ``dd`` (to invalidate the meta cache by the names a
-DDL event mentions) and ``dd-reply`` (to hand each reply to the task waiting for it, and to
-invalidate by the ids a change touched).
+DDL event mentions), ``dd-reply`` (to hand each reply to the task waiting for it, and to
+invalidate by the ids a change touched) and ``dq-result`` (results of the topic dq path).
 """
 
 from __future__ import annotations

@@ -226,9 +226,7 @@ class DqRouter:
         finally:
             self._collectors.pop(request.request_id, None)
         if collector.error is not None:
-            raise from_status(
-                collector.error.code, collector.error.reason, collector.error.field, collector.error.rule
-            )
+            raise from_status(collector.error.code, collector.error.reason, collector.error.field, collector.error.rule)
         return collector.results
 
     async def _publish(self, request: SearchRequest | QueryRequest) -> None:
@@ -277,6 +275,9 @@ def _py(value: Any) -> Any:
 
 class _ReadTask(Task[Any]):
     """What search and query share: resolve, check, guarantee timestamp, route."""
+
+    prepared: Prepared  # set by pre_execute
+    results: list[Result]  # one per vchannel, set by execute
 
     def __init__(
         self,
@@ -484,9 +485,9 @@ class QueryTask(_ReadTask):
 
     async def post_execute(self) -> None:
         if self.count_only:
-            self.result = [{COUNT_STAR: sum(r.count for r in self.results)}]  # type: ignore[union-attr]
+            self.result = [{COUNT_STAR: sum(r.count for r in self.results if isinstance(r, QueryResult))}]
             return
-        parts = [{c.name: _values(c) for c in r.fields} for r in self.results]  # type: ignore[union-attr]
+        parts = [{c.name: _values(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
         names = self.prepared.output_fields
         parts = [p for p in parts if p]
         if not parts:

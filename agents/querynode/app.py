@@ -159,7 +159,8 @@ def create_app(config: OspreyConfig) -> faust.App:
         except (TimeoutError, IllegalStateError) as err:  # taken away meanwhile: a rebalance replays it
             log.info("querynode: no rewind of %s (%r)", tp, err)
 
-    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    # Faust's signal typing does not accept async receivers with keyword arguments.
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
         await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
 
@@ -170,7 +171,8 @@ def create_app(config: OspreyConfig) -> faust.App:
         except Exception as err:  # status is best effort
             log.warning("querynode: status not published (%r)", err)
 
-    @app.on_before_shutdown.connect  # type: ignore[misc]
+    # Faust's signal typing does not accept async receivers with keyword arguments.
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def close(app: faust.App, **_: object) -> None:
         await runtime.stop()
 

@@ -179,8 +179,8 @@ class QueryNode:
         if isinstance(event, TimeTickEvent):
             if event.ts > state.tsafe:
                 state.tsafe = event.ts
-            for delegator in state.delegators.values():
-                delegator.update_tsafe(event.ts, offset)
+            for each in state.delegators.values():
+                each.update_tsafe(event.ts, offset)
             return None
         delegator = await self._delegator(state, event.collection_id, event.vchannel)
         if delegator is None:
@@ -276,6 +276,7 @@ class QueryNode:
             timeout_s = request.timeout_ms / 1000
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
+                assert prepared.queries is not None  # prepare() sets them for a search
                 hits = await delegator.search(
                     prepared.queries,
                     prepared.field,

@@ -95,7 +95,7 @@ class DirectServer(Service):
             log.exception("querynode: bad frame on the direct path; closing the connection")
         finally:
             writer.close()
-            self._connections.discard(me)  # type: ignore[arg-type]
+            self._connections.discard(me)
 
     def _answered(self, task: asyncio.Task[None]) -> None:
         self._answers.discard(task)

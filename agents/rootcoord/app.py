@@ -130,7 +130,8 @@ def create_app(config: OspreyConfig) -> faust.App:
             if removed:
                 log.info("meta gc removed %d old versions", removed)
 
-    @app.on_before_shutdown.connect  # type: ignore[misc]
+    # Faust's signal typing does not accept async receivers with keyword arguments.
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def close(app: faust.App, **_: object) -> None:
         await runtime.stop()
 

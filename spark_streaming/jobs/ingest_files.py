@@ -129,8 +129,9 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
             if key != shown or now - last_line >= QUIET_LINE_S:  # a line per change, else now and then
                 shown, last_line = key, now
                 _progress_line(args.collection, progress, now - started)
-        if query.exception() is not None:
-            raise query.exception()  # type: ignore[misc]
+        error = query.exception()
+        if error is not None:
+            raise error
     except KeyboardInterrupt:
         query.stop()
     finally:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas import ddl
 from schemas.errors import (
-    OspreyError,
     AliasAlreadyExists,
     AliasCollectionNameConflict,
     AliasNotFound,
     CollectionNotFound,
     InvalidParameter,
+    OspreyError,
     PartitionNotFound,
 )
 from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, PartitionInfo
@@ -61,7 +62,7 @@ def alias_not_found(alias: str) -> AliasNotFound:
     return AliasNotFound(f"alias not found[database={DATABASE}][alias={alias}]")
 
 
-def _reply(event: ddl.DdlEvent, **fields: object) -> Callable[[int], ddl.DdlReply]:
+def _reply(event: ddl.DdlEvent, **fields: Any) -> Callable[[int], ddl.DdlReply]:
     reply_type = ddl.REPLY_TYPE[event.kind]  # type: ignore[attr-defined]
     return lambda ts: reply_type(request_id=event.request_id, proxy_id=event.proxy_id, ts=ts, **fields)
 

@@ -35,6 +35,7 @@ def search_result(
         fields=fields,
     )
 
+
 def hits_of(result: SearchResult) -> SearchHits:
     """The inverse of :func:`search_result` (fields aside)."""
     shape = (result.nq, result.top_k)

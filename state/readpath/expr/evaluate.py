@@ -536,12 +536,14 @@ def _row_value(row: Mapping[str, Any], ref: FieldRef) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     for key in ref.json_path:
+        # one branch per container, so that mypy narrows the key and the value together
         if isinstance(key, str) and isinstance(value, dict) and key in value:
             value = value[key]
-        elif isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value):
+            continue
+        if isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value):
             value = value[key]
-        else:
-            return _MISSING
+            continue
+        return _MISSING
     return value
 
 
