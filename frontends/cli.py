@@ -1,7 +1,9 @@
 """The ``osprey`` command line: the embedded stack, workers, DDL commands, demo and tests.
 
 Global flags (``--kafka``, ``--redis``, ``--cluster``, ``--data-dir``) override ``OSPREY_*``
-variables, so every command runs against the embedded stack or an external Kafka and Redis.
+variables, so every command runs against the embedded stack or an external Kafka and Redis. The
+DDL commands (collection, partition, alias) talk to the running proxy at ``OSPREY_PROXY_HTTP``
+through the thin client (:mod:`frontends.client`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from schemas.config import OspreyConfig
-from schemas.errors import OspreyError
+from schemas.errors import InvalidParameter, OspreyError
+from schemas.validation import invalid_from_validation_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +38,12 @@ def _print(value: Any) -> None:
 
 
 def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) -> Any:
-    from frontends.inprocess import InProcessClient
+    """``action`` on a thin client of the running proxy at ``config.proxy_http`` (``osprey proxy``
+    or ``osprey up``); no proxy there: ServiceUnavailable, printed as an error."""
+    from frontends.client import Client
 
     async def run() -> Any:
-        async with InProcessClient(config) as client:
+        async with Client(config.proxy_http) as client:
             return await action(client)
 
     return asyncio.run(run())
@@ -85,13 +91,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--redis", help="Redis URL (OSPREY_REDIS)")
     p.add_argument("--cluster", help="topic/key prefix (OSPREY_CLUSTER)")
     p.add_argument("--data-dir", help="data directory (OSPREY_DATA_DIR)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any setting of OspreyConfig, e.g. --set log_level=debug (wins over OSPREY_<NAME>); repeatable",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord, a querynode and a proxy")
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
     sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
-    sub.add_parser("test", help="run the test suite (every argument after `test` goes to pytest)")
+    sub.add_parser("test", help="ruff, import layers, mypy, then the tests (arguments after `test` go to pytest)")
+    sub.add_parser("check", help="ruff, ruff format, import layers (lint-imports) and mypy")
+    sub.add_parser("settings", help="every setting: name, value in effect, default, meaning")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
     sub.add_parser(
@@ -172,7 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     argv, pytest_args = _split_test_args(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(argv)
     args.pytest_args = pytest_args
-    config = OspreyConfig.from_env(kafka=args.kafka, redis=args.redis, cluster=args.cluster, data_dir=args.data_dir)
+    try:
+        settings = parse_settings(args.set)
+    except OspreyError as err:
+        print(f"error {err.code}: {err.reason}", file=sys.stderr)
+        return 2
+    flags = {"kafka": args.kafka, "redis": args.redis, "cluster": args.cluster, "data_dir": args.data_dir}
+    try:
+        overrides: dict[str, Any] = {**settings, **{k: v for k, v in flags.items() if v is not None}}
+        config = OspreyConfig.from_env(None, **overrides)
+    except ValidationError as exc:
+        invalid = invalid_from_validation_error(exc)
+        print(f"error {invalid.code}: {invalid.reason}", file=sys.stderr)
+        return 2
     try:
         return _dispatch(args, config)
     except OspreyError as err:
@@ -183,12 +210,45 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """``--set NAME=VALUE`` flags -> {name: value}; InvalidParameter naming a malformed flag or an
+    unknown setting (the model validates the values)."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name = name.strip().lower().replace("-", "_")
+        if not sep or not name:
+            raise InvalidParameter("--set", "must be NAME=VALUE", pair)
+        if name not in OspreyConfig.model_fields:
+            raise InvalidParameter("--set", "must name a setting of OspreyConfig (see README, Settings)", name)
+        settings[name] = value
+    return settings
+
+
+def settings_table(config: OspreyConfig) -> str:
+    """Every OspreyConfig field as a Markdown table: name, value in effect, default, meaning."""
+    rows = ["| setting | value | default | what |", "|---|---|---|---|"]
+    for name, field in OspreyConfig.model_fields.items():
+        rows.append(f"| `{name}` | `{getattr(config, name)}` | `{field.default}` | {field.description or ''} |")
+    return "\n".join(rows)
+
+
 def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
     cmd = args.command
-    if cmd == "test":
-        extra = args.pytest_args
+    if cmd in ("test", "check"):
+        from frontends.checks import run_checks
+
+        # `osprey test` checks lint, types and import layers first (OSPREY_SKIP_CHECKS=1 skips
+        # them for a quick local rerun; CI never sets it).
+        if cmd == "check" or os.environ.get("OSPREY_SKIP_CHECKS") != "1":
+            failed = run_checks(ROOT)
+            if failed or cmd == "check":
+                return failed
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "pytest", *extra])
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *args.pytest_args])
+    if cmd == "settings":
+        print(settings_table(config))
+        return 0
     if cmd == "ingest":
         from spark_streaming.jobs import ingest_files
 

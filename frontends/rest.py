@@ -21,8 +21,9 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/show`` and ``partitions/show``: like ``list``, with ids and created timestamps.
 - ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
   beside ``data`` (which stays ``{}``, as Milvus's).
-- An error whose field the REST request names differently also has ``pythonMessage``: the message
-  with the field as the Python API's keyword names it (``collection_name``, not ``collectionName``).
+- An error whose field the REST request names differently also has ``pythonMessage`` and
+  ``pythonField``: message and field as the Python API's keyword names it (``collection_name``,
+  not ``collectionName``).
 - ``entities/insert`` also takes ``data`` as an object of columns (field -> list of values);
   ``entities/query`` takes ``id`` (primary keys, as ``entities/get``); search, query and get take
   ``timeout`` (seconds the read may wait for the shards).
@@ -636,14 +637,14 @@ def success(data: Any) -> dict[str, Any]:
 
 def failure(err: OspreyError, python: OspreyError | None = None) -> dict[str, Any]:
     """The error answer; ``python`` (the same error as the Python API words it) adds
-    ``pythonMessage`` when its wording differs."""
+    ``pythonMessage`` and ``pythonField`` when its wording differs."""
     answer: dict[str, Any] = {"code": err.code, "message": err.reason}
     if err.field or err.rule:  # Osprey extension: the error as data (schemas.errors.ErrorStatus)
         answer["field"], answer["rule"] = err.field, err.rule
     if err.retriable:
         answer["retriable"] = True
     if python is not None and python.reason != err.reason:
-        answer["pythonMessage"] = python.reason
+        answer["pythonMessage"], answer["pythonField"] = python.reason, python.field
     return answer
 
 

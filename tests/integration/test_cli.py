@@ -1,23 +1,53 @@
-"""The osprey command line as a user runs it: DDL commands, status, errors, and the demo."""
+"""The osprey command line as a user runs it: DDL commands (through the thin client of a proxy
+process), status, errors, and the demo."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agents.ports import port_open
+from agents.ports import port_open, wait_for_port
+from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from schemas.config import OspreyConfig
+from tests.conftest import make_config
 from tests.integration.ddl_helpers import name
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 OSPREY = Path(sys.executable).parent / "osprey"  # the `osprey` entry point of this environment
+PROXY_READY_TIMEOUT_S = 60.0
+NO_PROXY_TIMEOUT_S = 30.0  # a DDL command without a proxy fails at once; this bounds the CLI's start-up
+
+
+@pytest.fixture(scope="module")
+def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    """The module's cluster, with a proxy REST address of its own (the DDL commands' endpoint)."""
+    return make_config(
+        redis_server,
+        broker,
+        "m" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("cluster"),
+        proxy_http=f"127.0.0.1:{free_port()}",
+    )
+
+
+@pytest.fixture(scope="module")
+def proxy(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator[WorkerProcess]:
+    """A real proxy process (``frontends.proxy_server``) serving REST on ``module_config.proxy_http``."""
+    process = LocalCluster(module_config, embedded=False).proxy
+    process.start()
+    wait_for_port(*module_config.proxy_host_port, PROXY_READY_TIMEOUT_S, what="proxy REST")
+    yield process
+    process.stop()
 
 
 def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -25,7 +55,7 @@ def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subproce
     return subprocess.run([str(OSPREY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
-def test_ddl_commands(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
+def test_ddl_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None:
     coll, alias = name("cli"), name("cli_alias")
     created = osprey(module_config, "collection", "create", coll, "--dim", "16", "--auto-id", "--shards", "2")
     assert created.returncode == 0, created.stderr
@@ -50,12 +80,20 @@ def created_id(description: dict) -> int:
     return description["info"]["collection_id"]
 
 
-def test_errors_exit_nonzero_naming_field_and_rule(module_config: OspreyConfig, rootcoord: WorkerProcess) -> None:
+def test_errors_exit_nonzero_naming_field_and_rule(module_config: OspreyConfig, proxy: WorkerProcess) -> None:
     result = osprey(module_config, "collection", "create", "9lives", "--dim", "16")
     assert result.returncode == 1
     assert "error 1100" in result.stderr and "field=collection_name" in result.stderr
     result = osprey(module_config, "alias", "drop", name("nope"))
     assert result.returncode == 1 and "error 1600" in result.stderr
+
+
+def test_ddl_command_without_a_proxy_says_so(module_config: OspreyConfig) -> None:
+    closed = module_config.model_copy(update={"proxy_http": f"127.0.0.1:{free_port()}"})
+    result = osprey(closed, "collection", "list", timeout_s=NO_PROXY_TIMEOUT_S)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "error 2:" in result.stderr and closed.proxy_http in result.stderr, result.stderr
+    assert "is `osprey proxy` (or `osprey up`) running?" in result.stderr
 
 
 @pytest.mark.slow

@@ -1,0 +1,510 @@
+"""``Client``: the thin client of a running proxy (``osprey proxy`` or ``osprey up``), over its REST port.
+
+The contract:
+
+- Same method names, arguments and return types as :class:`frontends.inprocess.InProcessClient`
+  for collections, partitions, aliases and data (insert, search, query, get, count): the same
+  schema models (``CollectionDescription``, ``PartitionInfo``, ``AliasDescription``, ...) and
+  ``InsertResult``, rebuilt from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a
+  TSO timestamp) reads the meta as it was then, 0 the latest. Not here: ``now``, ``health`` and
+  the stream writers' routes (see :mod:`spark_streaming.ingest_client`).
+- One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
+  or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
+  :class:`OspreyConfig`, or ``host:port`` / ``http://host:port``; default ``OSPREY_PROXY_HTTP``.
+- A request the proxy refuses (a non-zero ``code``) raises ``from_status(code, message, field, rule)``:
+  the OspreyError of the code with the in-process client's reason, field and rule, so an
+  InvalidParameter names the keyword argument (``collection_name``, not REST's ``collectionName``;
+  the proxy sends that wording as ``pythonMessage``/``pythonField``). ``create_collection`` checks
+  the schema here with the proxy's own rules (the same error; only a valid schema has a REST form).
+- No proxy at the address: ``ServiceUnavailable`` naming it, at once for a closed port (at most
+  ``connect_timeout_s``). A connection lost mid-request: ``ServiceUnavailable``, and the request
+  may have been applied; no answer within ``request_timeout_s`` (or a read's ``timeout`` plus
+  :data:`READ_TIMEOUT_SLACK_S`): ``RequestTimeout``. Nothing is retried: whether to send a create
+  or an insert again is the caller's decision.
+- Requests are JSON: numpy arrays and scalars travel as lists and numbers (float32 values exactly).
+  The proxy takes request bodies up to 1 MiB: a larger insert raises InvalidParameter on ``data``.
+- Search hits travel as Milvus's flat rows (``id``, ``distance``, the entity's fields inline, and
+  ``query`` when there are several query vectors): an output field with one of those names is
+  shadowed by them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+from pydantic import BaseModel
+
+from agents.proxy.insert import InsertResult
+from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
+from schemas.config import OspreyConfig
+from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, ServiceUnavailable, from_status
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, CollectionInfo, PartitionInfo
+
+__all__ = ["Client"]
+
+API_PREFIX = "/v2/vectordb"
+DEFAULT_REQUEST_TIMEOUT_S = 120.0  # one request; the proxy itself waits at most ddl_timeout_s for a DDL reply
+DEFAULT_CONNECT_TIMEOUT_S = 5.0  # opening the TCP connection (a closed port fails at once)
+READ_TIMEOUT_SLACK_S = 5.0  # a read with its own ``timeout`` may take this much longer over HTTP
+PROXY_HINT = "is `osprey proxy` (or `osprey up`) running?"
+
+# REST dataType spelling (Milvus's "FloatVector", or Osprey's "FLOAT_VECTOR") -> DataType.
+_DATA_TYPES = {d.value.replace("_", "").lower(): d for d in DataType}
+_TYPE_PARAMS = ("dim", "max_length")  # FieldSchema parameters, sent and described as elementTypeParams
+
+T = TypeVar("T")
+Answer = dict[str, Any]
+
+
+def proxy_url(address: str) -> str:
+    """``host:port`` or ``http://host:port`` -> ``http://host:port`` (ValueError for anything else)."""
+    url = urlsplit(address if "://" in address else f"http://{address}")
+    try:
+        port = url.port  # a port that is not a number raises
+    except ValueError:
+        port = None
+    if url.scheme not in ("http", "https") or not url.hostname or port is None or url.path not in ("", "/"):
+        raise ValueError(f"proxy address must be host:port or http://host:port, got {address!r}")
+    return f"{url.scheme}://{url.netloc}"
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON for what ``json`` does not know: numpy arrays and scalars (``tolist``), models, enums."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} cannot be sent to the proxy as JSON")
+
+
+def _level(level: ConsistencyLevel | str) -> Any:
+    return level.value if isinstance(level, ConsistencyLevel) else level
+
+
+# -- request bodies
+def _rest_schema(schema: CollectionSchema) -> dict[str, Any]:
+    """A valid schema in the REST (Milvus) form; the ``$meta`` field comes from enableDynamicField."""
+    fields = [
+        {
+            "fieldName": f.name,
+            "dataType": f.dtype.value,
+            "isPrimary": f.is_primary,
+            "description": f.description,
+            "elementTypeParams": {k: getattr(f, k) for k in _TYPE_PARAMS if getattr(f, k) is not None},
+        }
+        for f in schema.fields
+        if not f.is_dynamic
+    ]
+    return {
+        "autoID": schema.primary_field.auto_id,
+        "enableDynamicField": schema.enable_dynamic_field,
+        "fields": fields,
+    }
+
+
+def _search_params(search_params: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"metric_type": ..., "params": {...}, <more params>}`` -> REST ``searchParams``."""
+    params = dict(search_params or {})
+    metric = params.pop("metric_type", None)
+    inner = params.pop("params", {}) or {}
+    if not isinstance(inner, dict):
+        raise InvalidParameter("search_params.params", "must be a dict", inner)
+    rest: dict[str, Any] = {"params": {**params, **inner}}
+    if metric is not None:
+        rest["metricType"] = str(metric)
+    return rest
+
+
+def _read_options(
+    output_fields: Sequence[str] | None,
+    partition_names: Sequence[str] | None,
+    consistency_level: ConsistencyLevel | str | None,
+    guarantee_timestamp: int | None,
+    timeout: float | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if output_fields is not None:
+        body["outputFields"] = list(output_fields)
+    if partition_names is not None:
+        body["partitionNames"] = list(partition_names)
+    if consistency_level is not None:
+        body["consistencyLevel"] = _level(consistency_level)
+    if guarantee_timestamp is not None:
+        body["guaranteeTimestamp"] = guarantee_timestamp
+    if timeout is not None:
+        body["timeout"] = timeout
+    return body
+
+
+# -- answers -> the in-process client's models
+def _field(f: Mapping[str, Any]) -> FieldSchema:
+    params = {p["key"]: int(p["value"]) for p in f["params"] if p["key"] in _TYPE_PARAMS}
+    return FieldSchema.model_validate(
+        {
+            "name": f["name"],
+            "dtype": _DATA_TYPES[f["type"].replace("_", "").lower()],
+            "is_primary": f["primaryKey"],
+            "auto_id": f["autoId"],
+            "description": f["description"],
+            "field_id": f["id"],
+            **params,
+        }
+    )
+
+
+def _partition(p: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(
+        partition_id=p["partitionID"],
+        partition_name=p["partitionName"],
+        collection_id=p["collectionID"],
+        created_ts=p["createdTimestamp"],
+    )
+
+
+def _description(d: Mapping[str, Any]) -> CollectionDescription:
+    fields = [_field(f) for f in d["fields"]]
+    dynamic = d.get("dynamicField")
+    if dynamic:
+        fields.append(
+            FieldSchema(
+                name=dynamic["name"],
+                dtype=DataType.JSON,
+                is_dynamic=True,
+                description=dynamic["description"],
+                field_id=dynamic["id"],
+            )
+        )
+    schema = CollectionSchema(
+        fields=fields, description=d["description"], enable_dynamic_field=d["enableDynamicField"]
+    ).with_field_ids()  # adds the $meta field if an older proxy left it out
+    info = CollectionInfo(
+        collection_id=d["collectionID"],
+        collection_name=d["collectionName"],
+        collection_schema=schema,
+        shards_num=d["shardsNum"],
+        consistency_level=ConsistencyLevel(d["consistencyLevel"]),
+        vchannels=list(d["virtualChannelNames"]),
+        pchannels=list(d["physicalChannelNames"]),
+        created_ts=d["createdTimestamp"],
+    )
+    return CollectionDescription(
+        info=info, partitions=[_partition(p) for p in d["partitionInfos"]], aliases=list(d["aliases"])
+    )
+
+
+def _alias(d: Mapping[str, Any]) -> AliasDescription:
+    return AliasDescription(
+        alias=d["aliasName"],
+        collection_name=d["collectionName"],
+        collection_id=d["collectionID"],
+        created_ts=d["createdTimestamp"],
+    )
+
+
+def _brief(d: Mapping[str, Any]) -> CollectionBrief:
+    return CollectionBrief(
+        collection_name=d["collectionName"], collection_id=d["collectionID"], created_ts=d["createdTimestamp"]
+    )
+
+
+def _hits(rows: list[dict[str, Any]], nq: int) -> list[list[dict[str, Any]]]:
+    """Flat REST hit rows -> per query vector, ``{"id", "distance", "entity"}`` best first."""
+    hits: list[list[dict[str, Any]]] = [[] for _ in range(max(nq, 1))]
+    for row in rows:
+        entity = dict(row)
+        q = entity.pop("query", 0) if nq > 1 else 0
+        hits[q].append({"id": entity.pop("id"), "distance": entity.pop("distance"), "entity": entity})
+    return hits
+
+
+def _data(answer: Answer) -> Any:
+    return answer["data"]
+
+
+def _nothing(answer: Answer) -> None:
+    return None
+
+
+class Client:
+    """A thin client of one running proxy's REST front end (see the module docstring)."""
+
+    def __init__(
+        self,
+        config_or_address: OspreyConfig | str | None = None,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        if config_or_address is None:
+            config_or_address = OspreyConfig.from_env()
+        address = config_or_address if isinstance(config_or_address, str) else config_or_address.proxy_http
+        self.url = proxy_url(address)
+        self.address = urlsplit(self.url).netloc
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> Client:
+        """Open the HTTP session (no request is sent: an absent proxy shows on the first call)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s)
+            )
+        return self
+
+    async def stop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> Client:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- one request
+    async def _call(
+        self, path: str, body: dict[str, Any], parse: Callable[[Answer], T], read_timeout_s: Any = None
+    ) -> T:
+        """POST ``body`` to ``/v2/vectordb/<path>``; ``parse`` of the answer, or its error raised."""
+        answer = await self._post(path, body, read_timeout_s)
+        code = answer.get("code")
+        if code != 0:
+            if not isinstance(code, int):
+                raise OspreyError(f"the proxy at {self.address} answered {path} without a code: {answer!r}")
+            raise from_status(
+                code,
+                str(answer.get("pythonMessage", answer.get("message", ""))),
+                str(answer.get("pythonField", answer.get("field", ""))),
+                str(answer.get("rule", "")),
+            )
+        try:
+            return parse(answer)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            raise OspreyError(f"unexpected answer to {path} from the proxy at {self.address}: {exc!r}") from None
+
+    async def _post(self, path: str, body: dict[str, Any], read_timeout_s: Any) -> Answer:
+        if self._session is None:
+            raise RuntimeError("the client is not started: use `async with Client(...)` or `await client.start()`")
+        payload = json.dumps(body, default=_jsonable).encode()
+        total_s = self.request_timeout_s
+        if isinstance(read_timeout_s, int | float) and not isinstance(read_timeout_s, bool) and read_timeout_s > 0:
+            total_s = max(total_s, read_timeout_s + READ_TIMEOUT_SLACK_S)
+        timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=self.connect_timeout_s)
+        url = f"{self.url}{API_PREFIX}/{path}"
+        try:
+            async with self._session.post(
+                url, data=payload, headers={"Content-Type": "application/json"}, timeout=timeout
+            ) as resp:
+                status, raw = resp.status, await resp.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise ServiceUnavailable(f"cannot connect to the proxy at {self.address} ({exc}); {PROXY_HINT}") from None
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no answer from the proxy at {self.address} to {path} within {total_s:g} s; "
+                "the request may have been applied"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise ServiceUnavailable(
+                f"lost the connection to the proxy at {self.address} during {path} ({exc!r}); "
+                f"the request may have been applied; {PROXY_HINT}"
+            ) from None
+        if status == 413:
+            raise InvalidParameter(
+                "data",
+                f"is too large for one request to the proxy (HTTP 413 for {len(payload)} bytes of JSON): "
+                "send fewer rows per call",
+            )
+        if status == 404:
+            raise OspreyError(
+                f"the proxy at {self.address} has no route {API_PREFIX}/{path} (HTTP 404): an older proxy?"
+            )
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ServiceUnavailable(f"the proxy at {self.address} answered {path} with HTTP {status} without JSON")
+        return answer
+
+    # -- collections
+    async def create_collection(
+        self,
+        collection_name: str,
+        schema: CollectionSchema | dict[str, Any],
+        shards_num: int = 1,
+        consistency_level: ConsistencyLevel | str | None = None,
+    ) -> int:
+        """Create a collection; returns its id."""
+        checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
+        body: dict[str, Any] = {
+            "collectionName": collection_name,
+            "schema": _rest_schema(checked),
+            "description": checked.description,
+            "shardsNum": shards_num,
+        }
+        if consistency_level is not None:
+            body["consistencyLevel"] = _level(consistency_level)
+        return await self._call("collections/create", body, lambda a: int(a["data"]["collectionID"]))
+
+    async def drop_collection(self, collection_name: str) -> int:
+        """Drop a collection by its own name (not an alias); returns the dropped id."""
+        return await self._call(
+            "collections/drop", {"collectionName": collection_name}, lambda a: int(a["collectionID"])
+        )
+
+    async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:
+        body = {"collectionName": collection_name, "asOf": as_of}
+        return await self._call("collections/has", body, lambda a: bool(a["data"]["has"]))
+
+    async def describe_collection(self, collection_name: str, as_of: int = 0) -> CollectionDescription:
+        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases."""
+        body = {"collectionName": collection_name, "asOf": as_of}
+        return await self._call("collections/describe", body, lambda a: _description(a["data"]))
+
+    async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
+        return await self._call("collections/show", {"asOf": as_of}, lambda a: [_brief(c) for c in a["data"]])
+
+    async def list_collections(self, as_of: int = 0) -> list[str]:
+        return await self._call("collections/list", {"asOf": as_of}, lambda a: list(a["data"]))
+
+    # -- partitions
+    async def create_partition(self, collection_name: str, partition_name: str) -> int:
+        body = {"collectionName": collection_name, "partitionName": partition_name}
+        return await self._call("partitions/create", body, lambda a: int(a["partitionID"]))
+
+    async def drop_partition(self, collection_name: str, partition_name: str) -> int:
+        body = {"collectionName": collection_name, "partitionName": partition_name}
+        return await self._call("partitions/drop", body, lambda a: int(a["partitionID"]))
+
+    async def has_partition(self, collection_name: str, partition_name: str, as_of: int = 0) -> bool:
+        body = {"collectionName": collection_name, "partitionName": partition_name, "asOf": as_of}
+        return await self._call("partitions/has", body, lambda a: bool(a["data"]["has"]))
+
+    async def show_partitions(self, collection_name: str, as_of: int = 0) -> list[PartitionInfo]:
+        body = {"collectionName": collection_name, "asOf": as_of}
+        return await self._call("partitions/show", body, lambda a: [_partition(p) for p in a["data"]])
+
+    async def list_partitions(self, collection_name: str, as_of: int = 0) -> list[str]:
+        body = {"collectionName": collection_name, "asOf": as_of}
+        return await self._call("partitions/list", body, lambda a: list(a["data"]))
+
+    # -- aliases
+    async def create_alias(self, alias: str, collection_name: str) -> None:
+        await self._call("aliases/create", {"aliasName": alias, "collectionName": collection_name}, _nothing)
+
+    async def drop_alias(self, alias: str) -> None:
+        await self._call("aliases/drop", {"aliasName": alias}, _nothing)
+
+    async def alter_alias(self, alias: str, collection_name: str) -> bool:
+        """Point ``alias`` at ``collection_name``. Returns False if a later AlterAlias (by timestamp)
+        had already won, so this one had no effect."""
+        body = {"aliasName": alias, "collectionName": collection_name}
+        return await self._call("aliases/alter", body, lambda a: not a["data"]["superseded"])
+
+    async def describe_alias(self, alias: str, as_of: int = 0) -> AliasDescription:
+        body = {"aliasName": alias, "asOf": as_of}
+        return await self._call("aliases/describe", body, lambda a: _alias(a["data"]))
+
+    async def list_aliases(self, collection_name: str = "", as_of: int = 0) -> list[str]:
+        body = {"collectionName": collection_name, "asOf": as_of}
+        return await self._call("aliases/list", body, lambda a: list(a["data"]))
+
+    # -- data
+    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+        """Insert rows (a list of dicts) or columns (a dict of field -> sequence or numpy array).
+
+        Returns the primary keys (assigned ones for auto_id) and the insert timestamp, once the
+        broker acknowledged every event. A row breaking a rule fails the whole request, naming the
+        field, the rule and the row, and nothing of it is published."""
+        body = {
+            "collectionName": collection_name,
+            "data": dict(data) if isinstance(data, Mapping) else data,
+            "partitionName": partition_name,
+        }
+
+        def result(answer: Answer) -> InsertResult:
+            d = answer["data"]
+            return InsertResult(
+                primary_keys=list(d["insertIds"]), insert_count=int(d["insertCount"]), timestamp=int(d["timestamp"])
+            )
+
+        return await self._call("entities/insert", body, result)
+
+    async def search(
+        self,
+        collection_name: str,
+        data: Any,
+        limit: int = 10,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        search_params: dict[str, Any] | None = None,
+        anns_field: str = "",
+        partition_names: Sequence[str] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[list[dict[str, Any]]]:
+        """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
+        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
+        best first. ``search_params`` is ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``.
+        ``timeout`` in seconds bounds the wait for the shards' tsafe."""
+        vectors = _jsonable(data) if hasattr(data, "tolist") else data
+        body: dict[str, Any] = {
+            "collectionName": collection_name,
+            "data": vectors,
+            "limit": limit,
+            "filter": filter,
+            "annsField": anns_field,
+            "searchParams": _search_params(search_params),
+            **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
+        }
+        nq = len(vectors) if isinstance(vectors, list | tuple) else 1
+        return await self._call("entities/search", body, lambda a: _hits(a["data"], nq), timeout)
+
+    async def query(
+        self,
+        collection_name: str,
+        filter: str = "",
+        output_fields: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        partition_names: Sequence[str] | None = None,
+        ids: Sequence[Any] | None = None,
+        consistency_level: ConsistencyLevel | str | None = None,
+        guarantee_timestamp: int | None = None,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
+        ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
+        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+        body: dict[str, Any] = {
+            "collectionName": collection_name,
+            "filter": filter,
+            "offset": offset,
+            **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
+        }
+        if limit is not None:
+            body["limit"] = limit
+        if ids is not None:
+            body["id"] = list(ids)
+        return await self._call("entities/query", body, lambda a: list(a["data"]), timeout)
+
+    async def get(
+        self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None, **options: Any
+    ) -> list[dict[str, Any]]:
+        """The rows with these primary keys (missing ones are simply absent), in PK order."""
+        return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
+
+    async def count(self, collection_name: str, filter: str = "", **options: Any) -> int:
+        """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
+        rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
+        return int(rows[0]["count(*)"])

@@ -1,0 +1,267 @@
+"""The thin client (frontends/client.py) against a real proxy process, on a real broker, redis-server,
+rootcoord and querynode worker: a DDL round trip with time travel, insert and Strong reads, and
+errors. Its answers are compared with what the InProcessClient returns for the same requests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agents.ports import wait_for_port
+from frontends.client import Client
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import WorkerProcess, free_port
+from frontends.inprocess import InProcessClient
+from schemas.config import OspreyConfig
+from schemas.errors import (
+    AliasNotFound,
+    CollectionNotFound,
+    InvalidParameter,
+    PartitionNotFound,
+    ServiceUnavailable,
+)
+from schemas.meta import DEFAULT_PARTITION_NAME
+from tests.conftest import make_config
+from tests.integration.ddl_helpers import name
+
+pytestmark = pytest.mark.integration
+
+DIM = 8
+PROXY_READY_TIMEOUT_S = 60.0
+CLOSED_PORT_BUDGET_S = 2.0  # a client pointed at a closed port fails within this
+
+
+@pytest.fixture(scope="module")
+def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    """The module's cluster, with a proxy REST address of its own."""
+    return make_config(
+        redis_server,
+        broker,
+        "c" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("client"),
+        proxy_http=f"127.0.0.1:{free_port()}",
+    )
+
+
+@pytest.fixture(scope="module")
+def proxy(module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess) -> Iterator[WorkerProcess]:
+    """A real proxy process (``frontends.proxy_server``) serving REST on ``module_config.proxy_http``."""
+    process = LocalCluster(module_config, embedded=False).proxy
+    process.start()
+    wait_for_port(*module_config.proxy_host_port, PROXY_READY_TIMEOUT_S, what="proxy REST")
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+async def thin(module_config: OspreyConfig, proxy: WorkerProcess) -> AsyncIterator[Client]:
+    async with Client(module_config) as c:
+        yield c
+
+
+def schema(dynamic: bool = True) -> dict[str, Any]:
+    return {
+        "fields": [
+            {"name": "id", "dtype": "INT64", "is_primary": True},
+            {"name": "tag", "dtype": "VARCHAR", "max_length": 16, "description": "a label"},
+            {"name": "score", "dtype": "DOUBLE"},
+            {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": DIM},
+        ],
+        "enable_dynamic_field": dynamic,
+        "description": "thin client test",
+    }
+
+
+# -- DDL
+async def test_ddl_round_trip_with_time_travel(thin: Client, client: InProcessClient) -> None:
+    a, b, z = name("a"), name("b"), name("z")
+    a_id = await thin.create_collection(a, schema(), shards_num=2, consistency_level="Strong")
+    desc = await thin.describe_collection(a)
+    assert desc == await client.describe_collection(a)  # every field, $meta, channels and partitions
+    assert desc.info.collection_id == a_id and desc.info.shards_num == 2 and len(desc.info.vchannels) == 2
+    assert desc.info.collection_schema.dynamic_field is not None
+    assert await thin.has_collection(a) and not await thin.has_collection(name("nope"))
+    assert a in await thin.list_collections()
+    briefs = {c.collection_name: c for c in await thin.show_collections()}
+    assert briefs[a] == {c.collection_name: c for c in await client.show_collections()}[a]
+
+    # partitions
+    p_id = await thin.create_partition(a, "p1")
+    assert await thin.has_partition(a, "p1")
+    assert await thin.list_partitions(a) == [DEFAULT_PARTITION_NAME, "p1"]
+    shown = await thin.show_partitions(a)
+    assert shown == await client.show_partitions(a) and shown[1].partition_id == p_id
+    assert (await thin.describe_collection(a)).partitions == shown
+
+    # aliases, the hot reload, and the meta as it was before it
+    await thin.create_alias(z, a)
+    assert (await thin.describe_alias(z)) == await client.describe_alias(z)
+    assert await thin.list_aliases(a) == [z] and z in await thin.list_aliases()
+    b_id = await thin.create_collection(b, schema(dynamic=False))
+    before = await client.now()
+    assert await thin.alter_alias(z, b) is True
+    assert (await thin.describe_alias(z)).collection_id == b_id
+    assert (await thin.describe_alias(z, as_of=before)).collection_name == a
+    assert (await thin.describe_collection(z)).info.collection_name == b
+    assert (await thin.describe_collection(a, as_of=before)).aliases == [z]
+    assert await thin.list_aliases(a) == [] and await thin.list_aliases(a, as_of=before) == [z]
+
+    # drops answer the ids they dropped; the past still reads
+    assert await thin.drop_partition(a, "p1") == p_id
+    assert not await thin.has_partition(a, "p1") and await thin.has_partition(a, "p1", as_of=before)
+    await thin.drop_alias(z)
+    assert await thin.list_aliases(b) == []
+    dropped = await client.now()
+    assert await thin.drop_collection(a) == a_id
+    assert not await thin.has_collection(a) and await thin.has_collection(a, as_of=dropped)
+    assert a in await thin.list_collections(as_of=dropped) and a not in await thin.list_collections()
+    assert await thin.describe_collection(a, as_of=dropped) == await client.describe_collection(a, as_of=dropped)
+    assert await thin.show_partitions(a, as_of=before) == await client.show_partitions(a, as_of=before)
+
+
+# -- data
+def rows(ids: range, seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "id": i,
+            "tag": f"t{i % 3}",
+            "score": float(i) / 2,
+            "vector": rng.standard_normal(DIM).astype(np.float32).tolist(),
+            "color": "red" if i % 2 else "blue",  # a dynamic field
+        }
+        for i in ids
+    ]
+
+
+async def test_insert_then_strong_reads(thin: Client, client: InProcessClient) -> None:
+    coll = name("data")
+    await thin.create_collection(coll, schema(), shards_num=2)
+    first = rows(range(0, 20), seed=1)
+    inserted = await thin.insert(coll, first)  # rows, with a dynamic field
+    assert inserted.primary_keys == list(range(20)) and inserted.insert_count == 20 and inserted.timestamp > 0
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((10, DIM)).astype(np.float32)
+    columns = {
+        "id": np.arange(20, 30, dtype=np.int64),
+        "tag": [f"t{i % 3}" for i in range(20, 30)],
+        "score": np.arange(20, 30) / 2,
+        "vector": vectors,
+    }
+    more = await thin.insert(coll, columns)  # columns, numpy arrays
+    assert more.primary_keys == list(range(20, 30)) and more.timestamp > inserted.timestamp
+
+    strong: dict[str, Any] = {"consistency_level": "Strong"}
+    assert await thin.count(coll, **strong) == 30
+    assert await thin.count(coll, filter="tag == 't1'", **strong) == 10
+    fields = ["tag", "score", "vector", "color"]
+    got = await thin.query(coll, filter="id >= 18 and id < 23", output_fields=fields, **strong)
+    assert got == await client.query(coll, filter="id >= 18 and id < 23", output_fields=fields, **strong)
+    assert [r["id"] for r in got] == [18, 19, 20, 21, 22] and got[0]["color"] == "blue"
+    assert np.array_equal(np.array(got[2]["vector"], dtype=np.float32), vectors[0])  # bit for bit
+    assert await thin.query(coll, filter="score > 5", ids=[3, 11, 12], output_fields=["score"], **strong) == [
+        {"id": 11, "score": 5.5},
+        {"id": 12, "score": 6.0},
+    ]
+    assert await thin.query(coll, filter="id >= 0", limit=3, offset=2, **strong) == [{"id": i} for i in (2, 3, 4)]
+    assert await thin.get(coll, [25, 1, 999], output_fields=["tag"], **strong) == await client.get(
+        coll, [25, 1, 999], output_fields=["tag"], **strong
+    )
+
+    queries = np.array([first[i]["vector"] for i in (1, 2, 3)], dtype=np.float32)
+    params = {"metric_type": "L2", "params": {"ef": 64}}
+    hits = await thin.search(coll, queries, limit=4, output_fields=["tag", "color"], search_params=params, **strong)
+    assert hits == await client.search(
+        coll, queries, limit=4, output_fields=["tag", "color"], search_params=params, **strong
+    )
+    assert len(hits) == 3 and [h[0]["id"] for h in hits] == [1, 2, 3]  # each query vector finds itself
+    assert hits[0][0]["entity"] == {"tag": "t1", "color": "red"} and hits[0][0]["distance"] == 0.0
+    one = await thin.search(coll, [vectors[5].tolist()], limit=2, filter="id != 25", **strong)
+    assert len(one) == 1 and len(one[0]) == 2 and one[0][0]["id"] != 25 and one[0][0]["entity"] == {}
+
+
+# -- errors
+async def test_an_invalid_name_is_the_same_invalid_parameter(thin: Client, client: InProcessClient) -> None:
+    with pytest.raises(InvalidParameter) as remote:
+        await thin.create_collection("9lives", schema())
+    with pytest.raises(InvalidParameter) as local:
+        await client.create_collection("9lives", schema())
+    assert remote.value.field == local.value.field == "collection_name"
+    assert remote.value.rule == local.value.rule and remote.value.reason == local.value.reason
+
+    bad = schema()
+    bad["fields"][3] = {"name": "vector", "dtype": "FLOAT_VECTOR", "dim": 1}
+    with pytest.raises(InvalidParameter) as remote:
+        await thin.create_collection(name(), bad)
+    assert remote.value.field == "collection_schema.fields[3].dim"
+
+    coll = name("e")
+    await thin.create_collection(coll, schema())
+    with pytest.raises(InvalidParameter) as remote:
+        await thin.create_alias("bad-alias", coll)
+    assert remote.value.field == "alias"
+    row = rows(range(1), seed=3)[0] | {"vector": [0.0] * (DIM + 1)}
+    with pytest.raises(InvalidParameter) as remote:
+        await thin.insert(coll, [row])
+    with pytest.raises(InvalidParameter) as local:
+        await client.insert(coll, [row])
+    assert (remote.value.field, remote.value.reason) == (local.value.field, local.value.reason)
+
+
+async def test_unknown_names(thin: Client) -> None:
+    missing = name("missing")
+    with pytest.raises(CollectionNotFound, match=missing):
+        await thin.describe_collection(missing)
+    with pytest.raises(CollectionNotFound):
+        await thin.drop_collection(missing)
+    with pytest.raises(CollectionNotFound):
+        await thin.insert(missing, rows(range(1), seed=4))
+    with pytest.raises(CollectionNotFound):
+        await thin.query(missing, filter="id > 0", consistency_level="Strong")
+    with pytest.raises(AliasNotFound):
+        await thin.describe_alias(missing)
+    coll = name("p")
+    await thin.create_collection(coll, schema())
+    with pytest.raises(PartitionNotFound):
+        await thin.drop_partition(coll, "nope")
+
+
+async def test_a_closed_port_is_service_unavailable_at_once() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    async with Client(address) as c:
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as err:
+            await c.has_collection("anything")
+        assert time.monotonic() - started < CLOSED_PORT_BUDGET_S
+    assert address in err.value.reason and "is `osprey proxy` (or `osprey up`) running?" in err.value.reason
+    assert err.value.code == 2
+
+
+async def test_not_started_and_bad_addresses() -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        await Client("127.0.0.1:1").list_collections()
+    for address in ("", "127.0.0.1", "ftp://h:1", "h:port", "http://h:1/v2"):
+        with pytest.raises(ValueError):
+            Client(address)
+    assert Client("http://127.0.0.1:19121").address == Client("127.0.0.1:19121").address == "127.0.0.1:19121"
+
+
+async def test_an_insert_over_the_proxy_body_limit_is_refused_whole(thin: Client) -> None:
+    coll = name("big")
+    await thin.create_collection(coll, schema(dynamic=False))
+    n = 12_000  # about 2 MiB of JSON: over the proxy's 1 MiB request limit
+    columns = {
+        "id": np.arange(n, dtype=np.int64),
+        "tag": ["t"] * n,
+        "score": np.zeros(n),
+        "vector": np.random.default_rng(5).standard_normal((n, DIM)).astype(np.float32),
+    }
+    with pytest.raises(InvalidParameter) as err:
+        await thin.insert(coll, columns)
+    assert err.value.field == "data" and "HTTP 413" in err.value.reason
+    assert await thin.count(coll, consistency_level="Strong") == 0
