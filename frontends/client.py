@@ -39,9 +39,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel
 
-from agents.proxy.insert import InsertResult
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
+from schemas.dml import InsertResult
 from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, ServiceUnavailable, from_status
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, CollectionInfo, PartitionInfo
 

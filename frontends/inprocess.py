@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.proxy.insert import InsertResult
 from agents.proxy.proxy import Proxy
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
+from schemas.dml import InsertResult
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
 

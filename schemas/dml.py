@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -31,6 +32,16 @@ NUMPY_DTYPE: dict[DataType, str] = {
     DataType.DOUBLE: "<f8",
     DataType.FLOAT_VECTOR: "<f4",
 }
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """What an insert returns to its caller (pymilvus's MutationResult): the primary keys (the
+    assigned ones for auto_id), how many rows, and the insert's timestamp."""
+
+    primary_keys: list[Any]
+    insert_count: int
+    timestamp: int
 
 
 class _Event(BaseModel):

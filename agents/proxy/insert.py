@@ -20,7 +20,6 @@ identity prefix (``<namespace>:ingest:pk:<prefix>``) so a repeat routes its rows
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import InsertHost
 from agents.proxy.task import Task
 from schemas.codec import encode
-from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent
+from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult
 from schemas.errors import InvalidParameter, PartitionNotFound
 from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
 from state.meta.idalloc import IdAllocator
@@ -43,13 +42,6 @@ PK_ID_BATCH = 100_000
 AUTO_ID_MEMORY_S = 7 * 24 * 3600  # how long the auto ids of an identity prefix are remembered
 
 PublishMore = Callable[[int], Awaitable[list[Any]]]  # (ts) -> acknowledgements of extra records
-
-
-@dataclass(frozen=True)
-class InsertResult:
-    primary_keys: list[Any]
-    insert_count: int
-    timestamp: int
 
 
 class InsertPipeline:

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.ingest import IngestTask, open_target
-from agents.proxy.insert import PK_ID_BATCH, InsertResult, InsertTask
+from agents.proxy.insert import PK_ID_BATCH, InsertTask
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
@@ -30,7 +30,7 @@ from agents.service import Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
-from schemas.dml import ProxyTimeTick
+from schemas.dml import InsertResult, ProxyTimeTick
 from schemas.dq import DQ_RESULT
 from schemas.errors import RequestTimeout
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
