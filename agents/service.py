@@ -50,6 +50,11 @@ class Service:
         """A JSON-able snapshot of the component's state for ``osprey status``."""
         return {"started": self.started, "dead_loops": list(self._dead_loops)}
 
+    @property
+    def loops_running(self) -> int:
+        """How many loops started by :meth:`spawn` are still running."""
+        return len(self._loops)
+
     # -- what subclasses call
     def on_close(self, close: Callable[[], Awaitable[Any]], what: str) -> None:
         """Run ``close`` on stop, before everything registered earlier."""

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from agents.service import Service
 from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
@@ -659,15 +660,17 @@ INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
 }
 
 
-class RestFrontEnd:
+class RestFrontEnd(Service):
     """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
     ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine."""
 
+    service_name = "REST front end"
+
     def __init__(self, client: InProcessClient, bind: str | None = None) -> None:
+        super().__init__()
         self.client = client
         host, _, port = (bind or client.config.proxy_http).rpartition(":")
         self.host, self.port = host, int(port)
-        self._runner: web.AppRunner | None = None
         self.requests = 0
         self.errors = 0
 
@@ -749,23 +752,12 @@ class RestFrontEnd:
             log.exception("rest: %s failed", endpoint.method)
             return failure(OspreyError(f"internal error in {endpoint.method}: {exc!r}"))
 
-    async def start(self) -> None:
-        if self._runner is not None:
-            return
+    async def on_start(self) -> None:
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
-        try:
-            await web.TCPSite(runner, self.host, self.port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
+        self.on_close(runner.cleanup, "HTTP server")
+        await web.TCPSite(runner, self.host, self.port).start()
         self.port = int(runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
 
     @property
     def url(self) -> str:
@@ -773,4 +765,4 @@ class RestFrontEnd:
         return f"http://{self.host}:{self.port}"
 
     def health(self) -> dict[str, Any]:
-        return {"url": self.url, "serving": self._runner is not None, "requests": self.requests, "errors": self.errors}
+        return {**super().health(), "url": self.url, "requests": self.requests, "errors": self.errors}

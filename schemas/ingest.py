@@ -92,7 +92,8 @@ class DeadLetter(_Model):
         """The original row as Python values (pyarrow needed)."""
         import pyarrow as pa
 
-        return pa.ipc.open_stream(self.values_arrow).read_all().to_pylist()[0]
+        row: dict[str, Any] = pa.ipc.open_stream(self.values_arrow).read_all().to_pylist()[0]
+        return row
 
 
 class PartitionCounts(_Model):

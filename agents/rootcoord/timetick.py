@@ -39,6 +39,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
+from agents.service import Service
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
@@ -110,7 +111,7 @@ class TimeTickSync:
         return {proxy_id: dict(ticks) for proxy_id, ticks in self._reports.items()}
 
 
-class TimeTickAgent:
+class TimeTickAgent(Service):
     """The runtime part: ``feed`` takes raw proxy-tt records; a background task runs
     :meth:`publish_once` (TSO now, then live proxies, then the advanced ticks saved to Redis and
     written, acks=all, into their dml partitions) as soon as a report arrives, and at least every
@@ -132,6 +133,7 @@ class TimeTickAgent:
         in_use: Callable[[], Collection[str]] | None = None,
     ) -> None:
         """``in_use``: the pchannels that get ticks (None: all of them)."""
+        super().__init__()
         self.config = config
         self._in_use = in_use
         self.topic = Topics.of(config).dml
@@ -142,7 +144,6 @@ class TimeTickAgent:
         self._registry = registry
         self._producer = producer
         self._interval_s = config.time_tick_interval_ms / 1000
-        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._restored = False
         self._live: set[int] = set()
@@ -154,17 +155,14 @@ class TimeTickAgent:
         self._last_error: str | None = None
         self._last_round_at: float | None = None
 
-    async def start(self) -> None:
-        if self._task is None:
-            self._stopping = False
-            self._task = asyncio.create_task(self._run(), name="rootcoord-time-tick")
+    service_name = "rootcoord time tick"
 
-    async def stop(self) -> None:
+    async def on_start(self) -> None:
+        self._stopping = False
+        self.spawn(self._run(), "rootcoord-time-tick")
+
+    async def on_stop(self) -> None:
         self._stopping = True  # ends the loop even if a library swallows the cancellation
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     def feed(self, value: bytes) -> None:
         """Take one raw proxy-tt record (``encode(ProxyTimeTick)``); a malformed one is logged and skipped."""
@@ -232,7 +230,8 @@ class TimeTickAgent:
     def health(self) -> dict[str, Any]:
         since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)
         return {
-            "running": self._task is not None and not self._task.done(),
+            **super().health(),
+            "running": self.loops_running > 0,
             "interval_ms": self.config.time_tick_interval_ms,
             "last_published": dict(self.sync.last_published),
             "live_proxies": sorted(self._live),

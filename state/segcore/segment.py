@@ -133,7 +133,8 @@ class _Rows:
         if self.rows is None:
             return inside & (labels < self.prefix)
         assert self.valid is not None
-        return inside & self.valid[np.where(inside, labels, 0)]
+        visible: np.ndarray = inside & self.valid[np.where(inside, labels, 0)]
+        return visible
 
 
 class GrowingSegment:
@@ -550,7 +551,7 @@ class GrowingSegment:
 
     def retrieve(
         self, mask: np.ndarray | None, ts: int, output_fields: Sequence[str], limit: int | None, offset: int = 0
-    ) -> dict[str, list | np.ndarray]:
+    ) -> dict[str, list[Any] | np.ndarray]:
         """Rows visible at ``ts`` and selected by ``mask``, in PK order, skipping ``offset`` and
         keeping at most ``limit`` (None = all).
 
@@ -568,7 +569,7 @@ class GrowingSegment:
         order = np.argsort(pks, kind="stable")
         stop = None if limit is None else offset + limit
         chosen = offsets[order[offset:stop]]
-        result: dict[str, list | np.ndarray] = {}
+        result: dict[str, list[Any] | np.ndarray] = {}
         for name in names:
             key = self._pk_key if name == self._pk_field.name else name
             values = self._buffers[key][chosen]
@@ -685,7 +686,8 @@ class GrowingSegment:
         guard against tiny negatives of the expansion), IP/COSINE ``-s``."""
         if metric == METRIC_L2:
             assert q_sqnorms is not None
-            return np.maximum(rank_scores + q_sqnorms[:, None], np.float32(0))
+            distances: np.ndarray = np.maximum(rank_scores + q_sqnorms[:, None], np.float32(0))
+            return distances
         return -rank_scores
 
     def _block_rows(self, nq: int, dim: int) -> int:

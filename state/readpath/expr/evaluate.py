@@ -330,7 +330,8 @@ def compare_int(column: np.ndarray, op: str, value: int | float) -> np.ndarray:
     if value > info.max or value < info.min:
         below = value > info.max  # every element is below the bound
         return _constant(n, op == "!=" or (op in ("<", "<=") and below) or (op in (">", ">=") and not below))
-    return _OPS[op](column, column.dtype.type(value))
+    mask: np.ndarray = _OPS[op](column, column.dtype.type(value))
+    return mask
 
 
 def compare_float(column: np.ndarray, op: str, value: int | float) -> np.ndarray:
@@ -340,10 +341,12 @@ def compare_float(column: np.ndarray, op: str, value: int | float) -> np.ndarray
     adjacent floats ``low < value < high``; the comparison becomes one against those.
     """
     if isinstance(value, float):
-        return _OPS[op](column, np.float64(value))
+        exact: np.ndarray = _OPS[op](column, np.float64(value))
+        return exact
     low, high = _float_neighbours(value)
     if low == high:
-        return _OPS[op](column, np.float64(low))
+        same: np.ndarray = _OPS[op](column, np.float64(low))
+        return same
     if op in ("==", "!="):
         return _constant(len(column), op == "!=")
     if op in ("<", "<="):

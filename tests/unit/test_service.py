@@ -1,0 +1,148 @@
+"""The shared lifecycle (agents/service.py) and the query node's bounded direct server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from agents.querynode.servers import DirectServer
+from agents.service import Service
+from schemas.dq import QueryRequest, QueryResult
+from streams.direct import DirectClient
+
+
+class Recorder(Service):
+    service_name = "recorder"
+
+    def __init__(self, fail_start: bool = False, failing_close: str = "") -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.fail_start = fail_start
+        self.failing_close = failing_close
+        self.starts = 0
+
+    async def on_start(self) -> None:
+        self.starts += 1
+        await asyncio.sleep(0.01)  # a concurrent start must wait for this one
+        for name in ("redis", "producer", "consumer"):
+            self.on_close(self._closer(name), name)
+        self.spawn(self._loop(), "loop")
+        if self.fail_start:
+            raise RuntimeError("broker refused")
+
+    def _closer(self, name: str) -> Any:
+        async def close() -> None:
+            self.events.append(f"close {name}")
+            if name == self.failing_close:
+                raise OSError(f"{name} already gone")
+
+        return close
+
+    async def _loop(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.events.append("loop ended")
+
+    async def on_stop(self) -> None:
+        self.events.append("on_stop")
+
+
+async def test_start_runs_once_and_stop_undoes_it_in_reverse() -> None:
+    service = Recorder()
+    await asyncio.gather(service.start(), service.start())
+    assert service.starts == 1 and service.started and service.loops_running == 1
+    await service.stop()
+    assert service.events == ["on_stop", "loop ended", "close consumer", "close producer", "close redis"]
+    assert not service.started and service.loops_running == 0
+    await service.stop()  # twice is fine
+    assert service.events.count("close redis") == 1
+
+
+async def test_a_failed_start_closes_what_it_built_and_raises() -> None:
+    service = Recorder(fail_start=True)
+    with pytest.raises(RuntimeError, match="broker refused"):
+        await service.start()
+    # the loop was cancelled before it ever ran (so its finally never ran either)
+    assert service.events == ["close consumer", "close producer", "close redis"]
+    assert not service.started and service.loops_running == 0
+
+
+async def test_a_failing_close_is_logged_and_the_rest_still_close(caplog: pytest.LogCaptureFixture) -> None:
+    service = Recorder(failing_close="producer")
+    await service.start()
+    with caplog.at_level(logging.ERROR):
+        await service.stop()
+    assert service.events[-3:] == ["close consumer", "close producer", "close redis"]
+    assert "recorder: error while closing producer" in caplog.text
+
+
+async def test_a_loop_that_dies_is_logged_and_shows_in_health(caplog: pytest.LogCaptureFixture) -> None:
+    service = Recorder()
+    await service.start()
+
+    async def dies() -> None:
+        raise ValueError("bad record")
+
+    with caplog.at_level(logging.ERROR):
+        service.spawn(dies(), "reader")
+        await asyncio.sleep(0.01)
+    assert service.health()["dead_loops"] == ["reader: ValueError('bad record')"]
+    assert "loop reader died" in caplog.text
+    await service.stop()
+
+
+async def test_cancelling_the_caller_of_stop_is_not_swallowed() -> None:
+    service = Recorder()
+    await service.start()
+    blocked = asyncio.Event()
+
+    async def slow_close() -> None:
+        blocked.set()
+        await asyncio.sleep(60)
+
+    service.on_close(slow_close, "slow")
+    stopping = asyncio.create_task(service.stop())
+    await blocked.wait()
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert "close redis" in service.events  # the rest still closed on the way out
+
+
+class SlowNode:
+    """Answers after ``gate`` opens; counts how many requests it holds at once."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.holding = 0
+        self.most = 0
+
+    async def serve_safely(self, request: QueryRequest, answer_unowned: bool) -> list[QueryResult]:
+        self.holding += 1
+        self.most = max(self.most, self.holding)
+        await self.gate.wait()
+        self.holding -= 1
+        return [QueryResult(request_id=request.request_id, vchannel="v0")]
+
+
+async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
+    node = SlowNode()
+    server = DirectServer(node, "127.0.0.1", max_inflight=2)  # type: ignore[arg-type]
+    await server.start()
+    client = DirectClient(server.address)
+    await client.connect()
+    try:
+        calls = [asyncio.create_task(client.call(QueryRequest(request_id=i), timeout_s=10)) for i in range(6)]
+        await asyncio.sleep(0.2)
+        assert node.holding == 2 and server.health()["in_flight"] == 2  # the rest wait unread
+        node.gate.set()
+        batches = await asyncio.gather(*calls)
+        assert sorted(b.request_id for b in batches) == list(range(6)) and node.most == 2
+    finally:
+        await client.close()
+        await server.stop()
+    assert not server.started
