@@ -97,18 +97,12 @@ class InsertPipeline:
         first = await self.host.pk_ids.alloc(n)
         if not self.replayable:
             return first
-        key = f"{self.host.config.cluster}:ingest:pk:{self.identity}"
-        mine = f"{first}:{n}"
-        if await self.host.redis.set(key, mine, nx=True, ex=AUTO_ID_MEMORY_S):
-            return first
-        raw = await self.host.redis.get(key) or b""
-        kept = raw.decode() if isinstance(raw, bytes) else raw
-        kept_first, _, kept_n = kept.partition(":")
-        if kept_n != str(n):
+        kept_first, kept_n = await self.host.ingest_log.auto_ids(self.identity, first, n, AUTO_ID_MEMORY_S)
+        if kept_n != n:
             raise InvalidParameter(
                 "identity", f"must always carry the same rows: {self.identity} had {kept_n} rows, now {n}"
             )
-        return int(kept_first)
+        return kept_first
 
     async def publish(self, more: PublishMore | None = None) -> int:
         """Publish the events (and ``more(ts)``'s records); the timestamp, once all are acknowledged."""

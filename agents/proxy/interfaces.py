@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from schemas import ddl
 from schemas.config import OspreyConfig
 from state.meta.idalloc import IdAllocator
+from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
 from state.meta.tso import TimestampOracle
 from streams.topics import Topics
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
     from agents.proxy.search import DqRouter
     from agents.proxy.segment_quotas import SegmentQuotas
     from agents.proxy.timeticker import DmTaskStats
@@ -38,7 +37,7 @@ class DdlHost(Protocol):
 
 class InsertHost(Protocol):
     """What the insert pipeline uses: meta, auto ids, segment quotas, in-flight statistics, the
-    producer, and Redis (for a replayable writer's remembered auto ids)."""
+    producer, and the ingest log (for a replayable writer's remembered auto ids)."""
 
     @property
     def proxy_id(self) -> int: ...
@@ -51,7 +50,7 @@ class InsertHost(Protocol):
     @property
     def producer(self) -> Any: ...  # aiokafka's AIOKafkaProducer (untyped)
     @property
-    def redis(self) -> aioredis.Redis: ...
+    def ingest_log(self) -> IngestLog: ...  # a replayable writer's remembered auto ids
     @property
     def pk_ids(self) -> IdAllocator: ...
     @property

@@ -44,6 +44,7 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
 from state.meta.registry import NodeRegistry
+from state.meta.timetick_checkpoint import TimeTickCheckpoint
 from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name, pchannel_partition
 from streams.topics import Topics
@@ -137,9 +138,8 @@ class TimeTickAgent(Service):
         self.config = config
         self._in_use = in_use
         self.topic = Topics.of(config).dml
-        self.key = f"{config.cluster}:timetick"
+        self.checkpoint = TimeTickCheckpoint(redis, config.cluster)
         self.sync = TimeTickSync(pchannel_name(self.topic, i) for i in range(config.dml_partitions))
-        self._redis = redis
         self._tso = tso
         self._registry = registry
         self._producer = producer
@@ -178,8 +178,7 @@ class TimeTickAgent(Service):
     async def publish_once(self) -> dict[str, int]:
         """One round; returns the ticks written (pchannel -> ts). Raises on Redis/Kafka errors."""
         if not self._restored:
-            raw = await self._redis.hgetall(self.key)
-            saved = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+            saved = await self.checkpoint.load()
             self.sync.mark_published({p: ts for p, ts in saved.items() if p in self.sync.pchannels})
             self._restored = True
         tso_now = await self._tso.now()  # before the liveness read: see the module docstring
@@ -190,7 +189,7 @@ class TimeTickAgent(Service):
             wanted = set(self._in_use())
             advanced = {p: ts for p, ts in advanced.items() if p in wanted}
         if advanced:
-            await self._redis.hset(self.key, mapping={p: str(ts) for p, ts in advanced.items()})
+            await self.checkpoint.save(advanced)
             self.sync.mark_published(advanced)
             futures = [
                 await self._producer.send(

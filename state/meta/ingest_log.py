@@ -4,6 +4,9 @@ Layout under ``<namespace>:ingest:``:
 - ``queries`` hash: query id -> JSON ``{query_id, query_name, collection_id, last_batch, ts}``
   (``ts``: TSO timestamp of the last commit recorded)
 - ``batches:<query id>`` hash: batch id -> JSON ``{rows, written, rejected, seconds, tasks}``
+- ``pk:<chunk identity>`` string ``"<first>:<n>"``: the auto ids a writer's chunk got the first
+  time it was sent, kept ``ttl_s`` (:meth:`IngestLog.auto_ids`), so a chunk sent again after a
+  crash routes its rows exactly as the first time
 
 A batch recorded again (Spark replays the last batch after a crash and commits it again)
 replaces its earlier record, so totals, summed over batches, never count a row twice.
@@ -47,6 +50,17 @@ class IngestLog:
             pipe.hset(f"{self._base}queries", commit.query_id, json.dumps(query))
             await pipe.execute()
         return await self.progress(commit.query_id)
+
+    async def auto_ids(self, identity: str, first: int, n: int, ttl_s: float) -> tuple[int, int]:
+        """The auto ids of chunk ``identity``: ``(first, n)`` if this is its first time (then kept
+        ``ttl_s``), else the ``(first, n)`` it got the first time. One atomic SET NX."""
+        key = f"{self._base}pk:{identity}"
+        if await self._redis.set(key, f"{first}:{n}", nx=True, ex=max(1, int(ttl_s))):
+            return first, n
+        raw = await self._redis.get(key) or b""
+        kept = raw.decode() if isinstance(raw, bytes) else raw
+        kept_first, _, kept_n = kept.partition(":")
+        return int(kept_first or 0), int(kept_n or 0)
 
     async def progress(self, query_id: str) -> dict[str, Any]:
         """The query's totals over its recorded batches (zeros for an unknown query)."""
