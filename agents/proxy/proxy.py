@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
-from agents.proxy.queue import DdTaskQueue, DmTaskQueue
+from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
@@ -105,9 +105,9 @@ class Proxy(Service):
         for tp in partitions:
             await self.consumer.position(tp)
         self.spawn(self._route(), "proxy-router")
-        self.queue = DdTaskQueue(self.ids, self.tso)
-        await self.queue.start()
-        self.on_close(self.queue.stop, "dd queue")
+        self.dd_queue = DdTaskQueue(self.ids, self.tso)
+        await self.dd_queue.start()
+        self.on_close(self.dd_queue.stop, "dd queue")
         # the DML side: auto ids, segment quotas, in-flight statistics and the time ticker
         self.pk_ids = IdAllocator(self.redis, ns, "pk", batch=PK_ID_BATCH)
         self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns), batch_rows=config.segment_quota_batch_rows)
@@ -124,7 +124,7 @@ class Proxy(Service):
         self.shard_owners = ShardOwners(self.redis, ns)
         self.direct = DirectPool()
         self.on_close(self.direct.close, "direct pool")
-        self.dq_queue = DmTaskQueue(self.ids, self.tso)
+        self.dq_queue = DqTaskQueue(self.ids, self.tso)
         self.on_close(self.dq_queue.stop, "dq queue")
         self.dq_router = DqRouter(config, self.topics, self.producer, self.shard_owners, self.direct, self.proxy_id)
         self.status_board = StatusBoard(self.redis, ns)
@@ -143,7 +143,7 @@ class Proxy(Service):
     async def submit(self, kind: type[ddl.DdlEvent], **fields: Any) -> ddl.DdlReply:
         """Run a DDL request through the dd queue; its reply, or its error raised."""
         task = DdlTask(self, kind, fields)
-        await self.queue.enqueue(task)
+        await self.dd_queue.enqueue(task)
         return await task.wait_to_finish()
 
     async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
@@ -289,7 +289,7 @@ class Proxy(Service):
             **super().health(),
             "proxy_id": self.proxy_id,
             "pending": len(self._pending),
-            "dd_queue": self.queue.health(),
+            "dd_queue": self.dd_queue.health(),
             "dm_queue": self.dm_queue.health(),
             "dq_queue": self.dq_queue.health(),
             "dq_router": self.dq_router.health(),

@@ -61,9 +61,11 @@ class DdTaskQueue:
         }
 
 
-class DmTaskQueue:
-    """DML tasks run in parallel (seed 001: the dm queue schedules several tasks at once), at most
-    ``max_active`` at a time; each takes its timestamp when it enters its pchannels' statistics."""
+class ParallelTaskQueue:
+    """Tasks run in parallel, at most ``max_active`` at a time (seed 001: the dm and dq queues
+    schedule several tasks at once; only the dd queue runs one at a time). A task takes its own
+    timestamp: a DML task when it enters its pchannels' statistics, a read from its consistency
+    level."""
 
     def __init__(self, ids: IdAllocator, tso: TimestampOracle, max_active: int = 64) -> None:
         self.ids = ids
@@ -75,7 +77,7 @@ class DmTaskQueue:
     async def enqueue(self, task: Task[Any]) -> None:
         await task.on_enqueue(self.ids, self.tso)
         await self._slots.acquire()
-        runner = asyncio.create_task(self._run(task), name=f"dm-{task.name}-{task.request_id}")
+        runner = asyncio.create_task(self._run(task), name=f"{task.name}-{task.request_id}")
         self._active.add(runner)
         runner.add_done_callback(self._active.discard)
 
@@ -87,9 +89,15 @@ class DmTaskQueue:
             self.done_count += 1
 
     async def stop(self) -> None:
-        for runner in list(self._active):
+        runners = list(self._active)
+        for runner in runners:
             runner.cancel()
-        await asyncio.gather(*self._active, return_exceptions=True)
+        if runners:
+            await asyncio.wait(runners)  # a cancellation of stop's caller still propagates
 
     def health(self) -> dict[str, Any]:
         return {"active": len(self._active), "done": self.done_count}
+
+
+DmTaskQueue = ParallelTaskQueue  # seed 001's dmTaskQueue: inserts and stream-writer chunks
+DqTaskQueue = ParallelTaskQueue  # seed 001's dqTaskQueue: searches and queries

@@ -59,9 +59,9 @@ class ShardDelegator:
     Applied identities: an insert event's identity is remembered with its segment, so a replayed
     event (restart from an older position, a producer retrying a batch) is skipped. Identities are
     kept for as long as their growing segment is in the distribution and dropped with it
-    (:meth:`release_segments`); once segments are sealed and the checkpoint is past them, a replay
-    starts after the checkpoint and never brings those identities back. So the set is bounded by
-    the events of the growing segments served.
+    (:meth:`release_segments`); once segments are sealed and the checkpoint is past them (sealing
+    and checkpoints come with issue 11), a replay starts after the checkpoint and never brings
+    those identities back. So the set is bounded by the events of the growing segments served.
 
     Not thread-safe: everything runs on one event loop.
     """

@@ -42,6 +42,7 @@ from state.readpath.expr import Filter
 from state.readpath.search_hits import search_result
 from state.segcore.segment import GrowingSegment
 from state.segcore.vector_index import SearchHits
+from streams.channels import pchannel_name
 
 __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 
@@ -118,7 +119,7 @@ class QueryNode:
     # ------------------------------------------------------------------ ownership
 
     def pchannel_of(self, partition: int) -> str:
-        return f"{self.dml_topic}_{partition}"
+        return pchannel_name(self.dml_topic, partition)
 
     def assign(self, partitions: set[int]) -> tuple[list[str], list[str]]:
         """The consumer group's new assignment: keep the pchannels still ours, drop the others with
