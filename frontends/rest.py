@@ -639,10 +639,11 @@ def success(data: Any) -> dict[str, Any]:
 def failure(err: OspreyError, python: OspreyError | None = None) -> dict[str, Any]:
     """The error answer; ``python`` (the same error as the Python API words it) adds
     ``pythonMessage`` and ``pythonField`` when its wording differs."""
-    answer: dict[str, Any] = {"code": err.code, "message": err.reason}
-    if err.field or err.rule:  # Osprey extension: the error as data (schemas.errors.ErrorStatus)
-        answer["field"], answer["rule"] = err.field, err.rule
-    if err.retriable:
+    status = err.status()
+    answer: dict[str, Any] = {"code": status.code, "message": status.reason}
+    if status.field or status.rule:  # Osprey extension: the error as data (schemas.errors.ErrorStatus)
+        answer["field"], answer["rule"] = status.field, status.rule
+    if status.retriable:
         answer["retriable"] = True
     if python is not None and python.reason != err.reason:
         answer["pythonMessage"], answer["pythonField"] = python.reason, python.field

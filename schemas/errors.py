@@ -13,7 +13,7 @@ own ``code`` registers itself; two classes may not claim one code.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -136,5 +136,19 @@ def from_status(code: int, reason: str, field: str = "", rule: str = "") -> Ospr
     return err
 
 
-def from_error_status(status: ErrorStatus) -> OspreyError:
+class CarriesError(Protocol):
+    """Anything that carries an error's fields: an :class:`ErrorStatus`, a DDL reply, a dq result."""
+
+    @property
+    def code(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+
+
+def from_error_status(status: CarriesError) -> OspreyError:
+    """The error ``status`` carries (see :func:`from_status`)."""
     return from_status(status.code, status.reason, status.field, status.rule)

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from agents.proxy.task import Task
 from schemas import ddl
-from schemas.errors import OspreyError, from_status
+from schemas.errors import OspreyError, from_error_status
 from schemas.validation import invalid_from_validation_error
 from state.meta.ddl_rules import plan
 
@@ -58,5 +58,5 @@ class DdlTask(Task[ddl.DdlReply]):
         assert self.reply is not None
         self.host.cache.invalidate_ids(self.reply.invalidate)
         if not self.reply.ok:
-            raise from_status(self.reply.code, self.reply.reason, self.reply.field, self.reply.rule)
+            raise from_error_status(self.reply)
         self.result = self.reply

@@ -27,7 +27,13 @@ from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.config import OspreyConfig
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
-from schemas.errors import InvalidParameter, OspreyError, PartitionNotFound, RequestTimeout, from_status
+from schemas.errors import (
+    InvalidParameter,
+    OspreyError,
+    PartitionNotFound,
+    RequestTimeout,
+    from_error_status,
+)
 from schemas.meta import CollectionInfo
 from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.readpath.consistency import guarantee_ts
@@ -164,7 +170,7 @@ class DqRouter:
                     raise outcome
                 for result in outcome:
                     if not result.vchannel:  # the whole request was refused
-                        raise from_status(result.code, result.reason, result.field, result.rule)
+                        raise from_error_status(result)
                     if result.moved:
                         last_error = result.reason  # not (or no longer) its owner: ask the new one
                         continue
@@ -226,7 +232,7 @@ class DqRouter:
         finally:
             self._collectors.pop(request.request_id, None)
         if collector.error is not None:
-            raise from_status(collector.error.code, collector.error.reason, collector.error.field, collector.error.rule)
+            raise from_error_status(collector.error)
         return collector.results
 
     async def _publish(self, request: SearchRequest | QueryRequest) -> None:
@@ -246,7 +252,7 @@ class DqRouter:
 def _raise_errors(results: Sequence[Result]) -> None:
     for result in results:
         if not result.ok:
-            raise from_status(result.code, result.reason, result.field, result.rule)
+            raise from_error_status(result)
 
 
 def _values(column: Column) -> Any:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import TopicPartition
@@ -40,6 +41,33 @@ RETRY_S = 0.5
 STOP_TIMEOUT_S = 2.0  # how long stop waits for the listener's connections to close
 
 
+class InFlight:
+    """The answers a server is computing: at most ``limit`` at once; :meth:`run` waits for a slot
+    (so a caller that reads requests stops reading while the server is full)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots = asyncio.Semaphore(limit)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def run(self, answer: Coroutine[Any, Any, None]) -> None:
+        """Start ``answer`` once a slot is free; returns without waiting for it to finish."""
+        await self._slots.acquire()
+        task = asyncio.create_task(answer)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._tasks)
+
+
 class DirectServer(Service):
     """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started. At most
     ``max_inflight`` requests are answered at once; past that a connection is not read until one
@@ -51,9 +79,7 @@ class DirectServer(Service):
         super().__init__()
         self.node = node
         self.host, self.port = host, port
-        self.max_inflight = max_inflight
-        self._slots = asyncio.Semaphore(max_inflight)
-        self._answers: set[asyncio.Task[None]] = set()
+        self._answers = InFlight(max_inflight)
         self._connections: set[asyncio.Task[Any]] = set()
         self.served = 0
         self.serve_s = 0.0  # total seconds from a request's frame read to its answer written
@@ -69,7 +95,7 @@ class DirectServer(Service):
 
     async def _close_server(self, server: asyncio.Server) -> None:
         server.close()
-        tasks = [*self._connections, *self._answers]
+        tasks = [*self._connections, *self._answers.tasks()]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -85,10 +111,7 @@ class DirectServer(Service):
             while True:
                 frame = await read_frame(reader)
                 request = decode(frame, DQ_REQUEST)
-                await self._slots.acquire()
-                answer = asyncio.create_task(self._answer(request, writer, time.perf_counter()))
-                self._answers.add(answer)
-                answer.add_done_callback(self._answered)
+                await self._answers.run(self._answer(request, writer, time.perf_counter()))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # the peer went away
         except Exception:  # an undecodable frame: this connection's framing cannot be trusted
@@ -96,10 +119,6 @@ class DirectServer(Service):
         finally:
             writer.close()
             self._connections.discard(me)
-
-    def _answered(self, task: asyncio.Task[None]) -> None:
-        self._answers.discard(task)
-        self._slots.release()
 
     async def _answer(
         self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float
@@ -113,7 +132,7 @@ class DirectServer(Service):
                 await writer.drain()
 
     def health(self) -> dict[str, Any]:
-        return {**super().health(), "in_flight": len(self._answers), "max_inflight": self.max_inflight}
+        return {**super().health(), "in_flight": len(self._answers), "max_inflight": self._answers.limit}
 
 
 class TopicServer(Service):
@@ -131,9 +150,7 @@ class TopicServer(Service):
         self.topics = topics
         self.node = node
         self.producer = producer
-        self.max_inflight = max_inflight
-        self._slots = asyncio.Semaphore(max_inflight)
-        self._answers: set[asyncio.Task[None]] = set()
+        self._answers = InFlight(max_inflight)
         self._started_ts = 0
         self.served = 0
         self.skipped = 0
@@ -155,7 +172,7 @@ class TopicServer(Service):
         self.spawn(self._read(), "querynode-dq-request")
 
     async def _cancel_answers(self) -> None:
-        answers = list(self._answers)
+        answers = self._answers.tasks()
         for task in answers:
             task.cancel()
         if answers:
@@ -180,14 +197,7 @@ class TopicServer(Service):
         if request.ts and add_ms(request.ts, request.timeout_ms) < self._started_ts:
             self.skipped += 1
             return
-        await self._slots.acquire()
-        task = asyncio.create_task(self._answer(request))
-        self._answers.add(task)
-        task.add_done_callback(self._answered)
-
-    def _answered(self, task: asyncio.Task[None]) -> None:
-        self._answers.discard(task)
-        self._slots.release()
+        await self._answers.run(self._answer(request))
 
     async def _answer(self, request: SearchRequest | QueryRequest) -> None:
         results = await self.node.serve_safely(request, answer_unowned=False)
