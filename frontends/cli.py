@@ -72,6 +72,13 @@ def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
         ("collection", "has"): lambda c: c.has_collection(args.name, as_of=as_of),
         ("collection", "list"): lambda c: c.show_collections(as_of=as_of),
         ("collection", "drop"): lambda c: c.drop_collection(args.name),
+        ("collection", "flush"): lambda c: c.flush(args.name),
+        ("collection", "load"): lambda c: c.load_collection(args.name),
+        ("collection", "release"): lambda c: c.release_collection(args.name),
+        ("collection", "load-state"): lambda c: c.get_load_state(args.name),
+        ("collection", "stats"): lambda c: c.get_collection_stats(args.name),
+        ("partition", "load"): lambda c: c.load_partitions(args.collection, args.partition),
+        ("partition", "release"): lambda c: c.release_partitions(args.collection, args.partition),
         ("partition", "create"): lambda c: c.create_partition(args.collection, args.partition),
         ("partition", "drop"): lambda c: c.drop_partition(args.collection, args.partition),
         ("partition", "has"): lambda c: c.has_partition(args.collection, args.partition, as_of=as_of),
@@ -99,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         help="any setting of OspreyConfig, e.g. --set log_level=debug (wins over OSPREY_<NAME>); repeatable",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start the embedded broker, redis-server, the rootcoord, a querynode and a proxy")
+    up = sub.add_parser(
+        "up", help="start the embedded broker, redis-server, the rootcoord, a querynode, a datanode and a proxy"
+    )
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
@@ -109,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("settings", help="every setting: name, value in effect, default, meaning")
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
+    sub.add_parser("datanode", help="run a data node Faust worker (buffers dml, flushes sealed segments)")
     sub.add_parser(
         "ingest",
         help="stream a directory of Parquet/JSON files into a collection with Spark "
@@ -133,10 +143,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--shards", type=int, default=1)
     c.add_argument("--consistency", default=None)
     c.add_argument("--schema", help="JSON file with a full collection schema (overrides --dim/--pk-type)")
-    for op in ("describe", "has", "drop"):
-        q = col.add_parser(op)
+    for op in ("describe", "has", "drop", "flush"):
+        q = col.add_parser(
+            op, help="seal the growing segments and wait until they are flushed" if op == "flush" else None
+        )
         q.add_argument("name")
-        if op != "drop":
+        if op in ("describe", "has"):
             as_of(q)
     as_of(col.add_parser("list"))
 
@@ -150,6 +162,10 @@ def _parser() -> argparse.ArgumentParser:
     q = part.add_parser("list")
     q.add_argument("collection")
     as_of(q)
+    for op in ("load", "release"):
+        q = part.add_parser(op, help=f"{op} partitions of a collection")
+        q.add_argument("collection")
+        q.add_argument("partition", nargs="+")
 
     al = sub.add_parser("alias", help="aliases").add_subparsers(dest="op", required=True)
     for op in ("create", "alter"):
@@ -296,6 +312,12 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
 
         os.environ.update(config.to_env())
         querynode_main()
+        return 0
+    if cmd == "datanode":
+        from agents.datanode.__main__ import main as datanode_main
+
+        os.environ.update(config.to_env())
+        datanode_main()
         return 0
     if cmd == "proxy":
         from frontends.proxy_server import main as proxy_main

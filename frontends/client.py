@@ -30,7 +30,9 @@ The contract:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, TypeVar
@@ -42,8 +44,25 @@ from pydantic import BaseModel
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
 from schemas.dml import InsertResult
-from schemas.errors import InvalidParameter, OspreyError, RequestTimeout, ServiceUnavailable, from_status
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, CollectionInfo, PartitionInfo
+from schemas.errors import (
+    CollectionNotLoaded,
+    InvalidParameter,
+    OspreyError,
+    RequestTimeout,
+    ServiceUnavailable,
+    from_status,
+)
+from schemas.meta import (
+    AliasDescription,
+    CollectionBrief,
+    CollectionDescription,
+    CollectionInfo,
+    LoadInfo,
+    LoadProgress,
+    LoadState,
+    PartitionInfo,
+)
+from schemas.segment import CollectionStats, FlushResult
 
 __all__ = ["Client"]
 
@@ -51,6 +70,9 @@ API_PREFIX = "/v2/vectordb"
 DEFAULT_REQUEST_TIMEOUT_S = 120.0  # one request; the proxy itself waits at most ddl_timeout_s for a DDL reply
 DEFAULT_CONNECT_TIMEOUT_S = 5.0  # opening the TCP connection (a closed port fails at once)
 READ_TIMEOUT_SLACK_S = 5.0  # a read with its own ``timeout`` may take this much longer over HTTP
+LOAD_WAIT_S = 60.0  # how long load_collection/load_partitions poll for Loaded
+LOAD_POLL_S = 0.2
+FLUSH_WAIT_S = 90.0  # a Flush waits for the data nodes (the proxy gives up after its flush_timeout_s, 60 s)
 PROXY_HINT = "is `osprey proxy` (or `osprey up`) running?"
 
 # REST dataType spelling (Milvus's "FloatVector", or Osprey's "FLOAT_VECTOR") -> DataType.
@@ -194,9 +216,29 @@ def _description(d: Mapping[str, Any]) -> CollectionDescription:
         pchannels=list(d["physicalChannelNames"]),
         created_ts=d["createdTimestamp"],
     )
+    load = d.get("loadInfo")
     return CollectionDescription(
-        info=info, partitions=[_partition(p) for p in d["partitionInfos"]], aliases=list(d["aliases"])
+        info=info,
+        partitions=[_partition(p) for p in d["partitionInfos"]],
+        aliases=list(d["aliases"]),
+        load=None if load is None else LoadInfo.model_validate(load),
     )
+
+
+def _stats(collection_name: str) -> Callable[[Answer], CollectionStats]:
+    def parse(answer: Answer) -> CollectionStats:
+        d = answer["data"]
+        return CollectionStats(
+            collection_name=collection_name,
+            collection_id=int(d["collectionID"]),
+            partition_ids=d.get("partitionIDs"),
+            row_count=int(d["rowCount"]),
+            flushed_rows=int(d["flushedRows"]),
+            buffered_rows=int(d["bufferedRows"]),
+            flushed_segments=int(d["flushedSegments"]),
+        )
+
+    return parse
 
 
 def _alias(d: Mapping[str, Any]) -> AliasDescription:
@@ -342,14 +384,16 @@ class Client:
         schema: CollectionSchema | dict[str, Any],
         shards_num: int = 1,
         consistency_level: ConsistencyLevel | str | None = None,
+        load: bool = True,
     ) -> int:
-        """Create a collection; returns its id."""
+        """Create a collection (loaded at once unless ``load`` is False); returns its id."""
         checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
         body: dict[str, Any] = {
             "collectionName": collection_name,
             "schema": _rest_schema(checked),
             "description": checked.description,
             "shardsNum": shards_num,
+            "load": load,
         }
         if consistency_level is not None:
             body["consistencyLevel"] = _level(consistency_level)
@@ -438,6 +482,80 @@ class Client:
             )
 
         return await self._call("entities/insert", body, result)
+
+    # -- load and release
+    async def load_collection(
+        self, collection_name: str, timeout: float = LOAD_WAIT_S, wait: bool = True
+    ) -> LoadProgress:
+        """Serve every partition of the collection; with ``wait``, poll until it is Loaded
+        (RequestTimeout after ``timeout`` seconds)."""
+        await self._call("collections/load", {"collectionName": collection_name}, lambda a: None)
+        return await self._load_progress(collection_name, timeout, wait)
+
+    async def release_collection(self, collection_name: str) -> None:
+        await self._call("collections/release", {"collectionName": collection_name}, lambda a: None)
+
+    async def load_partitions(
+        self, collection_name: str, partition_names: Sequence[str], timeout: float = LOAD_WAIT_S, wait: bool = True
+    ) -> LoadProgress:
+        body = {"collectionName": collection_name, "partitionNames": list(partition_names)}
+        await self._call("partitions/load", body, lambda a: None)
+        return await self._load_progress(collection_name, timeout, wait)
+
+    async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:
+        body = {"collectionName": collection_name, "partitionNames": list(partition_names)}
+        await self._call("partitions/release", body, lambda a: None)
+
+    async def get_load_state(self, collection_name: str) -> LoadProgress:
+        def result(answer: Answer) -> LoadProgress:
+            d = answer["data"]
+            return LoadProgress(
+                collection_name=collection_name,
+                collection_id=int(d["collectionID"]),
+                state=LoadState(str(d["loadState"]).removeprefix("LoadState")),
+                progress=int(d["loadProgress"]),
+                vchannels_ready=int(d["vchannelsReady"]),
+                vchannels=int(d["vchannels"]),
+                load_version=int(d["loadVersion"]),
+            )
+
+        return await self._call("collections/get_load_state", {"collectionName": collection_name}, result)
+
+    async def _load_progress(self, collection_name: str, timeout: float, wait: bool) -> LoadProgress:
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = await self.get_load_state(collection_name)
+            if not wait or progress.state is LoadState.LOADED:
+                return progress
+            if progress.state is LoadState.NOT_LOAD:
+                raise CollectionNotLoaded(f"collection not loaded[collection={collection_name}]")
+            if time.monotonic() >= deadline:
+                raise RequestTimeout(f"collection {collection_name} is {progress.progress}% loaded after {timeout:g} s")
+            await asyncio.sleep(LOAD_POLL_S)
+
+    async def get_collection_stats(self, collection_name: str) -> CollectionStats:
+        return await self._call("collections/get_stats", {"collectionName": collection_name}, _stats(collection_name))
+
+    async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
+        body = {"collectionName": collection_name, "partitionName": partition_name}
+        return await self._call("partitions/get_stats", body, _stats(collection_name))
+
+    async def flush(self, collection_name: str, timeout: float = FLUSH_WAIT_S) -> FlushResult:
+        """Seal the collection's growing segments and wait (at most ``timeout`` seconds here; the
+        proxy's own limit is its ``flush_timeout_s``) until they are flushed."""
+
+        def result(answer: Answer) -> FlushResult:
+            d = answer["data"]
+            return FlushResult(
+                collection_name=d["collectionName"],
+                collection_id=int(d["collectionID"]),
+                segment_ids=[int(x) for x in d["segmentIDs"]],
+                flushed_segment_ids=[int(x) for x in d["flushedSegmentIDs"]],
+                dropped_segment_ids=[int(x) for x in d["droppedSegmentIDs"]],
+                flush_ts=int(d["flushTs"]),
+            )
+
+        return await self._call("collections/flush", {"collectionName": collection_name}, result, timeout)
 
     async def search(
         self,

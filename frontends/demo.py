@@ -1,10 +1,10 @@
 """``./osprey demo``: the main job on the embedded stack.
 
-Brings up what is not running (broker, redis-server, rootcoord, querynode, proxy), then walks
-through collections, partitions, time travel and the alias hot reload of seed 000 (Z -> A, create
-B, alter Z -> B), the data path (insert, search, query), and the Spark ingest of the standard
-workload from Parquet files (``./osprey ingest``) followed by searches over it, printing each
-step, and finally stops what it started.
+Brings up what is not running (broker, redis-server, rootcoord, querynode, datanode, proxy), then
+walks through collections, partitions, time travel and the alias hot reload of seed 000 (Z -> A,
+create B, alter Z -> B), the data path (insert, search, query), and the Spark ingest of the
+standard workload from Parquet files (``./osprey ingest``) followed by searches over it, a flush
+of it, its segments, a release and a load, printing each step, and finally stops what it started.
 """
 
 from __future__ import annotations
@@ -209,7 +209,30 @@ async def spark_ingest(client: InProcessClient, suffix: str) -> None:
     say("  first query's top 3", [(h["id"], round(h["distance"], 3)) for h in hits[0][:3]])
     ingest = (await status(config))["ingest"].get(totals["query_id"], {})
     say("  ./osprey status: ingest", {k: ingest.get(k) for k in ("batches", "written", "rejected", "last_batch")})
+    await segments_walkthrough(client, name, w.queries[:1])
     await client.drop_collection(name)
+
+
+async def segments_walkthrough(client: InProcessClient, name: str, query: np.ndarray) -> None:
+    """Flush, the segments and checkpoint in status, release (code 101) and load again."""
+    print("segments: flush, release, load (docs/segments.md)")
+    result = await client.flush(name)
+    say(f"flush {name}", f"{len(result.flushed_segment_ids)} segments flushed to {client.config.object_store_dir}")
+    stats = await client.get_collection_stats(name)
+    say("  collection stats", f"{stats.row_count:,} rows ({stats.flushed_rows:,} in flushed segments)")
+    view = (await status(client.config))["segments"]
+    for vchannel, entry in view.items():
+        if entry["collection"] == name:
+            states = [seg["state"] for seg in entry["segments"].values()]
+            say(f"  ./osprey status: {vchannel}", f"checkpoint {entry['checkpoint']}, segments {states}")
+    await client.release_collection(name)
+    try:
+        await client.search(name, query, limit=3, consistency_level="Strong")
+    except OspreyError as err:
+        say("  search after release", f"refused: code {err.code}, {err.reason}")
+    progress = await client.load_collection(name)
+    say("  load again", f"{progress.state.value}, {progress.progress}%")
+    say("  count(*) Strong", await client.count(name, consistency_level="Strong"))
 
 
 def run_demo(config: OspreyConfig) -> int:

@@ -20,7 +20,8 @@ from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dml import InsertResult
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
+from schemas.segment import CollectionStats, FlushResult
 
 
 class InProcessClient:
@@ -55,12 +56,15 @@ class InProcessClient:
         schema: CollectionSchema | dict[str, Any],
         shards_num: int = 1,
         consistency_level: ConsistencyLevel | str | None = None,
+        load: bool = True,
     ) -> int:
-        """Create a collection; returns its id."""
+        """Create a collection; returns its id. It is loaded (searchable) at once unless ``load``
+        is False (then :meth:`load_collection` before searching)."""
         fields: dict[str, Any] = {
             "collection_name": collection_name,
             "collection_schema": schema,
             "shards_num": shards_num,
+            "load": load,
         }
         if consistency_level is not None:
             fields["consistency_level"] = consistency_level
@@ -134,6 +138,54 @@ class InProcessClient:
         broker acknowledged every event. A row breaking a rule fails the whole request, naming the
         field, the rule and the row, and nothing of it is published."""
         return await self.proxy.insert(collection_name, data, partition_name)
+
+    # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
+    async def load_collection(
+        self, collection_name: str, timeout: float | None = None, wait: bool = True
+    ) -> LoadProgress:
+        """Serve every partition of the collection; with ``wait``, return once the query nodes
+        serve it (at most ``timeout`` seconds, default ``load_timeout_s``), else at once with the
+        progress. Collections are created loaded (``create_collection(load=True)``)."""
+        await self.proxy.load(ddl.LoadCollection, collection_name)
+        return await self._progress(collection_name, timeout, wait)
+
+    async def release_collection(self, collection_name: str) -> None:
+        """Stop serving the collection (its data stays; searches answer "collection not loaded")."""
+        await self.proxy.load(ddl.ReleaseCollection, collection_name)
+
+    async def load_partitions(
+        self, collection_name: str, partition_names: Sequence[str], timeout: float | None = None, wait: bool = True
+    ) -> LoadProgress:
+        """Serve these partitions too (as :meth:`load_collection`)."""
+        await self.proxy.load(ddl.LoadPartitions, collection_name, partition_names=list(partition_names))
+        return await self._progress(collection_name, timeout, wait)
+
+    async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:
+        """Stop serving these partitions (the last one loaded releases the collection)."""
+        await self.proxy.load(ddl.ReleasePartitions, collection_name, partition_names=list(partition_names))
+
+    async def get_load_state(self, collection_name: str) -> LoadProgress:
+        """NotLoad, Loading or Loaded, with the percentage of vchannels served."""
+        return await self.proxy.loading_progress(collection_name)
+
+    async def _progress(self, collection_name: str, timeout: float | None, wait: bool) -> LoadProgress:
+        if not wait:
+            return await self.proxy.loading_progress(collection_name)
+        return await self.proxy.wait_loaded(collection_name, timeout or self.proxy.config.load_timeout_s)
+
+    async def get_collection_stats(self, collection_name: str) -> CollectionStats:
+        """Row count of the collection (``row_count``: flushed rows plus rows the data nodes buffer;
+        exact after :meth:`flush`)."""
+        return await self.proxy.collection_stats(collection_name)
+
+    async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
+        return await self.proxy.collection_stats(collection_name, [partition_name])
+
+    async def flush(self, collection_name: str) -> FlushResult:
+        """Seal the collection's growing segments and wait until the data nodes flushed every
+        sealed segment of it: every insert acknowledged before the call is then in a flushed
+        segment. ServiceUnavailable after ``flush_timeout_s`` (no data node running)."""
+        return await self.proxy.flush(collection_name)
 
     # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:

@@ -19,6 +19,11 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/describe`` also has ``virtualChannelNames``, ``physicalChannelNames``,
   ``partitionInfos`` (id and timestamp of each partition) and ``dynamicField`` (the hidden ``$meta``).
 - ``collections/show`` and ``partitions/show``: like ``list``, with ids and created timestamps.
+- ``collections/create`` takes ``load`` (default true: the collection is created loaded);
+  ``collections/describe`` also has ``loadInfo`` (the loaded partitions and the load version);
+  ``collections/get_load_state`` also has the vchannels served.
+- ``collections/flush`` (Milvus's Flush; its REST v2 has no such route) seals the collection's
+  growing segments, waits until they are flushed, and answers the segments and the flush timestamp.
 - ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
   beside ``data`` (which stays ``{}``, as Milvus's).
 - An error whose field the REST request names differently also has ``pythonMessage`` and
@@ -48,7 +53,8 @@ from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
+from schemas.segment import CollectionStats, FlushResult
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +352,7 @@ def _parse_create(body: Body) -> Parsed:
         kwargs["shards_num"] = shards
     if level is not None:
         kwargs["consistency_level"] = level
+    kwargs["load"] = body.boolean("load", default=True)
     return Parsed(kwargs, QUICK_SETUP_FIELDS if quick else {})
 
 
@@ -381,6 +388,52 @@ def _altered(applied: bool) -> dict[str, Any]:
 def _type_params(f: FieldSchema) -> list[dict[str, str]]:
     """Milvus shows type parameters as string key/value pairs."""
     return [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
+
+
+def _partition_names(body: Body, extra: Mapping[str, Any] | None = None) -> Parsed:
+    names = _list(body, "partitionNames")
+    if not names:
+        raise InvalidParameter(body.path("partitionNames"), "must name at least one partition", names)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise InvalidParameter(body.path(f"partitionNames[{i}]"), "must be a string", name)
+    kwargs = {"collection_name": body.string("collectionName"), "partition_names": names, **(extra or {})}
+    return Parsed(kwargs, {"partition_names": "partitionNames"})
+
+
+def _load_state(progress: LoadProgress) -> dict[str, Any]:
+    """Milvus's get_load_state answer (``LoadStateLoaded`` ...), with the Osprey details beside."""
+    return {
+        "loadState": f"LoadState{progress.state.value}",
+        "loadProgress": progress.progress,
+        "collectionID": progress.collection_id,
+        "vchannelsReady": progress.vchannels_ready,
+        "vchannels": progress.vchannels,
+        "loadVersion": progress.load_version,
+    }
+
+
+def _stats(stats: CollectionStats) -> dict[str, Any]:
+    """Milvus's ``rowCount``, with the flushed/buffered split beside it."""
+    return {
+        "rowCount": stats.row_count,
+        "collectionID": stats.collection_id,
+        "partitionIDs": stats.partition_ids,
+        "flushedRows": stats.flushed_rows,
+        "bufferedRows": stats.buffered_rows,
+        "flushedSegments": stats.flushed_segments,
+    }
+
+
+def _flushed(result: FlushResult) -> dict[str, Any]:
+    return {
+        "collectionName": result.collection_name,
+        "collectionID": result.collection_id,
+        "segmentIDs": result.segment_ids,
+        "flushedSegmentIDs": result.flushed_segment_ids,
+        "droppedSegmentIDs": result.dropped_segment_ids,
+        "flushTs": result.flush_ts,
+    }
 
 
 def _partition(p: PartitionInfo) -> dict[str, Any]:
@@ -443,6 +496,7 @@ def _collection(desc: CollectionDescription) -> dict[str, Any]:
         "physicalChannelNames": info.pchannels,
         "partitionInfos": _partitions(desc.partitions),
         "dynamicField": _dynamic_field(schema),
+        "loadInfo": None if desc.load is None else desc.load.model_dump(),
     }
 
 
@@ -583,6 +637,17 @@ ENDPOINTS: dict[str, Endpoint] = {
     "collections/show": Endpoint("show_collections", (AS_OF,), _collection_briefs),
     "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), _has),
     "collections/drop": Endpoint("drop_collection", (COLLECTION,), beside=_collection_id),
+    "collections/flush": Endpoint("flush", (COLLECTION,), _flushed),
+    "collections/get_stats": Endpoint("get_collection_stats", (COLLECTION,), _stats),
+    "partitions/get_stats": Endpoint("get_partition_stats", (COLLECTION, PARTITION), _stats),
+    # load and release answer at once, as Milvus's do: poll collections/get_load_state
+    "collections/load": Endpoint(
+        "load_collection", parse=lambda b: Parsed({"collection_name": b.string("collectionName"), "wait": False})
+    ),
+    "collections/release": Endpoint("release_collection", (COLLECTION,)),
+    "collections/get_load_state": Endpoint("get_load_state", (COLLECTION,), _load_state),
+    "partitions/load": Endpoint("load_partitions", parse=lambda b: _partition_names(b, {"wait": False})),
+    "partitions/release": Endpoint("release_partitions", parse=_partition_names),
     "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION), beside=_partition_id),
     "partitions/drop": Endpoint("drop_partition", (COLLECTION, PARTITION), beside=_partition_id),
     "partitions/has": Endpoint("has_partition", (COLLECTION, PARTITION, AS_OF), _has),

@@ -10,13 +10,15 @@ from state.meta.ingest_log import IngestLog
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
+from state.meta.segment_alloc import SegmentAssigner
+from state.meta.segment_meta import SegmentMeta
 from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle, parse_ts
 from streams.channels import pchannel_partition
 
-ROLES = ("rootcoord", "proxy", "querynode")
+ROLES = ("rootcoord", "proxy", "querynode", "datanode")
 
 
 async def status(config: OspreyConfig) -> dict[str, Any]:
@@ -45,6 +47,13 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
             "vchannels": _vchannels(await board.read("querynode"), now_ms),
+            "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
+            "loads": {
+                c.collection_name: None
+                if view.loads.get(c.collection_id) is None
+                else view.loads[c.collection_id].model_dump()
+                for c in view.collections.values()
+            },
             "pchannel_owners": {
                 p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
@@ -68,6 +77,38 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         }
     finally:
         await redis.aclose()
+
+
+async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView) -> dict[str, Any]:
+    """Per vchannel: its checkpoint, and its segments with state, rows and files: growing ones from
+    the allocator (rows granted so far), the others from the segment meta."""
+    out: dict[str, Any] = {}
+    for info in view.collections.values():
+        for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
+            checkpoint = (await meta.checkpoints(pchannel)).get(vchannel)
+            out[vchannel] = {
+                "collection": info.collection_name,
+                "pchannel": pchannel,
+                "checkpoint": None if checkpoint is None else checkpoint.offset,
+                "segments": {},
+            }
+    for record in await meta.segments():
+        entry = out.get(record.vchannel)
+        if entry is not None:
+            entry["segments"][record.segment_id] = {
+                "state": record.state.value,
+                "rows": record.num_rows,
+                "seal_reason": None if record.seal_reason is None else record.seal_reason.value,
+                "path": record.path or None,
+                "offsets": [record.start_offset, record.end_offset] if record.path else None,
+            }
+    for seg in await assigner.growing():
+        entry = out.get(str(seg.get("vchannel")))
+        if entry is not None:
+            entry["segments"].setdefault(
+                int(seg["segment_id"]), {"state": "Growing", "rows_granted": seg.get("assigned")}
+            )
+    return dict(sorted(out.items()))
 
 
 def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:

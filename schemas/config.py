@@ -95,6 +95,41 @@ class OspreyConfig(BaseModel):
     segment_quota_batch_rows: int = Field(
         20_000, ge=1, description="segment rows a proxy reserves from Redis per (collection, partition, vchannel)"
     )
+    segment_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="seal a growing segment when its estimated bytes reach this (Milvus 2.3 seals at "
+        "0.12 x 512 MiB = 61 MiB)",
+    )
+    segment_max_rows: int = Field(1_000_000, ge=1, description="seal a growing segment when its rows reach this")
+    segment_seal_idle_s: float = Field(
+        60.0, gt=0, description="seal a growing segment granted no rows for this long (Milvus: 600 s)"
+    )
+    segment_quota_ttl_ms: int = Field(
+        2_000,
+        ge=10,
+        description="a proxy uses a segment row grant only for tasks stamped within this many ms of it "
+        "(Milvus segAssignExpiration); a sealed segment is flushed once the time tick passes it",
+    )
+    segment_seal_interval_ms: int = Field(
+        200, ge=10, description="how often the rootcoord's sealer looks for idle and newly sealed segments"
+    )
+    load_timeout_s: float = Field(
+        60.0, gt=0, description="how long a load waits for the query nodes to serve the collection"
+    )
+    flush_timeout_s: float = Field(60.0, gt=0, description="how long Flush waits for the sealed segments to be flushed")
+    datanode_checkpoint_interval_s: float = Field(
+        1.0, gt=0, description="how often a data node records channel checkpoints that moved without a flush"
+    )
+    dml_truncate_delay_s: float = Field(
+        60.0,
+        ge=0,
+        description="a data node deletes dml records behind a pchannel checkpoint once the checkpoint is this old "
+        "(query nodes a little behind still read them)",
+    )
+    object_store: str = Field(
+        "", description="folder of flushed segments (the object store); default: <data_dir>/objects"
+    )
     shard_owners_ttl_s: float = Field(
         1.0, gt=0, description="how long a proxy trusts its copy of the pchannel -> query node map"
     )
@@ -120,6 +155,11 @@ class OspreyConfig(BaseModel):
     def to_env(self) -> dict[str, str]:
         """The ``OSPREY_*`` variables that rebuild this config in a child process."""
         return {ENV_PREFIX + k.upper(): str(v) for k, v in self.model_dump().items()}
+
+    @property
+    def object_store_dir(self) -> Path:
+        """The object store's root: ``object_store``, else ``<data_dir>/objects``."""
+        return Path(self.object_store) if self.object_store else Path(self.data_dir) / "objects"
 
     @property
     def kafka_host_port(self) -> tuple[str, int]:

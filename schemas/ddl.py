@@ -9,12 +9,12 @@ Events are JSON on the wire (they are small and carry no vectors).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, PartitionInfo
+from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadInfo, PartitionInfo
 
 MAX_SHARDS_NUM = 16
 
@@ -46,6 +46,11 @@ class CreateCollection(DdlEvent):
     collection_schema: CollectionSchema
     shards_num: int = Field(1, ge=1, le=MAX_SHARDS_NUM)
     consistency_level: ConsistencyLevel = DEFAULT_CONSISTENCY_LEVEL
+    load: bool = Field(
+        True,
+        description="load the new collection at once (Osprey's Client, REST and CLI; Milvus's CreateCollection "
+        "RPC leaves it unloaded unless index params come with it)",
+    )
 
 
 class DropCollection(DdlEvent):
@@ -94,6 +99,37 @@ class ShowPartitions(_ReadEvent):
     collection_name: str
 
 
+# -- load and release (Milvus's LoadCollection & co., kept in the meta: LoadInfo)
+class LoadCollection(DdlEvent):
+    """Serve every partition of the collection (those created later too)."""
+
+    kind: Literal["LoadCollection"] = "LoadCollection"
+    collection_name: str
+
+
+class ReleaseCollection(DdlEvent):
+    """Stop serving the collection; releasing one not loaded succeeds."""
+
+    kind: Literal["ReleaseCollection"] = "ReleaseCollection"
+    collection_name: str
+
+
+class LoadPartitions(DdlEvent):
+    """Serve these partitions too (a collection loaded whole stays loaded whole)."""
+
+    kind: Literal["LoadPartitions"] = "LoadPartitions"
+    collection_name: str
+    partition_names: list[str] = Field(min_length=1)
+
+
+class ReleasePartitions(DdlEvent):
+    """Stop serving these partitions; releasing the last loaded one releases the collection."""
+
+    kind: Literal["ReleasePartitions"] = "ReleasePartitions"
+    collection_name: str
+    partition_names: list[str] = Field(min_length=1)
+
+
 # -- aliases
 class CreateAlias(DdlEvent):
     kind: Literal["CreateAlias"] = "CreateAlias"
@@ -134,6 +170,10 @@ DdlRequest = Annotated[
     | DropPartition
     | HasPartition
     | ShowPartitions
+    | LoadCollection
+    | ReleaseCollection
+    | LoadPartitions
+    | ReleasePartitions
     | CreateAlias
     | DropAlias
     | AlterAlias
@@ -142,24 +182,9 @@ DdlRequest = Annotated[
     Field(discriminator="kind"),
 ]
 DDL_REQUEST = TypeAdapter(DdlRequest)
+# every request kind of the union above, by its ``kind`` (one list: the union)
 REQUEST_TYPE: dict[str, type[DdlEvent]] = {
-    cls.model_fields["kind"].default: cls
-    for cls in (
-        CreateCollection,
-        DropCollection,
-        HasCollection,
-        DescribeCollection,
-        ShowCollections,
-        CreatePartition,
-        DropPartition,
-        HasPartition,
-        ShowPartitions,
-        CreateAlias,
-        DropAlias,
-        AlterAlias,
-        DescribeAlias,
-        ListAliases,
-    )
+    cls.model_fields["kind"].default: cls for cls in get_args(get_args(DdlRequest)[0])
 }
 
 
@@ -229,6 +254,15 @@ class ShowPartitionsReply(DdlReply):
     partitions: list[PartitionInfo] = []
 
 
+class LoadReply(DdlReply):
+    """Reply to LoadCollection, ReleaseCollection, LoadPartitions and ReleasePartitions: the load
+    state the meta holds after it (``load`` None: not loaded)."""
+
+    kind: Literal["LoadReply"] = "LoadReply"
+    collection_id: int = 0
+    load: LoadInfo | None = None
+
+
 class AliasReply(DdlReply):
     """Reply to CreateAlias, DropAlias and AlterAlias. ``superseded``: an AlterAlias older than the
     alias's last change, accepted but without effect (last writer by timestamp wins)."""
@@ -263,6 +297,7 @@ AnyDdlReply = Annotated[
     | ShowCollectionsReply
     | PartitionReply
     | ShowPartitionsReply
+    | LoadReply
     | AliasReply
     | DescribeAliasReply
     | ListAliasesReply
@@ -281,6 +316,10 @@ REPLY_TYPE: dict[str, type[DdlReply]] = {
     "CreatePartition": PartitionReply,
     "DropPartition": PartitionReply,
     "ShowPartitions": ShowPartitionsReply,
+    "LoadCollection": LoadReply,
+    "ReleaseCollection": LoadReply,
+    "LoadPartitions": LoadReply,
+    "ReleasePartitions": LoadReply,
     "CreateAlias": AliasReply,
     "DropAlias": AliasReply,
     "AlterAlias": AliasReply,

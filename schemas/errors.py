@@ -97,6 +97,10 @@ class PartitionNotFound(OspreyError):
     code = 200
 
 
+class PartitionNotLoaded(OspreyError):
+    code = 201
+
+
 class IndexNotFound(OspreyError):
     code = 700
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict
 
 from schemas.collection import CollectionSchema, ConsistencyLevel
@@ -43,12 +45,28 @@ class AliasInfo(_Record):
     updated_ts: int
 
 
+class LoadInfo(_Record):
+    """A collection's load state in the meta (absent: not loaded). ``partition_ids`` None: the
+    whole collection, partitions created later included; else just these. ``loaded_ts`` is the
+    timestamp of the write that set it: query nodes rebuild what they serve of the collection
+    whenever it changes, and report it back with their progress."""
+
+    collection_id: int
+    partition_ids: list[int] | None = None
+    loaded_ts: int
+
+    def covers(self, partition_id: int) -> bool:
+        return self.partition_ids is None or partition_id in self.partition_ids
+
+
 class CollectionDescription(_Record):
-    """What DescribeCollection returns: the collection, its partitions and the aliases naming it."""
+    """What DescribeCollection returns: the collection, its partitions, the aliases naming it, and
+    its load state (None: not loaded)."""
 
     info: CollectionInfo
     partitions: list[PartitionInfo]
     aliases: list[str]
+    load: LoadInfo | None = None
 
 
 class CollectionBrief(_Record):
@@ -62,3 +80,25 @@ class AliasDescription(_Record):
     collection_name: str
     collection_id: int
     created_ts: int
+
+
+class LoadState(StrEnum):
+    """Milvus's LoadState names (pymilvus: LoadStateNotExist=0, NotLoad=1, Loading=2, Loaded=3)."""
+
+    NOT_LOAD = "NotLoad"
+    LOADING = "Loading"
+    LOADED = "Loaded"
+
+
+class LoadProgress(_Record):
+    """GetLoadingProgress / GetLoadState of one collection: ``progress`` is the percentage of its
+    vchannels whose query node serves the current load (``load_version``: the LoadInfo's
+    ``loaded_ts``)."""
+
+    collection_name: str
+    collection_id: int
+    state: LoadState
+    progress: int
+    vchannels_ready: int
+    vchannels: int
+    load_version: int = 0

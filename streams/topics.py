@@ -1,8 +1,9 @@
 """Topic layout: names (prefixed per cluster), partition counts, retention, and creating them.
 
-Retention per topic: ``dd`` and ``dml`` keep everything (the log is the source of truth: replaying
-``dd`` rebuilds the meta and replaying ``dml`` rebuilds growing segments; ``dml`` will be truncated
-behind the channel checkpoints once sealed segments are flushed). Requests, replies and time-tick
+Retention per topic: ``dd`` and ``segment-events`` keep everything (replaying ``dd`` rebuilds the
+meta; replaying ``segment-events`` the segments' life cycle; both are small). ``dml`` keeps
+everything too, but the data nodes delete its records behind the channel checkpoints (Kafka
+DeleteRecords), once every insert before them is in a flushed segment. Requests, replies and time-tick
 reports matter only while someone waits for them: an hour. Dead letters: a week, for a person to
 read. Kafka deletes only closed log segments, so the short-lived topics roll a segment every
 ``SHORT_SEGMENT_MS``.
@@ -71,6 +72,11 @@ class Topics:
         return self._name("dq-result")
 
     @property
+    def segment_events(self) -> str:
+        """Segment life cycle (schemas/segment.py): sealed, flushed, dropped; keyed by segment id."""
+        return self._name("segment-events")
+
+    @property
     def dead_letter(self) -> str:
         """Rows a stream writer sent that could not be inserted, with the reason (schemas/ingest.py)."""
         return self._name("dead-letter")
@@ -85,6 +91,7 @@ class Topics:
             self.dq_request: 1,
             self.dq_result: 1,
             self.dead_letter: 1,
+            self.segment_events: 1,
         }
 
     def configs(self) -> dict[str, dict[str, str]]:
@@ -98,6 +105,7 @@ class Topics:
             self.dq_request: short,
             self.dq_result: short,
             self.dead_letter: {"retention.ms": str(DEAD_LETTER_RETENTION_MS)},
+            self.segment_events: KEEP_FOREVER,
         }
         return {name: {**conf, "max.message.bytes": str(MAX_MESSAGE_BYTES)} for name, conf in per_topic.items()}
 

@@ -6,14 +6,16 @@ resolves the collection once (name or alias -> id, from the meta cache), checks 
 (``insert_checks``), assigns auto-id primary keys, and routes rows: hash(pk) % shards_num ->
 vchannel -> pchannel. Execute takes the task's timestamp as it enters the pchannels' in-flight
 statistics (so no time tick passes it before the broker acknowledged every event), cuts each
-shard's rows into events under ``MAX_EVENT_BYTES`` and gives each event one segment, publishes
-them all with acks=all and waits for every acknowledgement, then leaves the statistics. A request
-that fails a check publishes nothing.
+shard's rows into events under ``MAX_EVENT_BYTES`` and gives each event one segment (from a grant
+not expired at the task's timestamp, :mod:`agents.proxy.segment_quotas`), publishes them all with
+acks=all and waits for every acknowledgement, then leaves the statistics. A request that fails a
+check publishes nothing.
 
 Event identities are ``<identity prefix>:<n>`` with ``n`` counting events in shard order. How rows
-are cut into events depends only on the rows (never on segment quotas), so a request sent again
-under the same identity prefix (the ingest path, :mod:`agents.proxy.ingest`) produces the same
-events, and the delegators skip the ones they already applied. Its auto ids are remembered per
+are cut into events depends only on the rows and the segment size settings (never on segment
+quotas), so a request sent again under the same identity prefix (the ingest path,
+:mod:`agents.proxy.ingest`) produces the same events, and the delegators skip the ones they
+already applied. Its auto ids are remembered per
 identity prefix (``<namespace>:ingest:pk:<prefix>``) so a repeat routes its rows as the first time.
 """
 
@@ -113,14 +115,17 @@ class InsertPipeline:
         try:
             sends = []
             chunk = 0
-            rows_per_event = max(1, int(MAX_EVENT_BYTES * EVENT_FILL) // self.row_bytes)
-            max_rows = max_rows_of(self.info.collection_schema)
+            max_rows, reason = max_rows_of(
+                self.info.collection_schema, host.config.segment_max_bytes, host.config.segment_max_rows
+            )
+            # an event fits one segment: at most max_rows rows (a function of schema and settings)
+            rows_per_event = max(1, min(int(MAX_EVENT_BYTES * EVENT_FILL) // self.row_bytes, max_rows))
             for shard, rows in self.groups:
                 vchannel, pchannel = self.info.vchannels[shard], self.info.pchannels[shard]
                 for lo in range(0, len(rows), rows_per_event):
                     part = rows[lo : lo + rows_per_event]
                     segment_id = await host.quotas.take_whole(
-                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows
+                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows, reason, self.ts
                     )
                     event = self._event(chunk, segment_id, vchannel, part)
                     chunk += 1

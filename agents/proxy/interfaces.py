@@ -14,6 +14,8 @@ from schemas.config import OspreyConfig
 from state.meta.idalloc import IdAllocator
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
+from state.meta.segment_alloc import SegmentAssigner
+from state.meta.segment_meta import SegmentMeta
 from state.meta.tso import TimestampOracle
 from streams.topics import Topics
 
@@ -57,6 +59,19 @@ class InsertHost(Protocol):
     def quotas(self) -> SegmentQuotas: ...
     @property
     def dm_stats(self) -> DmTaskStats: ...
+
+
+class FlushHost(Protocol):
+    """What a FlushTask uses: meta, the segment allocator (to seal) and the segment meta (to wait)."""
+
+    @property
+    def config(self) -> OspreyConfig: ...
+    @property
+    def cache(self) -> MetaCache: ...
+    @property
+    def segment_assigner(self) -> SegmentAssigner: ...
+    @property
+    def segment_meta(self) -> SegmentMeta: ...
 
 
 class ReadHost(Protocol):

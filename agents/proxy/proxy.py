@@ -20,8 +20,10 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from agents.proxy.ddl_task import DdlTask
+from agents.proxy.flush import FlushTask
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
+from agents.proxy.load import collection_stats, loading_progress
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
@@ -32,14 +34,17 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import InsertResult, ProxyTimeTick
 from schemas.dq import DQ_RESULT
-from schemas.errors import RequestTimeout
+from schemas.errors import CollectionNotLoaded, PartitionNotFound, RequestTimeout
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
+from schemas.meta import LoadInfo, LoadProgress, LoadState
+from schemas.segment import CollectionStats, FlushResult
 from state.meta.idalloc import IdAllocator
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.segment_alloc import SegmentAssigner
+from state.meta.segment_meta import SegmentMeta
 from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
@@ -52,6 +57,9 @@ from streams.topics import Topics, ensure_topics
 log = logging.getLogger(__name__)
 
 ROLE = "proxy"
+QUERYNODE_ROLE = "querynode"  # whose status reports carry the load versions served
+DATANODE_ROLE = "datanode"  # whose status reports carry the rows buffered per segment
+LOAD_POLL_S = 0.2
 REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
 ROUTER_RETRY_S = 0.5
@@ -110,7 +118,13 @@ class Proxy(Service):
         self.on_close(self.dd_queue.stop, "dd queue")
         # the DML side: auto ids, segment quotas, in-flight statistics and the time ticker
         self.pk_ids = IdAllocator(self.redis, ns, "pk", batch=PK_ID_BATCH)
-        self.quotas = SegmentQuotas(SegmentAssigner(self.redis, ns), batch_rows=config.segment_quota_batch_rows)
+        self.segment_assigner = SegmentAssigner(self.redis, ns)
+        self.segment_meta = SegmentMeta(self.store)
+        self.quotas = SegmentQuotas(
+            self.segment_assigner,
+            batch_rows=config.segment_quota_batch_rows,
+            ttl_ms=config.segment_quota_ttl_ms,
+        )
         self.dm_stats = DmTaskStats(self.tso.now)
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
         self.on_close(self.dm_queue.stop, "dm queue")
@@ -154,6 +168,58 @@ class Proxy(Service):
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
         return result
+
+    async def load(self, kind: type[ddl.DdlEvent], collection_name: str, **fields: Any) -> LoadInfo | None:
+        """LoadCollection, ReleaseCollection, LoadPartitions or ReleasePartitions: the load state
+        the meta holds after it (query nodes follow it: :meth:`loading_progress`)."""
+        reply = await self.submit(kind, collection_name=collection_name, **fields)
+        assert isinstance(reply, ddl.LoadReply)
+        return reply.load
+
+    async def loading_progress(self, collection_name: str) -> LoadProgress:
+        """How much of the collection's current load the query nodes serve (``agents/proxy/load.py``)."""
+        desc = await self.cache.get(collection_name)
+        owners = await self.shard_owners.owners()
+        reports = await self.status_board.read(QUERYNODE_ROLE)
+        return loading_progress(desc.info, desc.load, owners, reports)
+
+    async def wait_loaded(self, collection_name: str, timeout_s: float) -> LoadProgress:
+        """Poll :meth:`loading_progress` until the collection is Loaded; RequestTimeout after
+        ``timeout_s`` naming the progress, CollectionNotLoaded if it was released meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            progress = await self.loading_progress(collection_name)
+            if progress.state is LoadState.LOADED:
+                return progress
+            if progress.state is LoadState.NOT_LOAD:
+                raise CollectionNotLoaded(f"collection not loaded[collection={collection_name}]")
+            if time.monotonic() >= deadline:
+                raise RequestTimeout(
+                    f"collection {collection_name} is {progress.progress}% loaded after {timeout_s:g} s "
+                    f"({progress.vchannels_ready} of {progress.vchannels} vchannels served); is a query node running?"
+                )
+            await asyncio.sleep(LOAD_POLL_S)
+
+    async def collection_stats(self, collection_name: str, partition_names: list[str] | None = None) -> CollectionStats:
+        """Row counts of the collection (or of these partitions): flushed plus buffered rows."""
+        desc = await self.cache.get(collection_name)
+        partition_ids = None
+        if partition_names:
+            by_name = {p.partition_name: p.partition_id for p in desc.partitions}
+            missing = [n for n in partition_names if n not in by_name]
+            if missing:
+                raise PartitionNotFound(f"partition not found[collection={collection_name}][partition={missing[0]}]")
+            partition_ids = [by_name[n] for n in partition_names]
+        segments = await self.segment_meta.segments(desc.info.collection_id)
+        reports = await self.status_board.read(DATANODE_ROLE)
+        return collection_stats(desc.info, partition_ids, segments, reports)
+
+    async def flush(self, collection_name: str) -> FlushResult:
+        """Seal the collection's growing segments and wait until the data nodes flushed them
+        (``agents/proxy/flush.py``)."""
+        task = FlushTask(self, collection_name)
+        await self.dm_queue.enqueue(task)
+        return await task.wait_to_finish()
 
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
         """Resolve a stream writer's collection and check its Arrow schema (see agents/proxy/ingest.py)."""

@@ -28,9 +28,11 @@ from schemas.config import OspreyConfig
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
+    CollectionNotLoaded,
     InvalidParameter,
     OspreyError,
     PartitionNotFound,
+    PartitionNotLoaded,
     RequestTimeout,
     from_error_status,
 )
@@ -328,10 +330,11 @@ class _ReadTask(Task[Any]):
 
     async def _check(self, request: SearchRequest | QueryRequest) -> Prepared:
         """The request checked against the cached meta; a partition the cache does not know may
-        have been created (by another proxy) after it was loaded: reloaded once, checked again."""
+        have been created (by another proxy) after it was loaded, a collection or partition it
+        has as not loaded may have been loaded since: reloaded once, checked again."""
         try:
             return prepare(request, await self.host.cache.view())
-        except PartitionNotFound:
+        except (PartitionNotFound, CollectionNotLoaded, PartitionNotLoaded):  # maybe loaded meanwhile
             return prepare(request, await self.host.cache.refresh())
 
     async def execute(self) -> None:

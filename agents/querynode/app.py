@@ -1,10 +1,17 @@
 """The querynode Faust app: the ``dml`` agent (delegators and workers of the partitions the
-consumer group assigns), the direct and topic request servers, and the status timer.
+consumer group assigns), the ``segment-events`` reader (flushed segments to load), the direct and
+topic request servers, and the status timer.
 
 Several querynode processes share one consumer group, so they split the dml partitions and
-rebalance when one joins or leaves. Offsets are never committed (``osprey_commit_offsets``,
-see ``streams/transport.py``): growing segments are in memory, so a partition a process gets is
-consumed from its first record and the rows are rebuilt exactly (identities applied once).
+rebalance when one joins or leaves. Offsets are never committed (``osprey_commit_offsets``, see
+``streams/transport.py``): a partition a process gets is recovered from the meta store (its
+flushed segments, loaded sealed) and consumed from its pchannel checkpoint (``node.py``).
+
+The meta watcher (``meta_watch.py``) follows ``dd-reply`` and has the node serve what is loaded
+(load, release). The segment-events reader starts at the topic's end before any partition is recovered. A segment
+flushed before that is in the meta store when a recovery reads it (the data node records the meta
+before it publishes the event); one flushed after it arrives as an event. Either way it is loaded
+once (the node loads each segment id once).
 """
 
 from __future__ import annotations
@@ -17,19 +24,25 @@ from aiokafka.errors import IllegalStateError
 from faust.types import TP
 
 from agents.process import make_app
+from agents.querynode.loader import SegmentLoader
+from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
 from agents.querynode.servers import DirectServer, TopicServer
 from agents.querynode.worker import Worker
+from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
+from schemas.errors import ServiceUnavailable
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
+from state.meta.segment_meta import SegmentMeta
 from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from streams.channels import pchannel_partition
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -70,8 +83,17 @@ class QueryNodeRuntime(Service):
         cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
         node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
         worker = Worker(config.interim_index_rows, slice_target_s=config.interim_index_slice_target_ms / 1000)
-        node = QueryNode(node_id, self.topics.dml, cache, tso, config.graceful_time_ms, worker=worker)
+        self.loader = SegmentLoader(config.object_store_dir, SegmentMeta(cache.store))
+        node = QueryNode(
+            node_id, self.topics.dml, cache, tso, config.graceful_time_ms, worker=worker, loader=self.loader
+        )
         self.node = node
+        self.reader = SegmentEventsReader(config, node.on_segment_event, from_start=False)
+        await self.reader.start()
+        self.on_close(self.reader.stop, "segment-events reader")
+        self.meta_watcher = MetaWatcher(config, cache, node.on_meta_changed)
+        await self.meta_watcher.start()
+        self.on_close(self.meta_watcher.stop, "meta watcher")
         self.direct = DirectServer(node, config.querynode_host, max_inflight=config.querynode_max_inflight_requests)
         await self.direct.start()
         self.on_close(self.direct.stop, "direct server")
@@ -96,20 +118,29 @@ class QueryNodeRuntime(Service):
         self.node = None
         self._lease = None
 
-    async def on_assigned(self, partitions: set[int]) -> None:
-        """The consumer group's new assignment of dml partitions."""
+    async def on_assigned(self, partitions: set[int]) -> dict[int, int]:
+        """The consumer group's new assignment of dml partitions; returns partition -> offset to
+        seek to for the ones newly owned (recovered from their checkpoints)."""
         self._assignment = set(partitions)
         node = await self.ready()
-        await self._apply_assignment(node, self._assignment)
+        return await self._apply_assignment(node, self._assignment)
 
-    async def _apply_assignment(self, node: QueryNode, partitions: set[int]) -> None:
+    async def _apply_assignment(self, node: QueryNode, partitions: set[int]) -> dict[int, int]:
         added, removed = node.assign(partitions)
+        starts = {}
+        for pchannel in added:
+            starts[pchannel_partition(pchannel)] = await node.recover(pchannel)
         await self.owners.release(removed, node.node_id)
         await self.owners.claim(sorted(node.pchannels), node.node_id, self.direct.address)
         log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
         if self._lease is None:  # registered (live, "ready") once it knows what it serves
             self._lease = await self.registry.register_process(ROLE, node.node_id, address=self.direct.address)
             self.on_close(self._lease.stop, "node lease")
+        return starts
+
+    async def recover_again(self, partition: int) -> int:
+        node = await self.ready()
+        return await node.recover_again(node.pchannel_of(partition))
 
     async def _release_all(self) -> None:
         if self.node is not None:
@@ -132,6 +163,11 @@ class QueryNodeRuntime(Service):
             "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
             "topic": self.topic_server.health(),
             "worker": self.node.worker.health()["rows"],
+            "worker_memory_bytes": self.node.worker.health()["memory_bytes"],
+            "loaded_segments": self.loader.loaded,
+            "loaded_rows": self.loader.loaded_rows,
+            "segment_events": self.reader.health(),
+            "meta_watcher": self.meta_watcher.health(),
         }
 
 
@@ -149,19 +185,25 @@ def create_app(config: OspreyConfig) -> faust.App:
     async def dml_agent(stream: faust.StreamT) -> None:
         node = await runtime.ready()
         async for event in stream.events():
-            rewind = await node.apply(event.message.partition, event.message.offset, event.value)
-            if rewind is not None:  # the consumer skipped records this pchannel needs (node.apply)
-                await rewind_to(event.message.tp, rewind)
+            seek = await node.apply(event.message.partition, event.message.offset, event.value)
+            if seek is not None:  # the consumer is not where the pchannel's cursor is (node.apply)
+                await seek_to(event.message.tp, seek)
 
-    async def rewind_to(tp: TP, offset: int) -> None:
+    async def seek_to(tp: TP, offset: int) -> None:
         try:
+            log_start = (await app.consumer.earliest_offsets(tp)).get(tp, 0)
+            if offset < log_start:  # truncated behind a checkpoint while this node lagged
+                offset = await runtime.recover_again(tp.partition)
             await app.consumer.seek_wait({tp: offset})
-        except (TimeoutError, IllegalStateError) as err:  # taken away meanwhile: a rebalance replays it
-            log.info("querynode: no rewind of %s (%r)", tp, err)
+        except (TimeoutError, IllegalStateError, ServiceUnavailable) as err:  # taken away meanwhile
+            log.info("querynode: no seek of %s (%r)", tp, err)
 
     # Faust's signal typing does not accept async receivers with keyword arguments.
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
+        # No seek from here: a seek racing Faust's fetcher (which resumes on its own) crashed it
+        # (aiokafka KeyError in fetched_records). The node's cursor asks for the seek from the
+        # agent instead, at the first record that comes from elsewhere (agents/dml_cursor.py).
         await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
 
     @app.timer(STATUS_INTERVAL_S)

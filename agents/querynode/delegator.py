@@ -32,15 +32,24 @@ from agents.querynode.worker import MaskOf, QueryResult, Worker, check_window, e
 from schemas.collection import DataType
 from schemas.dml import InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
-from schemas.meta import CollectionInfo
+from schemas.meta import CollectionInfo, LoadInfo
 from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.sealed import SealedSegment
 from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric
 
-__all__ = ["DEFAULT_TSAFE_TIMEOUT_S", "EVENTUALLY_TS", "SegmentEntry", "ShardDelegator"]
+__all__ = [
+    "DEFAULT_TSAFE_TIMEOUT_S",
+    "EVENTUALLY_TS",
+    "SEGMENT_GROWING",
+    "SEGMENT_SEALED",
+    "SegmentEntry",
+    "ShardDelegator",
+]
 
 EVENTUALLY_TS = 0  # guarantee timestamp of consistency level Eventually: no wait
 DEFAULT_TSAFE_TIMEOUT_S = 10.0  # seconds a request may wait for tsafe before ServiceUnavailable
 SEGMENT_GROWING = "growing"
+SEGMENT_SEALED = "sealed"
 
 
 @dataclass
@@ -59,14 +68,22 @@ class ShardDelegator:
     Applied identities: an insert event's identity is remembered with its segment, so a replayed
     event (restart from an older position, a producer retrying a batch) is skipped. Identities are
     kept for as long as their growing segment is in the distribution and dropped with it
-    (:meth:`release_segments`); once segments are sealed and the checkpoint is past them (sealing
-    and checkpoints come with issue 11), a replay starts after the checkpoint and never brings
-    those identities back. So the set is bounded by the events of the growing segments served.
+    (:meth:`release_segments`, :meth:`add_sealed`), so the set is bounded by the events of the
+    growing segments served.
+
+    Sealed segments (seed 002's SyncDistribution): :meth:`add_sealed` puts a flushed segment in
+    the distribution in place of its growing copy, in one step, and from then on every insert of
+    that segment id is skipped. The sealed segment holds every row of the segment (with its
+    insert timestamp, so MVCC reads stay exact), so no row goes missing (the sealed copy serves
+    before the growing one is released) and none counts twice (the same id is never served by
+    both, and later inserts of it are not applied).
 
     Not thread-safe: everything runs on one event loop.
     """
 
-    def __init__(self, vchannel: str, collection: CollectionInfo, worker: Worker) -> None:
+    def __init__(self, vchannel: str, collection: CollectionInfo, worker: Worker, load: LoadInfo | None = None) -> None:
+        """``load``: what of the collection is served (None: every partition; its ``loaded_ts`` is
+        reported as ``load_version``). Inserts of other partitions are not applied."""
         if vchannel not in collection.vchannels:
             raise InvalidParameter("vchannel", f"must be a vchannel of collection {collection.collection_id}", vchannel)
         self.vchannel = vchannel
@@ -76,10 +93,14 @@ class ShardDelegator:
         worker.load_collection(collection)
         self._distribution: dict[int, SegmentEntry] = {}
         self._identities: dict[str, int] = {}  # applied identity -> segment id
+        self._sealed: set[int] = set()  # segment ids served sealed (or dropped): inserts skipped
+        self.skipped_sealed = 0  # insert events of sealed segments not applied (replays, late rows)
         self._tsafe = 0
         self._position = -1  # last consumed offset of the pchannel (-1: none yet)
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap of (guarantee ts, seq, waiter)
         self._seq = itertools.count()
+        self.load_version = 0 if load is None else load.loaded_ts
+        self._partitions = None if load is None or load.partition_ids is None else set(load.partition_ids)
 
     # ------------------------------------------------------------------ state
 
@@ -97,6 +118,34 @@ class ShardDelegator:
         """A copy of segment id -> entry."""
         return dict(self._distribution)
 
+    def start_at(self, position: int, tsafe: int) -> None:
+        """Start a new delegator after pchannel offset ``position`` (records at or below it are
+        in its sealed segments or were never its), with tsafe ``tsafe`` (every row stamped below
+        it is in its segments)."""
+        self._position = max(self._position, position)
+        self.update_tsafe(tsafe)
+
+    def restrict(self, load: LoadInfo) -> bool:
+        """Adopt ``load`` in place if it serves a subset of the partitions served now (a release
+        of partitions): the segments of the others are released and their inserts no longer
+        applied. False (nothing changed) if it adds partitions: their rows must be replayed, so
+        the node builds a new delegator instead."""
+        wanted = None if load.partition_ids is None else set(load.partition_ids)
+        if wanted is None:
+            if self._partitions is not None:
+                return False  # from some partitions to all: the others must be replayed
+        elif self._partitions is not None and not wanted <= self._partitions:
+            return False
+        if wanted is not None:  # from all (or more) partitions to these
+            self.release_segments([sid for sid, e in self._distribution.items() if e.partition_id not in wanted])
+        self._partitions = wanted
+        self.load_version = load.loaded_ts
+        return True
+
+    def covers(self, partition_id: int) -> bool:
+        """Whether the delegator serves ``partition_id`` (its load covers it)."""
+        return self._partitions is None or partition_id in self._partitions
+
     def _consumed(self, position: int | None) -> None:
         if position is not None:
             self._position = max(self._position, position)
@@ -112,7 +161,14 @@ class ShardDelegator:
                 "vchannel",
                 f"delegator of {self.vchannel} got an event of collection {event.collection_id} on {event.vchannel}",
             )
+        if position <= self._position:
+            return False  # applied already, or before this delegator's start (a replay for another one)
         self._consumed(position)
+        if not self.covers(event.partition_id):
+            return False
+        if event.segment_id in self._sealed:
+            self.skipped_sealed += 1
+            return False
         if event.identity in self._identities:
             return False
         entry = self._distribution.get(event.segment_id)
@@ -123,6 +179,34 @@ class ShardDelegator:
         entry.worker.insert(event)
         self._identities[event.identity] = event.segment_id
         return True
+
+    def is_sealed(self, segment_id: int) -> bool:
+        return segment_id in self._sealed
+
+    def add_sealed(self, segment: SealedSegment) -> bool:
+        """Serve ``segment`` (flushed, loaded) in place of its growing copy (see the class doc);
+        False if it is served sealed already. A segment of another vchannel or collection is a
+        routing bug: InvalidParameter."""
+        if segment.vchannel != self.vchannel or segment.collection_id != self.collection.collection_id:
+            raise InvalidParameter(
+                "vchannel",
+                f"delegator of {self.vchannel} got segment {segment.segment_id} of collection "
+                f"{segment.collection_id} on {segment.vchannel}",
+            )
+        sid = segment.segment_id
+        if sid in self._sealed:
+            return False
+        self.worker.load_collection(self.collection)
+        self.worker.put_sealed(segment)
+        self._distribution[sid] = SegmentEntry(sid, segment.partition_id, self.worker, SEGMENT_SEALED)
+        self._sealed.add(sid)
+        self._identities = {i: s for i, s in self._identities.items() if s != sid}
+        return True
+
+    def drop_segment(self, segment_id: int) -> None:
+        """The segment is dropped: stop serving it and never apply its inserts again."""
+        self.release_segments([segment_id])
+        self._sealed.add(segment_id)
 
     def release_segments(self, segment_ids: Sequence[int]) -> None:
         """Drop segments from the distribution and their workers, with their identities."""
@@ -275,4 +359,6 @@ class ShardDelegator:
             "waiters": len(self._waiters),
             "segments": segments,
             "identities": len(self._identities),
+            "skipped_sealed": self.skipped_sealed,
+            "load_version": self.load_version,
         }

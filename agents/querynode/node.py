@@ -1,14 +1,24 @@
 """The query node: delegators for the dml partitions (pchannels) it owns, one worker, and the
 request handler shared by the topic path and the direct path.
 
-Consumption (driven by the Faust agent in ``app.py``): :meth:`QueryNode.assign` is told the dml
-partitions the consumer group gave this process; every record of those partitions goes through
-:meth:`QueryNode.apply`, which applies them in offset order, each once, and asks the agent to
-rewind the consumer when records are missing. A time tick raises the pchannel's tsafe and every
-delegator's on it; an insert goes to the delegator of its vchannel (created on first use), which
-applies each event identity once. Growing segments live in memory only, so the group never
-commits offsets for this app: a partition newly assigned (after a restart, a kill -9 or a
-rebalance) is consumed from its first record, which rebuilds exactly the rows acknowledged on it.
+Ownership and recovery: :meth:`QueryNode.assign` is told the dml partitions the consumer group
+gave this process. With a segment loader (the process always has one), a newly owned pchannel is
+recovered by :meth:`QueryNode.recover` before its records are applied: the flushed segments of
+its vchannels are loaded as sealed segments and consumption starts at the pchannel checkpoint
+(``schemas/segment.py``), both read at one meta timestamp, so the sealed segments hold every
+insert before the checkpoint and only the tail after it is replayed into growing segments
+(inserts of a sealed segment in the tail are skipped by segment id). Without a loader (unit
+tests) a pchannel starts at its first record.
+
+Consumption (driven by the Faust agent in ``app.py``): every record goes through
+:meth:`QueryNode.apply`, which applies each pchannel's records in offset order, each once
+(:class:`agents.dml_cursor.DmlCursor`), and asks the agent to seek when the consumer is elsewhere.
+A time tick raises the pchannel's tsafe and every delegator's on it; an insert goes to the
+delegator of its vchannel (created on first use), which applies each event identity once.
+A :class:`~schemas.segment.SegmentFlushed` from ``segment-events``
+(:meth:`QueryNode.on_segment_event`) has the delegator swap the segment's growing copy for the
+sealed one (seed 002's SyncDistribution). Offsets are never committed: the checkpoint is where a
+pchannel's state is rebuilt from.
 
 Serving (:meth:`QueryNode.serve`): check the request (:func:`state.readpath.dq_checks.prepare`),
 derive its guarantee timestamp if the asker did not set one, and let the delegator of each
@@ -20,21 +30,31 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from agents.dml_cursor import DmlCursor, Verdict
 from agents.querynode.delegator import ShardDelegator
+from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
 from schemas.codec import decode
 from schemas.collection import DataType
 from schemas.dml import DML_EVENT, Column, TimeTickEvent
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
-from schemas.errors import CollectionNotFound, OspreyError, PartitionNotFound, ServiceUnavailable
-from schemas.meta import CollectionInfo
+from schemas.errors import (
+    CollectionNotFound,
+    CollectionNotLoaded,
+    OspreyError,
+    PartitionNotFound,
+    PartitionNotLoaded,
+    ServiceUnavailable,
+)
+from schemas.meta import CollectionInfo, LoadInfo
+from schemas.segment import SegmentDropped, SegmentFlushed, SegmentInfo, SegmentSealed, SegmentState
 from state.meta.meta_cache import MetaCache
+from state.meta.meta_table import MetaView
 from state.meta.tso import TimestampOracle
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
@@ -49,20 +69,26 @@ __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 log = logging.getLogger(__name__)
 
 
-REWIND_INTERVAL_S = 0.25  # while a pchannel's records come with a gap, ask for a rewind this often
-
-
 @dataclass
 class PChannelState:
-    """One owned pchannel: its tsafe (last tick consumed), the offset of the last record applied
-    (``position``; -1: none), and delegators by vchannel."""
+    """One owned pchannel: its tsafe (last tick consumed), where consumption is (``cursor``), and
+    delegators by vchannel. ``recovering``: its sealed segments are being loaded; records are
+    not applied yet (the cursor asks for a seek to the checkpoint afterwards)."""
 
     pchannel: str
     tsafe: int = 0
-    position: int = -1
+    cursor: DmlCursor = field(default_factory=DmlCursor)
     delegators: dict[str, ShardDelegator] = field(default_factory=dict)
-    rewind_asked_at: float = float("-inf")  # monotonic time of the last rewind asked for
-    rewinds: int = 0
+    recovering: bool = False
+    recovered_segments: int = 0
+    recovered_rows: int = 0
+    building: set[int] = field(default_factory=set)  # collections whose delegators are being (re)built
+    deferred: list[SegmentInfo] = field(default_factory=list)  # flushed meanwhile: loaded after the build
+
+    @property
+    def position(self) -> int:
+        """The offset of the last record applied (-1: none)."""
+        return self.cursor.position
 
 
 def mask_of_filter(flt: Filter | None) -> MaskOf | None:
@@ -104,8 +130,12 @@ class QueryNode:
         tso: TimestampOracle,
         graceful_time_ms: int,
         worker: Worker | None = None,
+        loader: Loader | None = None,
     ) -> None:
         self.node_id = node_id
+        self.loader = loader
+        self._loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight
+        self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
         self.cache = cache
         self.tso = tso
@@ -123,7 +153,8 @@ class QueryNode:
 
     def assign(self, partitions: set[int]) -> tuple[list[str], list[str]]:
         """The consumer group's new assignment: keep the pchannels still ours, drop the others with
-        their delegators and segments, start the new ones empty. Returns (added, removed)."""
+        their delegators and segments, start the new ones empty (recovering, when there is a
+        loader: call :meth:`recover` for each). Returns (added, removed)."""
         wanted = {self.pchannel_of(p) for p in partitions}
         removed = [p for p in self.pchannels if p not in wanted]
         for name in removed:
@@ -132,45 +163,239 @@ class QueryNode:
                 delegator.release_segments(list(delegator.distribution()))
         added = sorted(p for p in wanted if p not in self.pchannels)
         for name in added:
-            self.pchannels[name] = PChannelState(name)
+            self.pchannels[name] = PChannelState(name, recovering=self.loader is not None)
         return added, removed
+
+    async def recover(self, pchannel: str) -> int:
+        """Build the delegators of the loaded collections on ``pchannel`` from the meta store (their
+        flushed segments loaded sealed) and place its cursor at the pchannel checkpoint (module
+        doc); returns the offset to consume from."""
+        state = self.pchannels[pchannel]
+        if self.loader is None or not state.recovering:
+            return state.cursor.next_offset
+        view = await self.cache.refresh()
+        starts = []
+        for info in _collections_on(view, pchannel):
+            load = view.loads.get(info.collection_id)
+            if load is not None:
+                starts.append(await self._build(state, info, load, recovering=True))
+        if not starts:  # nothing loaded here: the pchannel checkpoint is where every vchannel starts
+            _, checkpoint = await self.loader.recovery_view(pchannel, [])
+            starts.append((0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts))
+        start, ts = min(starts)
+        if self.pchannels.get(pchannel) is state:  # not taken away meanwhile
+            state.cursor.place(start)
+            # every row stamped below the tick consumed before the checkpoint is in a loaded segment
+            state.tsafe = max(state.tsafe, ts)
+            state.recovering = False
+        log.info(
+            "querynode: %s recovered: %d sealed segments (%d rows), replaying from offset %d",
+            pchannel,
+            state.recovered_segments,
+            state.recovered_rows,
+            start,
+        )
+        return start
+
+    async def _build(
+        self, state: PChannelState, info: CollectionInfo, load: LoadInfo, recovering: bool = False
+    ) -> tuple[int, int]:
+        """(Re)build the delegators of collection ``info`` on ``state``'s pchannel for ``load``:
+        drop the old ones, load the flushed segments of the loaded partitions, start each new
+        delegator at the pchannel checkpoint (read with the segments, at one meta timestamp), and,
+        unless recovering, move the pchannel's cursor back there so the new delegators replay the
+        tail (the others skip records at or below their own positions). Returns (checkpoint
+        offset, its tick). Searches meanwhile get ServiceUnavailable (the collection is loading)."""
+        assert self.loader is not None
+        cid = info.collection_id
+        vchannels = [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel]
+        state.building.add(cid)
+        try:
+            for vchannel in vchannels:
+                old = state.delegators.pop(vchannel, None)
+                if old is not None:
+                    old.release_segments(list(old.distribution()))
+            segments, checkpoint = await self.loader.recovery_view(state.pchannel, vchannels)
+            start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
+            fresh = {}
+            for vchannel in vchannels:
+                delegator = ShardDelegator(vchannel, info, self.worker, load)
+                delegator.start_at(start - 1, ts)
+                fresh[vchannel] = delegator
+            for record in segments:
+                target = fresh.get(record.vchannel)
+                if target is None or not load.covers(record.partition_id):
+                    continue
+                if target.add_sealed(await self.loader.load(record, info.collection_schema)):
+                    state.recovered_segments += 1
+                    state.recovered_rows += record.num_rows
+            if self.pchannels.get(state.pchannel) is not state:
+                for delegator in fresh.values():
+                    delegator.release_segments(list(delegator.distribution()))
+                return start, ts
+            state.delegators.update(fresh)
+            if not recovering and start <= state.cursor.position:
+                state.cursor.place(start)
+            log.info(
+                "querynode: collection %d on %s built for load %d from offset %d",
+                cid,
+                state.pchannel,
+                load.loaded_ts,
+                start,
+            )
+        finally:
+            state.building.discard(cid)
+        deferred = [r for r in state.deferred if r.collection_id == cid]
+        state.deferred = [r for r in state.deferred if r.collection_id != cid]
+        for record in deferred:
+            await self._load_sealed(record)
+        return start, ts
+
+    async def on_meta_changed(self) -> None:
+        """The meta changed (a DDL reply was seen): release what is no longer loaded and build
+        what is newly loaded, or loaded with other partitions (a new load version). One at a time."""
+        async with self._reconcile:
+            view = await self.cache.refresh()
+            for state in list(self.pchannels.values()):
+                if state.recovering:
+                    continue
+                infos = {info.collection_id: info for info in _collections_on(view, state.pchannel)}
+                for vchannel, delegator in list(state.delegators.items()):
+                    cid = delegator.collection.collection_id
+                    load = view.loads.get(cid)
+                    stale = load is not None and delegator.load_version != load.loaded_ts
+                    if cid in infos and load is not None and stale and delegator.restrict(load):
+                        continue  # fewer partitions: narrowed in place, no replay needed
+                    if cid not in infos or load is None or delegator.load_version != load.loaded_ts:
+                        state.delegators.pop(vchannel)
+                        delegator.release_segments(list(delegator.distribution()))
+                for cid, info in infos.items():
+                    load = view.loads.get(cid)
+                    if load is None or cid in state.building:
+                        continue
+                    serving = [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel]
+                    if all(v in state.delegators for v in serving):
+                        continue
+                    if self.loader is None or load.loaded_ts == info.created_ts:
+                        # created loaded and never released: no row of it precedes its creation, and
+                        # an insert of a collection the cache did not know refreshed it (_delegator),
+                        # so delegators made now, at the current position, miss nothing
+                        for vchannel in serving:
+                            await self._delegator(state, cid, vchannel)
+                        continue
+                    await self._build(state, info, load)
+
+    async def recover_again(self, pchannel: str) -> int:
+        """The records this pchannel needs next were deleted from the log (the node fell behind
+        the data nodes' truncation, ``agents/datanode/truncator.py``): drop its state and recover
+        it from the meta store again. Returns the offset to consume from."""
+        state = self.pchannels.get(pchannel)
+        if state is None:
+            raise ServiceUnavailable(f"pchannel {pchannel} is not owned by query node {self.node_id}")
+        for delegator in state.delegators.values():
+            delegator.release_segments(list(delegator.distribution()))
+        self.pchannels[pchannel] = PChannelState(pchannel, recovering=self.loader is not None)
+        log.warning("querynode: %s fell behind the dml log start: recovering it again", pchannel)
+        return await self.recover(pchannel)
+
+    def start_offset(self, partition: int) -> int | None:
+        """Where the consumer of ``partition`` must be (None: not owned or still recovering)."""
+        state = self.pchannels.get(self.pchannel_of(partition))
+        return None if state is None or state.recovering else state.cursor.next_offset
+
+    # ------------------------------------------------------------------ sealed segments
+
+    async def on_segment_event(self, event: SegmentSealed | SegmentFlushed | SegmentDropped) -> None:
+        """A life-cycle event from ``segment-events``: a flushed segment of an owned vchannel is
+        loaded and replaces its growing copy; a dropped one stops being served."""
+        if isinstance(event, SegmentSealed):
+            return
+        info = await self._collection(event.collection_id)
+        if info is None or event.vchannel not in info.vchannels:
+            return
+        state = self.pchannels.get(info.pchannels[info.vchannels.index(event.vchannel)])
+        if state is None:
+            return  # not ours: its owner loads it (or recovers it from the meta when it gains it)
+        if isinstance(event, SegmentDropped):
+            delegator = await self._delegator(state, event.collection_id, event.vchannel)
+            if delegator is not None:
+                delegator.drop_segment(event.segment_id)
+            return
+        record = SegmentInfo(
+            segment_id=event.segment_id,
+            collection_id=event.collection_id,
+            partition_id=event.partition_id,
+            vchannel=event.vchannel,
+            state=SegmentState.FLUSHED,
+            num_rows=event.num_rows,
+            path=event.path,
+            start_offset=event.start_offset,
+            end_offset=event.end_offset,
+            min_ts=event.min_ts,
+            max_ts=event.max_ts,
+            digest=event.digest,
+            flushed_ts=event.flushed_ts,
+        )
+        await self._load_sealed(record)
+
+    async def _load_sealed(self, record: SegmentInfo) -> bool:
+        """Load ``record``'s segment and hand it to its delegator (once per segment id, however many
+        times it is asked for, concurrently or not); True if this call added it."""
+        sid = record.segment_id
+        running = self._loads.get(sid)
+        if running is not None:
+            await asyncio.shield(running)
+            return False
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._loads[sid] = done
+        try:
+            added = await self._load_once(record)
+            done.set_result(added)
+            return added
+        except BaseException as err:
+            done.set_exception(err)
+            done.exception()  # retrieved: a waiter may not exist
+            raise
+        finally:
+            del self._loads[sid]
+
+    async def _load_once(self, record: SegmentInfo) -> bool:
+        assert self.loader is not None
+        info = await self._collection(record.collection_id)
+        if info is None or record.vchannel not in info.vchannels:
+            return False
+        state = self.pchannels.get(info.pchannels[info.vchannels.index(record.vchannel)])
+        if state is None:
+            return False
+        if record.collection_id in state.building:
+            state.deferred.append(record)  # loaded once the build is done
+            return False
+        delegator = await self._delegator(state, record.collection_id, record.vchannel)
+        if delegator is None or delegator.is_sealed(record.segment_id) or not delegator.covers(record.partition_id):
+            return False
+        segment = await self.loader.load(record, info.collection_schema)
+        if self.pchannels.get(state.pchannel) is not state:
+            return False  # the pchannel was taken away while the segment loaded
+        return delegator.add_sealed(segment)
 
     # ------------------------------------------------------------------ consumption
 
     async def apply(self, partition: int, offset: int, raw: bytes) -> int | None:
         """Consume one dml record of ``partition`` at ``offset``. Returns None, or the offset the
-        consumer must go back to (see below).
-
-        Records are applied strictly in offset order, each once: the dml topic has no
-        transactions and no compaction, so its offsets are consecutive, and a pchannel's state
-        has applied exactly the records ``0..position``. A record at or below ``position`` (a
-        replay after a rebalance) is skipped. A record beyond ``position + 1`` means the
-        consumer skipped some (it resumed from another position than the one this state needs):
-        it is not applied, because a tick in it would raise tsafe above rows not yet applied,
-        and the offset to rewind to is returned (at most every ``REWIND_INTERVAL_S``, while
-        records already fetched drain). Records of a partition not owned are ignored: they were
-        fetched before a rebalance took it away."""
+        consumer must seek to (:class:`agents.dml_cursor.DmlCursor`: records are applied in offset
+        order, each once; a gap is never applied over, because a tick in it would raise tsafe
+        above rows not applied). Records of a partition not owned are ignored (fetched before a
+        rebalance took it away), and so are those of a pchannel still recovering."""
         state = self.pchannels.get(self.pchannel_of(partition))
-        if state is None:
+        if state is None or state.recovering:
             return None
-        if offset <= state.position:
+        verdict = state.cursor.admit(offset)
+        if verdict is Verdict.SKIP:
             self.replayed_records += 1
             return None
-        if offset > state.position + 1:
-            now = time.monotonic()
-            if now - state.rewind_asked_at < REWIND_INTERVAL_S:
-                return None
-            state.rewind_asked_at = now
-            state.rewinds += 1
-            log.warning(
-                "querynode: %s got offset %d after %d: rewinding to %d",
-                state.pchannel,
-                offset,
-                state.position,
-                state.position + 1,
-            )
-            return state.position + 1
-        state.position = offset
+        if verdict is Verdict.SEEK:
+            log.info("querynode: %s got offset %d, wants %d: seeking", state.pchannel, offset, state.cursor.next_offset)
+            return state.cursor.next_offset
         try:
             event = decode(raw, DML_EVENT)
         except Exception:
@@ -185,7 +410,7 @@ class QueryNode:
             return None
         delegator = await self._delegator(state, event.collection_id, event.vchannel)
         if delegator is None:
-            self.skipped_events += 1  # the collection is dropped: its rows are never served
+            self.skipped_events += 1  # dropped or not loaded (a load replays it from the checkpoint)
             return None
         if delegator.process_insert(event, offset):
             self.applied_events += 1
@@ -199,16 +424,26 @@ class QueryNode:
         return info
 
     async def _delegator(self, state: PChannelState, collection_id: int, vchannel: str) -> ShardDelegator | None:
+        """The delegator of ``vchannel``, made on first use for a loaded collection (from here on:
+        a collection created loaded has no rows before this point). None when the collection is
+        dropped, not loaded, or being built (its records are replayed when the build is done)."""
         delegator = state.delegators.get(vchannel)
         if delegator is not None:
             return delegator
+        if collection_id in state.building:
+            return None
         info = await self._collection(collection_id)
         if info is None or vchannel not in info.vchannels:
             return None
+        load = (await self.cache.view()).loads.get(collection_id)
+        if load is None or collection_id in state.building:
+            return None
         delegator = state.delegators.get(vchannel)  # another coroutine may have made it meanwhile
         if delegator is None:
-            delegator = ShardDelegator(vchannel, info, self.worker)
-            delegator.update_tsafe(state.tsafe, state.position)
+            delegator = ShardDelegator(vchannel, info, self.worker, load)
+            # made from apply(), the record at the cursor's position is the insert being applied
+            # now: it must not count as before the delegator (identities keep it applied once)
+            delegator.start_at(state.position - 1, state.tsafe)
             state.delegators[vchannel] = delegator
         return delegator
 
@@ -220,7 +455,7 @@ class QueryNode:
         once and the request checked again; only then is it CollectionNotFound/PartitionNotFound."""
         try:
             return prepare(request, await self.cache.view())
-        except (CollectionNotFound, PartitionNotFound):
+        except (CollectionNotFound, PartitionNotFound, CollectionNotLoaded, PartitionNotLoaded):
             return prepare(request, await self.cache.refresh())
 
     async def serve(
@@ -271,9 +506,11 @@ class QueryNode:
         try:
             delegator = await self._delegator(state, prepared.info.collection_id, vchannel)
             if delegator is None:
-                raise CollectionNotFound(
-                    f"collection not found[database=default][collection={prepared.info.collection_id}]"
-                )
+                if prepared.info.collection_id in state.building:
+                    raise ServiceUnavailable(
+                        f"collection {prepared.info.collection_name} is loading on query node {self.node_id}"
+                    )
+                raise CollectionNotLoaded(f"collection not loaded[collection={prepared.info.collection_name}]")
             timeout_s = request.timeout_ms / 1000
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
@@ -378,12 +615,22 @@ class QueryNode:
                 name: {
                     "tsafe": s.tsafe,
                     "position": s.position,
-                    "rewinds": s.rewinds,
+                    "applied": s.cursor.applied,
+                    "replayed": s.cursor.skipped,
+                    "seeks": s.cursor.seeks,
+                    "recovering": s.recovering,
+                    "recovered_segments": s.recovered_segments,
+                    "recovered_rows": s.recovered_rows,
                     "vchannels": {v: d.health() for v, d in s.delegators.items()},
                 }
                 for name, s in sorted(self.pchannels.items())
             },
         }
+
+
+def _collections_on(view: MetaView, pchannel: str) -> list[CollectionInfo]:
+    """The collections with a vchannel on ``pchannel``."""
+    return [info for info in view.collections.values() if pchannel in info.pchannels]
 
 
 def _columns(info: CollectionInfo, rows: dict[str, Any], allow_empty: bool = False) -> list[Column]:

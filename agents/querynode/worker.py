@@ -1,7 +1,8 @@
 """The query node worker (seed 002): pure computing labor over the segments it holds.
 
-A :class:`Worker` owns growing segments (:class:`~state.segcore.segment.GrowingSegment`) keyed by segment
-id, appends insert events to them and answers search/query/count over a list of segment ids at an
+A :class:`Worker` owns growing segments (:class:`~state.segcore.segment.GrowingSegment`) and sealed
+ones (:class:`~state.segcore.sealed.SealedSegment`, loaded from the object store) keyed by segment
+id, appends insert events to the growing ones and answers search/query/count over a list of segment ids at an
 MVCC timestamp. It knows nothing of channels, tsafe or distribution: its delegators decide which
 segments to ask and at which timestamp. Not thread-safe: one owner (the event loop) calls it;
 the one other thread is its :class:`IndexBuilder` (started on the first insert that leaves rows to
@@ -28,6 +29,7 @@ from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.sealed import SealedSegment
 from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment
 from state.segcore.vector_index import SearchHits
 
@@ -286,6 +288,24 @@ class Worker:
     def has_segment(self, segment_id: int) -> bool:
         return segment_id in self._segments
 
+    def put_sealed(self, segment: SealedSegment) -> None:
+        """Serve ``segment`` (flushed, loaded) from now on, in place of the growing copy of the
+        same id if there is one, which is released. One step on the owner's thread, so a search
+        sees either the growing copy or the sealed one, never both or neither."""
+        self._check_running()
+        old = self._segments.get(segment.segment_id)
+        if old is not None and (old.collection_id, old.partition_id, old.vchannel) != (
+            segment.collection_id,
+            segment.partition_id,
+            segment.vchannel,
+        ):
+            raise InvalidParameter(
+                "segment_id", "is already loaded for another collection/partition/vchannel", segment.segment_id
+            )
+        self._segments[segment.segment_id] = segment
+        if old is not None and old is not segment:
+            old.release()
+
     def release_segments(self, segment_ids: Iterable[int]) -> None:
         """Drop the listed segments (absent ids are ignored) and stop indexing them; does not wait
         for a slice the builder may be adding to one of them (it finishes, then the segment is
@@ -397,6 +417,7 @@ class Worker:
         the index builder's state."""
         segments = {
             sid: {
+                "kind": s.kind,
                 "collection_id": s.collection_id,
                 "partition_id": s.partition_id,
                 "vchannel": s.vchannel,

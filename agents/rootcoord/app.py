@@ -1,5 +1,6 @@
-"""The rootcoord Faust app: the DDL agent consuming ``dd`` in order, the meta GC timer, and the
-time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``).
+"""The rootcoord Faust app: the DDL agent consuming ``dd`` in order, the meta GC timer, the
+time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``)
+and the segment sealer (``sealer.py``).
 
 The agent processes one event at a time (concurrency 1); ``RootCoordRuntime`` holds the clients
 and the core, starts before the first event, and registers the node in the registry.
@@ -14,6 +15,7 @@ import faust
 
 from agents.process import make_app
 from agents.rootcoord.core import RootCoord
+from agents.rootcoord.sealer import SegmentSealer
 from agents.rootcoord.timetick import TimeTickAgent
 from agents.service import Service
 from schemas import ddl
@@ -22,6 +24,8 @@ from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.idalloc import IdAllocator
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
+from state.meta.segment_alloc import SegmentAssigner
+from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
 from streams.kafka import end_offset, make_producer
@@ -44,6 +48,7 @@ class RootCoordRuntime(Service):
         self.topics = Topics.of(config)
         self.core: RootCoord | None = None
         self.timetick: TimeTickAgent | None = None
+        self.sealer: SegmentSealer | None = None
 
     async def ready(self) -> RootCoord:
         """The core, once the runtime has started (recovered from its checkpoint)."""
@@ -55,6 +60,8 @@ class RootCoordRuntime(Service):
         doc = super().health()
         if self.timetick is not None:
             doc["timetick"] = self.timetick.health()
+        if self.sealer is not None:
+            doc["sealer"] = self.sealer.health()
         return doc
 
     async def on_start(self) -> None:
@@ -90,11 +97,24 @@ class RootCoordRuntime(Service):
         await timetick.start()
         self.on_close(timetick.stop, "time tick")  # before the producer and Redis close
         self.timetick = timetick
+        sealer = SegmentSealer(
+            SegmentAssigner(redis, ns),
+            SegmentMeta(store),
+            tso,
+            producer,
+            self.topics.segment_events,
+            config.segment_seal_interval_ms,
+            config.segment_seal_idle_s,
+        )
+        await sealer.start()
+        self.on_close(sealer.stop, "segment sealer")
+        self.sealer = sealer
         self.core = core
 
     async def _forget(self) -> None:
         self.core = None
         self.timetick = None
+        self.sealer = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:

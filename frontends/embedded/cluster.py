@@ -16,7 +16,7 @@ from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
 from streams.topics import ensure_topics
 
-WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode"}
+WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode", "datanode": "agents.datanode"}
 PROXY_MODULE = "frontends.proxy_server"  # the proxy process with its REST front end on proxy_http
 
 
@@ -70,7 +70,7 @@ class LocalCluster:
         return self._worker(role, name)
 
     def up(self, *, workers: bool = True, proxy: bool = False) -> None:
-        """Start the servers, then (``workers``) the rootcoord and a querynode, then (``proxy``)
+        """Start the servers, then (``workers``) the rootcoord, a querynode and a datanode, then (``proxy``)
         a proxy process serving REST and the stream writers on ``proxy_http``."""
         for server in self.servers:
             server.start()

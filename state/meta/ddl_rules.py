@@ -23,7 +23,7 @@ from schemas.errors import (
     OspreyError,
     PartitionNotFound,
 )
-from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, PartitionInfo
+from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, LoadInfo, PartitionInfo
 from schemas.validation import validate_name
 from state.meta import meta_table as keys
 from state.meta.meta_table import MetaView
@@ -138,9 +138,12 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
         )
         return keys.partition_key(collection_id, partition_id), record.model_dump_json()
 
+    additions: list[Addition] = [info, default_partition]
+    if e.load:
+        additions.append(_load_record(collection_id, None))
     reply_type = ddl.CreateCollectionReply
     return Plan(
-        additions=[info, default_partition],
+        additions=additions,
         make_reply=lambda ts: reply_type(
             request_id=e.request_id,
             proxy_id=e.proxy_id,
@@ -231,10 +234,91 @@ def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
     if part is None:
         raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={name}]")
     cid = info.collection_id
-    return Plan(
+    change = Plan(
         removals=[keys.partition_key(cid, part.partition_id)],
         make_reply=_reply(e, partition_id=part.partition_id, invalidate=[cid]),
     )
+    load = view.loads.get(cid)
+    if load is not None and load.partition_ids is not None and part.partition_id in load.partition_ids:
+        remaining = [p for p in load.partition_ids if p != part.partition_id]
+        if remaining:
+            change.additions.append(_load_record(cid, remaining))
+        else:
+            change.removals.append(keys.load_key(cid))
+    return change
+
+
+# -- load and release
+def _load_record(collection_id: int, partition_ids: list[int] | None) -> Addition:
+    """The LoadInfo write; its ``loaded_ts`` is the write's timestamp (a new load version)."""
+
+    def record(ts: int) -> tuple[str, str]:
+        load = LoadInfo(collection_id=collection_id, partition_ids=partition_ids, loaded_ts=ts)
+        return keys.load_key(collection_id), load.model_dump_json()
+
+    return record
+
+
+def _load_change(e: ddl.DdlEvent, view: MetaView, cid: int, partition_ids: list[int] | None, load: bool) -> Plan:
+    """Set the collection's load state to ``partition_ids`` (None: whole) or, with ``load`` False,
+    to not loaded; no write when that is the state already."""
+    current = view.loads.get(cid)
+    if not load:
+        if current is None:
+            return Plan(make_reply=_reply(e, collection_id=cid, load=None))
+        return Plan(removals=[keys.load_key(cid)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+    if current is not None and current.partition_ids == partition_ids:
+        return Plan(make_reply=_reply(e, collection_id=cid, load=current))
+    reply_type = ddl.LoadReply
+    return Plan(
+        additions=[_load_record(cid, partition_ids)],
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id,
+            proxy_id=e.proxy_id,
+            ts=ts,
+            collection_id=cid,
+            load=LoadInfo(collection_id=cid, partition_ids=partition_ids, loaded_ts=ts),
+            invalidate=[cid],
+        ),
+    )
+
+
+def _partition_ids(view: MetaView, info: CollectionInfo, names: list[str]) -> list[int]:
+    ids = []
+    for i, name in enumerate(names):
+        validate_name(f"partition_names[{i}]", name)
+        part = view.partition_by_name(info.collection_id, name)
+        if part is None:
+            raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={name}]")
+        ids.append(part.partition_id)
+    return ids
+
+
+def _load_partitions(e: ddl.LoadPartitions, view: MetaView) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    cid = info.collection_id
+    wanted = _partition_ids(view, info, e.partition_names)
+    current = view.loads.get(cid)
+    if current is not None and current.partition_ids is None:
+        return _load_change(e, view, cid, None, load=True)  # loaded whole: stays so
+    loaded = set() if current is None else set(current.partition_ids or ())
+    return _load_change(e, view, cid, sorted(loaded | set(wanted)), load=True)
+
+
+def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    cid = info.collection_id
+    released = set(_partition_ids(view, info, e.partition_names))
+    current = view.loads.get(cid)
+    if current is None:
+        return _load_change(e, view, cid, None, load=False)
+    loaded = {p.partition_id for p in view.partitions_of(cid) if current.covers(p.partition_id)}
+    remaining = sorted(loaded - released)
+    if not remaining:
+        return _load_change(e, view, cid, None, load=False)
+    if set(remaining) == loaded and current.partition_ids is not None:
+        return Plan(make_reply=_reply(e, collection_id=cid, load=current))
+    return _load_change(e, view, cid, remaining, load=True)
 
 
 # -- aliases
@@ -336,6 +420,16 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
         case ddl.ShowPartitions():
             info = _resolve(view, "collection_name", event.collection_name)
             return Plan(make_reply=_reply(event, partitions=view.partitions_of(info.collection_id)))
+        case ddl.LoadCollection():
+            info = _resolve(view, "collection_name", event.collection_name)
+            return _load_change(event, view, info.collection_id, None, load=True)
+        case ddl.ReleaseCollection():
+            info = _resolve(view, "collection_name", event.collection_name)
+            return _load_change(event, view, info.collection_id, None, load=False)
+        case ddl.LoadPartitions():
+            return _load_partitions(event, view)
+        case ddl.ReleasePartitions():
+            return _release_partitions(event, view)
         case ddl.CreateAlias():
             return _create_alias(event, view)
         case ddl.DropAlias():

@@ -3,6 +3,7 @@
 Keys (all under ``root-coord/``; everything is keyed by id, names live inside the records):
 - ``root-coord/collection/<collection_id>/info``                      -> CollectionInfo
 - ``root-coord/collection/<collection_id>/partition/<partition_id>``  -> PartitionInfo
+- ``root-coord/collection/<collection_id>/load``                      -> LoadInfo (absent: not loaded)
 - ``root-coord/alias/<alias>``                                        -> AliasInfo
 
 Dropping a collection removes the prefix ``root-coord/collection/<collection_id>/`` (the trailing
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from schemas.meta import AliasInfo, CollectionBrief, CollectionDescription, CollectionInfo, PartitionInfo
+from schemas.meta import AliasInfo, CollectionBrief, CollectionDescription, CollectionInfo, LoadInfo, PartitionInfo
 
 META_PREFIX = "root-coord/"
 COLLECTION_PREFIX = META_PREFIX + "collection/"
@@ -33,6 +34,10 @@ def partition_key(collection_id: int, partition_id: int) -> str:
     return f"{collection_prefix(collection_id)}partition/{partition_id}"
 
 
+def load_key(collection_id: int) -> str:
+    return collection_prefix(collection_id) + "load"
+
+
 def alias_key(alias: str) -> str:
     return ALIAS_PREFIX + alias
 
@@ -45,6 +50,7 @@ class MetaView:
     partitions: dict[int, dict[int, PartitionInfo]] = field(default_factory=dict)
     aliases: dict[str, AliasInfo] = field(default_factory=dict)
     names: dict[str, int] = field(default_factory=dict)
+    loads: dict[int, LoadInfo] = field(default_factory=dict)
 
     @classmethod
     def from_kvs(cls, kvs: Mapping[str, str]) -> MetaView:
@@ -61,6 +67,9 @@ class MetaView:
                 elif "/partition/" in key:
                     part = PartitionInfo.model_validate_json(value)
                     view.partitions.setdefault(part.collection_id, {})[part.partition_id] = part
+                elif key.endswith("/load"):
+                    load = LoadInfo.model_validate_json(value)
+                    view.loads[load.collection_id] = load
         return view
 
     # -- lookups
@@ -94,8 +103,19 @@ class MetaView:
         if info is None:
             return None
         return CollectionDescription(
-            info=info, partitions=self.partitions_of(collection_id), aliases=self.aliases_of(collection_id)
+            info=info,
+            partitions=self.partitions_of(collection_id),
+            aliases=self.aliases_of(collection_id),
+            load=self.loads.get(collection_id),
         )
+
+    def loaded_partitions(self, collection_id: int) -> list[int] | None:
+        """The partition ids served of a loaded collection (every existing one when loaded whole);
+        None when the collection is not loaded."""
+        load = self.loads.get(collection_id)
+        if load is None:
+            return None
+        return [p.partition_id for p in self.partitions_of(collection_id) if load.covers(p.partition_id)]
 
     def briefs(self) -> list[CollectionBrief]:
         return [

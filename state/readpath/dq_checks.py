@@ -15,7 +15,13 @@ import numpy as np
 
 from schemas.collection import DYNAMIC_FIELD_NAME, DataType
 from schemas.dq import QueryRequest, SearchRequest
-from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
+from schemas.errors import (
+    CollectionNotFound,
+    CollectionNotLoaded,
+    InvalidParameter,
+    PartitionNotFound,
+    PartitionNotLoaded,
+)
 from schemas.meta import CollectionInfo
 from state.meta.meta_table import MetaView
 from state.readpath.expr import Filter, compile_filter
@@ -61,17 +67,28 @@ def resolve_collection(request: SearchRequest | QueryRequest, view: MetaView) ->
 
 
 def _partitions(request: SearchRequest | QueryRequest, info: CollectionInfo, view: MetaView) -> list[int] | None:
+    """The partition ids to read: the ones asked for (each must exist and be loaded), else every
+    loaded one (None when the collection is loaded whole). A collection that is not loaded is
+    refused (Milvus's code 101, "collection not loaded")."""
+    load = view.loads.get(info.collection_id)
+    if load is None:
+        raise CollectionNotLoaded(f"collection not loaded[collection={info.collection_name}]")
+    names = {p.partition_id: p.partition_name for p in view.partitions_of(info.collection_id)}
     ids = set(request.partition_ids)
-    known = {p.partition_id for p in view.partitions_of(info.collection_id)}
     for pid in ids:
-        if pid not in known:
+        if pid not in names:
             raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={pid}]")
     for name in request.partition_names:
         part = view.partition_by_name(info.collection_id, name)
         if part is None:
             raise PartitionNotFound(f"partition not found[collection={info.collection_name}][partition={name}]")
         ids.add(part.partition_id)
-    return sorted(ids) if ids else None
+    for pid in sorted(ids):
+        if not load.covers(pid):
+            raise PartitionNotLoaded(f"partition not loaded[collection={info.collection_name}][partition={names[pid]}]")
+    if ids:
+        return sorted(ids)
+    return None if load.partition_ids is None else view.loaded_partitions(info.collection_id)
 
 
 def dynamic_keys(names: list[str], info: CollectionInfo) -> list[str] | None:

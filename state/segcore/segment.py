@@ -145,6 +145,8 @@ class GrowingSegment:
     adds ~(4 dim + 8 M + 12) bytes per row and vector field. See :attr:`memory_bytes`.
     """
 
+    kind = "growing"  # "sealed" for a SealedSegment (state.segcore.sealed)
+
     def __init__(
         self,
         segment_id: int,

@@ -114,3 +114,52 @@ async def test_reads_do_not_write() -> None:
     event = ddl.DescribeCollection(request_id=99, proxy_id=1, ts=1, collection_name="a")
     change = await plan(event, meta.view, meta.new_id, TOPICS)
     assert not change.writes
+
+
+async def test_load_and_release_keep_a_load_version_in_the_meta() -> None:
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="loaded", collection_schema=SCHEMA)
+    await meta.run(ddl.CreateCollection, collection_name="cold", collection_schema=SCHEMA, load=False)
+    view = meta.view
+    loaded, cold = view.collection_by_name("loaded"), view.collection_by_name("cold")
+    assert loaded is not None and cold is not None
+    first = view.loads[loaded.collection_id]
+    assert first.partition_ids is None and cold.collection_id not in view.loads
+
+    again = await meta.run(ddl.LoadCollection, collection_name="loaded")  # loaded already: no write
+    assert isinstance(again, ddl.LoadReply) and again.load == first and again.invalidate == []
+    reply = await meta.run(ddl.LoadCollection, collection_name="cold")
+    assert isinstance(reply, ddl.LoadReply) and reply.load is not None and reply.invalidate == [cold.collection_id]
+    assert meta.view.loads[cold.collection_id].loaded_ts == reply.ts
+
+    released = await meta.run(ddl.ReleaseCollection, collection_name="cold")
+    assert cold.collection_id not in meta.view.loads and released.invalidate == [cold.collection_id]
+    twice = await meta.run(ddl.ReleaseCollection, collection_name="cold")  # releasing twice succeeds
+    assert twice.code == 0 and twice.invalidate == []
+
+
+async def test_partitions_load_and_release_one_by_one() -> None:
+    from schemas.errors import PartitionNotFound
+
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="c", collection_schema=SCHEMA, load=False)
+    for name in ("p1", "p2"):
+        await meta.run(ddl.CreatePartition, collection_name="c", partition_name=name)
+    info = meta.view.collection_by_name("c")
+    assert info is not None
+    ids = {p.partition_name: p.partition_id for p in meta.view.partitions_of(info.collection_id)}
+    await meta.run(ddl.LoadPartitions, collection_name="c", partition_names=["p1"])
+    assert meta.view.loads[info.collection_id].partition_ids == [ids["p1"]]
+    assert meta.view.loaded_partitions(info.collection_id) == [ids["p1"]]
+    await meta.run(ddl.LoadPartitions, collection_name="c", partition_names=["p2", "p1"])
+    assert meta.view.loads[info.collection_id].partition_ids == sorted([ids["p1"], ids["p2"]])
+    with pytest.raises(PartitionNotFound):
+        await meta.run(ddl.LoadPartitions, collection_name="c", partition_names=["nope"])
+    await meta.run(ddl.DropPartition, collection_name="c", partition_name="p2")  # a dropped one leaves the load
+    assert meta.view.loads[info.collection_id].partition_ids == [ids["p1"]]
+    await meta.run(ddl.ReleasePartitions, collection_name="c", partition_names=["p1"])  # the last one
+    assert info.collection_id not in meta.view.loads
+
+    await meta.run(ddl.LoadCollection, collection_name="c")
+    await meta.run(ddl.ReleasePartitions, collection_name="c", partition_names=["_default"])
+    assert meta.view.loads[info.collection_id].partition_ids == [ids["p1"]]  # the rest stays loaded

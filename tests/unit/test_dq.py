@@ -14,9 +14,9 @@ from schemas.codec import decode, encode
 from schemas.collection import ConsistencyLevel
 from schemas.dq import DQ_REQUEST, DQ_RESULT, QueryRequest, QueryResult, ResultBatch, SearchRequest
 from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
-from schemas.meta import PartitionInfo
+from schemas.meta import LoadInfo, PartitionInfo
 from state.meta.meta_cache import MetaCache
-from state.meta.meta_table import MetaView, collection_info_key, partition_key
+from state.meta.meta_table import MetaView, collection_info_key, load_key, partition_key
 from state.meta.tso import add_ms, compose_ts
 from state.readpath.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
 from state.readpath.dq_checks import dynamic_keys, prepare
@@ -34,6 +34,7 @@ def view() -> MetaView:
     v.partitions[info.collection_id] = {
         11: PartitionInfo(partition_id=11, partition_name="_default", collection_id=info.collection_id, created_ts=1)
     }
+    v.loads[info.collection_id] = LoadInfo(collection_id=info.collection_id, loaded_ts=1)
     return v
 
 
@@ -185,6 +186,7 @@ class LatestMeta:
 async def test_a_querynode_reloads_its_meta_once_for_a_partition_created_after_it_was_cached() -> None:
     store = LatestMeta()
     store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
+    store.kvs[load_key(9)] = LoadInfo(collection_id=9, loaded_ts=1).model_dump_json()
     store.add_partition(11, "_default")
     cache = MetaCache(store)  # type: ignore[arg-type]
     node = QueryNode(1, "dml", cache, tso=None, graceful_time_ms=0)  # type: ignore[arg-type]  # guarantee_ts given
@@ -206,6 +208,7 @@ async def test_a_proxy_reloads_its_meta_once_for_a_partition_created_by_another_
 
     store = LatestMeta()
     store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
+    store.kvs[load_key(9)] = LoadInfo(collection_id=9, loaded_ts=1).model_dump_json()
     store.add_partition(11, "_default")
     cache = MetaCache(store)  # type: ignore[arg-type]
     task = SimpleNamespace(host=SimpleNamespace(cache=cache))

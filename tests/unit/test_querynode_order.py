@@ -1,12 +1,12 @@
 """The query node applies each pchannel's records in offset order, each once (QueryNode.apply):
 a replayed record is skipped, and a gap (a consumer that resumed at another position) is never
-applied over: the node asks to rewind to the first record it lacks, at most once per interval."""
+applied over: the node asks to seek back to the first record it lacks, at most once per interval."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.querynode import node as node_module
+from agents import dml_cursor
 from agents.querynode.node import QueryNode
 from schemas.codec import encode
 from schemas.dml import TimeTickEvent
@@ -40,18 +40,18 @@ async def test_a_replayed_record_is_skipped(node: QueryNode) -> None:
 
 async def test_a_gap_is_not_applied_and_asks_for_a_rewind(node: QueryNode, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr(node_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(dml_cursor.time, "monotonic", lambda: clock[0])
     await node.apply(0, 0, tick(10))
     # a new pchannel state that the consumer feeds from offset 5: tsafe must not jump over 1..4
     assert await node.apply(0, 5, tick(50)) == 1
     assert await node.apply(0, 6, tick(60)) is None  # records already fetched drain; asked once
     state = node.pchannels["dml_0"]
-    assert (state.position, state.tsafe, state.rewinds) == (0, 10, 1)
-    clock[0] += node_module.REWIND_INTERVAL_S
+    assert (state.position, state.tsafe, state.cursor.seeks) == (0, 10, 1)
+    clock[0] += dml_cursor.SEEK_INTERVAL_S
     assert await node.apply(0, 7, tick(70)) == 1  # still a gap after the interval: asked again
     for offset in range(1, 8):  # the rewind: everything from 1, in order
         assert await node.apply(0, offset, tick(10 + offset)) is None
-    assert (state.position, state.tsafe, state.rewinds) == (7, 17, 2)
+    assert (state.position, state.tsafe, state.cursor.seeks) == (7, 17, 2)
 
 
 async def test_a_fresh_pchannel_needs_offset_zero_first(node: QueryNode) -> None:

@@ -1,0 +1,187 @@
+"""The data node Faust app: the ``dml`` agent in the data nodes' own consumer group, the
+``segment-events`` reader, the dml truncator (``truncator.py``), and the status timer.
+
+Offsets are never committed: a pchannel newly assigned (start, restart, kill -9, rebalance) is
+consumed from its pchannel checkpoint in the meta store, which is where the node's buffers must
+be rebuilt from (``node.py``). Before the first assignment is applied the reader has handled
+every segment event published before the process started, so the node knows which segments are
+flushed already and never buffers them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import faust
+from aiokafka.errors import IllegalStateError
+from faust.types import TP
+
+from agents.datanode.flusher import SegmentFlusher
+from agents.datanode.node import DataNode
+from agents.datanode.truncator import LogTruncator
+from agents.process import make_app
+from agents.segment_events import SegmentEventsReader
+from agents.service import Service
+from schemas.config import OspreyConfig
+from state.meta.idalloc import IdAllocator
+from state.meta.meta_cache import MetaCache
+from state.meta.redis_client import connect
+from state.meta.registry import Lease, NodeRegistry
+from state.meta.segment_alloc import SegmentAssigner
+from state.meta.segment_meta import SegmentMeta
+from state.meta.snapshot import SnapshotKV
+from state.meta.status_board import StatusBoard
+from state.meta.tso import TimestampOracle
+from state.segcore.segment_files import remove_partial
+from streams.kafka import make_producer
+from streams.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+ROLE = "datanode"
+STATUS_INTERVAL_S = 1.0
+CATCH_UP_TIMEOUT_S = 60.0
+
+
+class DataNodeRuntime(Service):
+    """The process's clients, node and segment-events reader. Registers in the node registry
+    ("ready") once its first assignment is applied."""
+
+    service_name = "datanode"
+
+    def __init__(self, config: OspreyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.topics = Topics.of(config)
+        self.node: DataNode | None = None
+        self.meta: SegmentMeta | None = None
+        self._lease: Lease | None = None
+        self.removed_partial = 0
+
+    async def ready(self) -> DataNode:
+        await self.start()
+        assert self.node is not None
+        return self.node
+
+    async def on_start(self) -> None:
+        config, ns = self.config, self.config.cluster
+        await ensure_topics(config)
+        redis = connect(config)
+        self.on_close(redis.aclose, "redis")
+        self.on_close(self._forget, "node")
+        tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
+        store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
+        self.meta = SegmentMeta(store)
+        root = config.object_store_dir
+        self.removed_partial = remove_partial(root)
+        if self.removed_partial:
+            log.warning("datanode: removed %d partial segment directories", self.removed_partial)
+        producer = make_producer(config)
+        await producer.start()
+        self.on_close(producer.stop, "producer")
+        flusher = SegmentFlusher(root, self.meta, SegmentAssigner(redis, ns), tso, producer, self.topics.segment_events)
+        node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
+        node = DataNode(node_id, self.topics.dml, MetaCache(store), flusher, config.datanode_checkpoint_interval_s)
+        self.reader = SegmentEventsReader(config, node.on_segment_event)
+        await self.reader.start()
+        self.on_close(self.reader.stop, "segment-events reader")
+        await self.reader.caught_up(CATCH_UP_TIMEOUT_S)
+        self.truncator = LogTruncator(config, self.topics.dml, self.meta, owned=lambda: list(node.channels))
+        await self.truncator.start()
+        self.on_close(self.truncator.stop, "dml truncator")
+        self.status = StatusBoard(redis, ns)
+        self.registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
+        self.on_close(self._remove_status, "status")
+        self.node = node
+
+    async def _forget(self) -> None:
+        self.node = None
+        self._lease = None
+
+    async def _remove_status(self) -> None:
+        if self.node is not None:
+            await self.status.remove(ROLE, self.node.node_id)
+
+    async def on_assigned(self, partitions: set[int]) -> dict[int, int]:
+        """Apply the group's assignment; returns partition -> offset to seek to, for the newly
+        owned ones (their pchannel checkpoints)."""
+        node = await self.ready()
+        assert self.meta is not None
+        starts: dict[int, int] = {}
+        for partition in sorted(partitions):
+            current = node.start_offset(partition)
+            if current is not None:
+                starts[partition] = current
+                continue
+            checkpoint = await self.meta.pchannel_checkpoint(node.pchannel_of(partition))
+            starts[partition] = 0 if checkpoint is None else checkpoint.offset
+        fresh = {p: o for p, o in starts.items() if node.start_offset(p) is None}
+        added, removed = node.assign(starts)
+        log.info("datanode %d: pchannels +%s -%s, starting at %s", node.node_id, added, removed, fresh)
+        if self._lease is None:
+            self._lease = await self.registry.register_process(ROLE, node.node_id)
+            self.on_close(self._lease.stop, "node lease")
+        return fresh
+
+    async def publish_status(self) -> None:
+        if self.node is not None and self.started:
+            await self.status.publish(ROLE, self.node.node_id, self.health(), ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
+
+    def health(self) -> dict[str, Any]:
+        if self.node is None or not self.started:
+            return super().health()
+        return {
+            **super().health(),
+            **self.node.health(),
+            "segment_events": self.reader.health(),
+            "truncator": self.truncator.health(),
+        }
+
+
+def create_app(config: OspreyConfig) -> faust.App:
+    """The data node app for ``config``."""
+    app = make_app(config, ROLE)
+    app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
+    topics = Topics.of(config)
+    runtime = DataNodeRuntime(config)
+    dml_topic = app.topic(
+        topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=config.dml_partitions
+    )
+
+    @app.agent(dml_topic, name="dml")
+    async def dml_agent(stream: faust.StreamT) -> None:
+        node = await runtime.ready()
+        async for event in stream.events():
+            seek = await node.apply(event.message.partition, event.message.offset, event.value)
+            if seek is not None:  # the consumer is not where this pchannel's cursor is (node.apply)
+                await seek_to(event.message.tp, seek)
+
+    async def seek_to(tp: TP, offset: int) -> None:
+        try:
+            await app.consumer.seek_wait({tp: offset})
+        except (TimeoutError, IllegalStateError) as err:  # taken away meanwhile: a rebalance replays it
+            log.info("datanode: no seek of %s (%r)", tp, err)
+
+    # Faust's signal typing does not accept async receivers with keyword arguments.
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
+        # No seek from here: a seek racing Faust's fetcher (which resumes on its own) crashed it
+        # (aiokafka KeyError in fetched_records). The node's cursor asks for the seek from the
+        # agent instead, at the first record that comes from elsewhere (agents/dml_cursor.py).
+        await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
+
+    @app.timer(STATUS_INTERVAL_S)
+    async def status() -> None:
+        try:
+            await runtime.publish_status()
+        except Exception as err:  # status is best effort
+            log.warning("datanode: status not published (%r)", err)
+
+    # Faust's signal typing does not accept async receivers with keyword arguments.
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def close(app: faust.App, **_: object) -> None:
+        await runtime.stop()
+
+    app.osprey_runtime = runtime  # type: ignore[attr-defined]
+    return app

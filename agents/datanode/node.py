@@ -1,0 +1,327 @@
+"""The data node: buffers the inserts of the dml partitions (pchannels) it owns per segment and
+flushes each sealed segment once all of its rows have been consumed.
+
+Consumption (driven by the Faust agent in ``app.py``): :meth:`DataNode.assign` places each newly
+owned pchannel at its channel checkpoint, and every record goes through :meth:`DataNode.apply`,
+in offset order, each once (:class:`agents.dml_cursor.DmlCursor`). An insert is added to its
+segment's :class:`~agents.datanode.buffer.SegmentBuffer` (each event identity once), unless the
+segment is known to be flushed or dropped. Seals come from ``segment-events``
+(:meth:`DataNode.on_segment_event`).
+
+When to flush (the correctness argument): a sealed segment ``S`` gets no grant after its seal
+and every row written to it has a timestamp below ``S.last_expire_ts`` (``schemas/segment.py``).
+A time tick ``t`` on a pchannel means every event with a timestamp below ``t`` precedes it in
+the partition. So once a tick ``t >= S.last_expire_ts`` is consumed, every row of ``S`` has been
+consumed, and the buffer holds exactly the rows of ``S`` whose dml offset is at or after the
+checkpoint the node started from, which is all of them: a checkpoint never passes the first
+offset of a segment that is not flushed yet. The flushed contents are therefore a function of
+the log alone, the same on every data node and after every restart, and a segment written again
+after a crash has the same digest. A sealed segment with no buffer at that point got no row: it
+is dropped as empty.
+
+Channel checkpoints (:meth:`DataNode.checkpoints`): for a vchannel, the first dml offset of its
+oldest buffered segment, else the next offset to consume; for the pchannel, the minimum over its
+vchannels. Everything of the vchannel before its checkpoint is in a flushed segment (or belongs
+to a dropped collection). They are recorded with each flush, and every
+``checkpoint_interval_s`` when they moved without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agents.datanode.buffer import SegmentBuffer
+from agents.dml_cursor import DmlCursor, Verdict
+from schemas.codec import decode
+from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
+from schemas.meta import CollectionInfo
+from schemas.segment import (
+    ChannelCheckpoint,
+    SegmentDropped,
+    SegmentFlushed,
+    SegmentKey,
+    SegmentSealed,
+)
+from state.meta.meta_table import MetaView
+from streams.channels import pchannel_name
+
+__all__ = ["ChannelState", "DataNode", "Flusher", "MetaSource"]
+
+log = logging.getLogger(__name__)
+
+
+class MetaSource(Protocol):
+    """The meta the node resolves collections with (a :class:`state.meta.meta_cache.MetaCache`)."""
+
+    async def view(self) -> MetaView: ...
+
+    async def refresh(self) -> MetaView: ...
+
+
+class Flusher(Protocol):
+    """What the node needs done with the outside world (``flusher.py``; tests may record)."""
+
+    async def flush(
+        self, buffer: SegmentBuffer, info: CollectionInfo, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]
+    ) -> None:
+        """Write the segment's files, record its meta with ``checkpoints``, announce it (if the
+        meta says it is flushed already: only announce that)."""
+
+    async def drop_empty(self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]) -> None:
+        """Record and announce a sealed segment that got no row as dropped (or what the meta says)."""
+
+    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
+        """Record checkpoints that moved without a flush."""
+
+
+@dataclass
+class ChannelState:
+    """One owned pchannel: where consumption is, the last tick, the buffered segments."""
+
+    pchannel: str
+    cursor: DmlCursor = field(default_factory=DmlCursor)
+    tick_ts: int = 0
+    buffers: dict[int, SegmentBuffer] = field(default_factory=dict)
+    saved_offset: int = -1  # pchannel checkpoint last recorded
+    saved_at: float = float("-inf")  # monotonic time of that
+
+
+class DataNode:
+    """State of one data node process (module doc). One event loop; not thread-safe."""
+
+    def __init__(
+        self,
+        node_id: int,
+        dml_topic: str,
+        cache: MetaSource,
+        flusher: Flusher,
+        checkpoint_interval_s: float = 1.0,
+    ) -> None:
+        self.node_id = node_id
+        self.dml_topic = dml_topic
+        self.cache = cache
+        self.flusher = flusher
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.channels: dict[str, ChannelState] = {}
+        self.seals: dict[int, tuple[str, SegmentSealed]] = {}  # segment id -> (pchannel, seal), not done
+        self.done: set[int] = set()  # segments flushed or dropped (from segment-events)
+        self.flushed_segments = 0
+        self.dropped_segments = 0
+        self.applied_events = 0
+        self.skipped_events = 0
+
+    # ------------------------------------------------------------------ ownership
+
+    def pchannel_of(self, partition: int) -> str:
+        return pchannel_name(self.dml_topic, partition)
+
+    def assign(self, starts: dict[int, int]) -> tuple[list[str], list[str]]:
+        """The group's new assignment: partition -> the offset to start at (its pchannel
+        checkpoint) for each newly owned one. Pchannels still owned keep their state; pchannels
+        no longer owned are dropped with their buffers (their new owner rebuilds them from the
+        checkpoint). Returns (added, removed)."""
+        wanted = {self.pchannel_of(p): p for p in starts}
+        removed = [p for p in self.channels if p not in wanted]
+        for name in removed:
+            del self.channels[name]
+        added = []
+        for name, partition in sorted(wanted.items()):
+            if name not in self.channels:
+                state = ChannelState(name)
+                state.cursor.place(starts[partition])
+                state.saved_offset = starts[partition]
+                self.channels[name] = state
+                added.append(name)
+        return added, removed
+
+    def start_offset(self, partition: int) -> int | None:
+        """Where the consumer of ``partition`` must be: the next offset to apply."""
+        state = self.channels.get(self.pchannel_of(partition))
+        return None if state is None else state.cursor.next_offset
+
+    # ------------------------------------------------------------------ segment events
+
+    async def on_segment_event(self, event: SegmentSealed | SegmentFlushed | SegmentDropped) -> None:
+        """A life-cycle event from ``segment-events`` (any order of replays; each applied once)."""
+        sid = event.segment_id
+        if isinstance(event, SegmentSealed):
+            if sid in self.done or sid in self.seals:
+                return
+            info = await self._collection(event.collection_id)
+            if info is None or event.vchannel not in info.vchannels:
+                return  # the collection is gone: nothing to flush
+            pchannel = info.pchannels[info.vchannels.index(event.vchannel)]
+            self.seals[sid] = (pchannel, event)
+            return
+        self.done.add(sid)
+        self.seals.pop(sid, None)
+        for state in self.channels.values():
+            state.buffers.pop(sid, None)  # flushed elsewhere (before a rebalance) or dropped
+
+    # ------------------------------------------------------------------ consumption
+
+    async def apply(self, partition: int, offset: int, raw: bytes) -> int | None:
+        """Consume one dml record; returns None, or the offset the consumer must seek to."""
+        state = self.channels.get(self.pchannel_of(partition))
+        if state is None:
+            return None  # fetched before a rebalance took the partition away
+        verdict = state.cursor.admit(offset)
+        if verdict is Verdict.SEEK:
+            log.info("datanode: %s got offset %d, wants %d: seeking", state.pchannel, offset, state.cursor.next_offset)
+            return state.cursor.next_offset
+        if verdict is Verdict.SKIP:
+            return None
+        try:
+            event = decode(raw, DML_EVENT)
+        except Exception:
+            log.exception("datanode: undecodable record at %s@%d skipped", state.pchannel, offset)
+            self.skipped_events += 1
+            return None
+        if isinstance(event, TimeTickEvent):
+            state.tick_ts = max(state.tick_ts, event.ts)
+            await self._on_tick(state)
+            return None
+        await self._buffer(state, event, offset)
+        return None
+
+    async def _buffer(self, state: ChannelState, event: InsertEvent, offset: int) -> None:
+        sid = event.segment_id
+        if sid in self.done:
+            self.skipped_events += 1  # replayed rows of a segment flushed already
+            return
+        buffer = state.buffers.get(sid)
+        if buffer is None:
+            info = await self._collection(event.collection_id)
+            if info is None or event.vchannel not in info.vchannels:
+                self.skipped_events += 1  # the collection is dropped: its rows are never flushed
+                return
+            key = SegmentKey(
+                segment_id=sid,
+                collection_id=event.collection_id,
+                partition_id=event.partition_id,
+                vchannel=event.vchannel,
+            )
+            buffer = state.buffers[sid] = SegmentBuffer(key, state.pchannel, state.tick_ts)
+        if buffer.add(event, offset):
+            self.applied_events += 1
+
+    async def _on_tick(self, state: ChannelState) -> None:
+        """Flush (or drop as empty) every sealed segment of the pchannel the tick completes, then
+        record the checkpoints if they moved and are due."""
+        ready = [
+            seal
+            for pchannel, seal in self.seals.values()
+            if pchannel == state.pchannel and seal.last_expire_ts <= state.tick_ts
+        ]
+        for seal in sorted(ready, key=lambda s: s.segment_id):
+            await self._finish(state, seal)
+        if time.monotonic() - state.saved_at < self.checkpoint_interval_s:
+            return
+        checkpoints = await self.checkpoints(state)
+        pchannel_cp = _pchannel_offset(checkpoints)
+        if pchannel_cp > state.saved_offset:
+            await self.flusher.save_checkpoints(checkpoints)
+            state.saved_offset = pchannel_cp
+        state.saved_at = time.monotonic()
+
+    async def _finish(self, state: ChannelState, seal: SegmentSealed) -> None:
+        sid = seal.segment_id
+        buffer = state.buffers.pop(sid, None)
+        info = await self._collection(seal.collection_id)
+        try:
+            checkpoints = await self.checkpoints(state)
+            if info is None:
+                log.info("datanode: segment %d of dropped collection %d not flushed", sid, seal.collection_id)
+            elif buffer is None:
+                await self.flusher.drop_empty(seal, checkpoints)
+                self.dropped_segments += 1
+            else:
+                await self.flusher.flush(buffer, info, seal, checkpoints)
+                self.flushed_segments += 1
+        except BaseException:
+            if buffer is not None:
+                state.buffers[sid] = buffer  # tried again on the next tick
+            raise
+        self.seals.pop(sid, None)
+        self.done.add(sid)
+        if info is not None:
+            state.saved_offset = max(state.saved_offset, _pchannel_offset(checkpoints))
+            state.saved_at = time.monotonic()
+
+    async def checkpoints(self, state: ChannelState) -> list[ChannelCheckpoint]:
+        """Every vchannel of the pchannel (known to the meta or buffered) with its checkpoint, and
+        the pchannel's own (vchannel ""), per the module doc."""
+        next_offset = state.cursor.next_offset
+        oldest: dict[str, SegmentBuffer] = {}
+        for buffer in state.buffers.values():
+            current = oldest.get(buffer.key.vchannel)
+            if current is None or buffer.first_offset < current.first_offset:
+                oldest[buffer.key.vchannel] = buffer
+        view = await self.cache.view()
+        vchannels = set(oldest)
+        for info in view.collections.values():
+            vchannels.update(v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel)
+        out = []
+        for vchannel in sorted(vchannels):
+            first_buffer = oldest.get(vchannel)
+            offset, ts = (
+                (first_buffer.first_offset, first_buffer.tick_before) if first_buffer else (next_offset, state.tick_ts)
+            )
+            out.append(ChannelCheckpoint(vchannel=vchannel, pchannel=state.pchannel, offset=offset, ts=ts))
+        first = min(out, key=lambda c: c.offset, default=None)
+        if first is None or first.offset >= next_offset:
+            out.append(ChannelCheckpoint(vchannel="", pchannel=state.pchannel, offset=next_offset, ts=state.tick_ts))
+        else:
+            out.append(first.model_copy(update={"vchannel": ""}))
+        return out
+
+    async def _collection(self, collection_id: int) -> CollectionInfo | None:
+        info = (await self.cache.view()).collections.get(collection_id)
+        if info is None:
+            info = (await self.cache.refresh()).collections.get(collection_id)
+        return info
+
+    # ------------------------------------------------------------------ health
+
+    def buffered(self) -> Iterable[SegmentBuffer]:
+        for state in self.channels.values():
+            yield from state.buffers.values()
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "applied_events": self.applied_events,
+            "skipped_events": self.skipped_events,
+            "flushed_segments": self.flushed_segments,
+            "dropped_segments": self.dropped_segments,
+            "pending_seals": len(self.seals),
+            "pchannels": {
+                name: {
+                    "position": s.cursor.position,
+                    "applied": s.cursor.applied,
+                    "replayed": s.cursor.skipped,
+                    "seeks": s.cursor.seeks,
+                    "tick_ts": s.tick_ts,
+                    "checkpoint": s.saved_offset,
+                    "segments": {
+                        sid: {
+                            "collection_id": b.key.collection_id,
+                            "partition_id": b.key.partition_id,
+                            "vchannel": b.key.vchannel,
+                            "rows": b.rows,
+                            "first_offset": b.first_offset,
+                        }
+                        for sid, b in s.buffers.items()
+                    },
+                }
+                for name, s in sorted(self.channels.items())
+            },
+        }
+
+
+def _pchannel_offset(checkpoints: list[ChannelCheckpoint]) -> int:
+    return next(c.offset for c in checkpoints if c.vchannel == "")

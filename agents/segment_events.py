@@ -1,0 +1,90 @@
+"""Reading ``segment-events`` (the segment life cycle, ``schemas/segment.py``) in a process that
+needs every event: the data node (seals to flush) and the query node (flushed segments to load).
+
+A group-less consumer of the topic's one partition, from its first record (``from_start``) or
+from its end as of start; each event is decoded and handed to ``handle`` in log order.
+:meth:`SegmentEventsReader.caught_up` waits until every event published before the reader
+started has been handled. An undecodable record is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from agents.service import Service
+from schemas.config import OspreyConfig
+from schemas.segment import SEGMENT_EVENT, SegmentDropped, SegmentFlushed, SegmentSealed
+from streams.kafka import make_consumer
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_MS = 200
+HANDLER_ERROR_PAUSE_S = 1.0
+
+SegmentEventHandler = Callable[[SegmentSealed | SegmentFlushed | SegmentDropped], Awaitable[None]]
+
+
+class SegmentEventsReader(Service):
+    service_name = "segment-events reader"
+
+    def __init__(self, config: OspreyConfig, handle: SegmentEventHandler, *, from_start: bool = True) -> None:
+        super().__init__()
+        self.config = config
+        self.topic = Topics.of(config).segment_events
+        self.handle = handle
+        self.from_start = from_start
+        self.tp = TopicPartition(self.topic, 0)
+        self.end_at_start = 0
+        self.position = 0
+        self.handled = 0
+        self._caught_up = asyncio.Event()
+
+    async def on_start(self) -> None:
+        consumer = make_consumer(self.config)
+        await consumer.start()
+        self.on_close(consumer.stop, "consumer")
+        consumer.assign([self.tp])
+        self.end_at_start = int((await consumer.end_offsets([self.tp]))[self.tp])
+        if self.from_start:
+            await consumer.seek_to_beginning(self.tp)
+            self.position = int((await consumer.beginning_offsets([self.tp]))[self.tp])
+        else:
+            consumer.seek(self.tp, self.end_at_start)
+            self.position = self.end_at_start
+        if self.position >= self.end_at_start:
+            self._caught_up.set()
+        self.spawn(self._run(consumer), "segment-events")
+
+    async def caught_up(self, timeout_s: float | None = None) -> None:
+        """Return once every event published before start was handled."""
+        await asyncio.wait_for(self._caught_up.wait(), timeout_s)
+
+    async def _run(self, consumer: Any) -> None:
+        while True:
+            batches = await consumer.getmany(self.tp, timeout_ms=FETCH_TIMEOUT_MS)
+            for record in batches.get(self.tp, []):
+                try:
+                    event = SEGMENT_EVENT.validate_json(record.value)
+                except Exception:
+                    log.exception("segment-events: undecodable record at offset %d skipped", record.offset)
+                else:
+                    while True:
+                        try:
+                            await self.handle(event)
+                            break
+                        except Exception:  # Redis or the broker away: the event must not be lost
+                            log.exception("segment-events: handling %s failed; retrying", event.kind)
+                            await asyncio.sleep(HANDLER_ERROR_PAUSE_S)
+                    self.handled += 1
+                self.position = record.offset + 1
+            if self.position >= self.end_at_start:
+                self._caught_up.set()
+
+    def health(self) -> dict[str, Any]:
+        return {**super().health(), "position": self.position, "handled": self.handled}

@@ -1,0 +1,208 @@
+"""Segment life cycle: the events on ``segment-events``, the segment meta record, channel
+checkpoints and the manifest of a flushed segment (seed 002, seed 001 §6.3).
+
+A segment is Growing while proxies are granted rows of it (``state/meta/segment_alloc.py``), then
+Sealed (no more grants; every row of it has a timestamp below ``last_expire_ts``), then Flushed
+(its rows are files in the object store, listed by a :class:`SegmentManifest`), later Indexed
+(issue 13) and finally Dropped. Every step after Growing is one event, keyed by segment id:
+
+- :class:`SegmentSealed` (published by the rootcoord's sealer): the seal decision, with its
+  timestamp and the bound on the timestamps of the segment's rows;
+- :class:`SegmentFlushed` (published by the data node owning the vchannel's pchannel, after it
+  recorded the segment meta and the channel checkpoints): the files and the dml positions the
+  rows came from;
+- :class:`SegmentDropped`: a sealed segment that got no row, or whose collection or partition
+  was dropped.
+
+Replaying ``segment-events`` in order rebuilds every segment's state; an event may appear twice
+(a publisher killed between publishing and recording it publishes it again) and then carries the
+same contents, so consumers apply each (segment id, kind) once. Events are JSON (small, no vectors).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.collection import DataType
+
+ROW_TS_COLUMN = "__row_ts"  # the insert timestamp of every row, a column of the insert log
+INSERT_LOG_FILE = "insert_log.parquet"
+PK_STATS_FILE = "pk_stats.bloom"
+MANIFEST_FILE = "manifest.json"
+
+
+class SegmentState(StrEnum):
+    GROWING = "Growing"
+    SEALED = "Sealed"
+    FLUSHED = "Flushed"
+    INDEXED = "Indexed"
+    DROPPED = "Dropped"
+
+
+class SealReason(StrEnum):
+    ROWS = "rows"  # its rows reached segment_max_rows
+    BYTES = "bytes"  # its estimated bytes reached segment_max_bytes
+    IDLE = "idle"  # no rows granted for segment_seal_idle_s
+    FLUSH = "flush"  # a Flush request
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SegmentKey(_Model):
+    """Where a segment belongs."""
+
+    segment_id: int = Field(ge=1)
+    collection_id: int
+    partition_id: int
+    vchannel: str
+
+
+class ChannelCheckpoint(_Model):
+    """Every insert of ``vchannel`` at a dml offset below ``offset`` (of ``pchannel``) is in a
+    flushed segment; ``ts`` is the last time tick consumed before ``offset`` (0: none yet).
+    Recovery loads the flushed segments and replays the pchannel from ``offset``. Monotonic."""
+
+    vchannel: str
+    pchannel: str
+    offset: int = Field(ge=0)
+    ts: int = Field(0, ge=0)
+
+
+class SegmentSealed(SegmentKey):
+    """No more rows are granted for the segment after ``seal_ts``, and every row written to it
+    has a timestamp below ``last_expire_ts`` (a proxy uses a grant only for tasks stamped before
+    its expiry), so once a time tick >= ``last_expire_ts`` is consumed on the pchannel every row of
+    the segment has been consumed too."""
+
+    kind: Literal["Sealed"] = "Sealed"
+    reason: SealReason
+    seal_ts: int = Field(ge=1)
+    last_expire_ts: int = Field(ge=0, description="0: no row was ever granted")
+    rows_granted: int = Field(ge=0)
+
+
+class FieldColumn(_Model):
+    """A field of a flushed segment's insert log."""
+
+    field_id: int
+    name: str
+    dtype: DataType
+    dim: int | None = None
+
+
+class PkStats(_Model):
+    """The PK statistics of a flushed segment (the PK oracle's input, seed 002): a bloom filter
+    of every PK in ``file`` and the PK range. ``min_pk``/``max_pk`` are ints for INT64 keys and
+    strings for VARCHAR keys."""
+
+    file: str = PK_STATS_FILE
+    false_positive_rate: float = Field(gt=0, lt=1)
+    capacity: int = Field(ge=1, description="PKs the filter was sized for")
+    hash: str = Field(description="how a PK becomes the filter's 128-bit hash (stable across processes)")
+    min_pk: int | str
+    max_pk: int | str
+
+
+class FileEntry(_Model):
+    name: str
+    bytes: int = Field(ge=0)
+    sha256: str
+
+
+class SegmentManifest(SegmentKey):
+    """``manifest.json`` of a flushed segment's directory, written last before the directory is
+    renamed into place. ``digest`` identifies the contents (rows, their order and timestamps), so
+    a segment written again after a crash can be compared with the one on disk."""
+
+    pchannel: str
+    num_rows: int = Field(ge=1)
+    fields: list[FieldColumn]
+    start_offset: int = Field(ge=0, description="dml offset of the segment's first event")
+    end_offset: int = Field(ge=0, description="dml offset of its last event")
+    min_ts: int
+    max_ts: int
+    events: int = Field(ge=1, description="insert events the rows came in")
+    identities: list[str] = Field(description="the insert events' identities, in log order")
+    files: list[FileEntry]
+    pk_stats: PkStats
+    digest: str
+
+
+class SegmentFlushed(SegmentKey):
+    """The segment's files are in the object store under ``path`` (relative to the store's root)
+    and its meta is recorded (with the vchannel's checkpoint: ``state/meta/segment_meta.py``)."""
+
+    kind: Literal["Flushed"] = "Flushed"
+    path: str
+    num_rows: int = Field(ge=1)
+    start_offset: int = Field(ge=0)
+    end_offset: int = Field(ge=0)
+    min_ts: int
+    max_ts: int
+    digest: str
+    flushed_ts: int = Field(ge=1, description="the data node's timestamp for the flush")
+
+
+class SegmentDropped(SegmentKey):
+    kind: Literal["Dropped"] = "Dropped"
+    reason: str
+    ts: int = Field(ge=1)
+
+
+SegmentEvent = Annotated[SegmentSealed | SegmentFlushed | SegmentDropped, Field(discriminator="kind")]
+SEGMENT_EVENT: TypeAdapter[SegmentSealed | SegmentFlushed | SegmentDropped] = TypeAdapter(SegmentEvent)
+
+
+class SegmentInfo(SegmentKey):
+    """A segment's meta record (the meta store keeps it by id, readable at a timestamp)."""
+
+    state: SegmentState
+    num_rows: int = Field(0, ge=0)
+    seal_reason: SealReason | None = None
+    seal_ts: int = 0
+    last_expire_ts: int = 0
+    path: str = ""
+    start_offset: int = -1
+    end_offset: int = -1
+    min_ts: int = 0
+    max_ts: int = 0
+    digest: str = ""
+    flushed_ts: int = 0
+    dropped_reason: str = ""
+
+    @property
+    def done(self) -> bool:
+        """Flushed (or later) or dropped: nothing of it waits for a data node any more."""
+        return self.state in (SegmentState.FLUSHED, SegmentState.INDEXED, SegmentState.DROPPED)
+
+
+class FlushResult(_Model):
+    """What Flush returns (pymilvus's FlushResponse, per collection): the segments it sealed or
+    found sealed (``segment_ids``), all flushed or dropped by the time it returns, and the flush
+    timestamp: every insert acknowledged before Flush was called is in one of them."""
+
+    collection_name: str
+    collection_id: int
+    segment_ids: list[int]
+    flushed_segment_ids: list[int]
+    dropped_segment_ids: list[int]
+    flush_ts: int
+
+
+class CollectionStats(_Model):
+    """GetCollectionStatistics / GetPartitionStatistics: ``row_count`` is the flushed segments'
+    rows plus the rows the data nodes buffer for segments not flushed yet (reported every second,
+    so exact once a Flush returned)."""
+
+    collection_name: str
+    collection_id: int
+    partition_ids: list[int] | None = None
+    row_count: int
+    flushed_rows: int
+    buffered_rows: int
+    flushed_segments: int

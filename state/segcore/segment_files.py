@@ -1,0 +1,755 @@
+"""A flushed segment's directory in the object store: write it atomically, read it back.
+
+Layout (``root`` is the object store's root, a local folder)::
+
+    <root>/segments/<collection_id>/<partition_id>/<segment_id>/
+        insert_log.parquet   every row: __row_ts (uint64) first, then every field in schema order
+        pk_stats.bloom       the PK bloom filter (:class:`~state.segcore.pk_stats.PkBloom`)
+        manifest.json        :class:`~schemas.segment.SegmentManifest`, written last
+
+The insert log is one Parquet file, one row group, readable with plain ``pyarrow.parquet``:
+integers, floats and bools as their native Arrow types, FLOAT_VECTOR as
+``fixed_size_list<element: float not null>[dim]`` (vectors round-trip bit for bit: NaN payloads
+and -0.0 included), VARCHAR and JSON (its text) as ``string``. Every Arrow field is non-null and
+carries the metadata ``{"field_id": ..., "dtype": ...}``. Scalars are dictionary-encoded where
+that pays and snappy-compressed; vectors are PLAIN and uncompressed (float noise does not
+compress, and PLAIN decodes straight into the buffer a sealed segment searches).
+
+Atomic commit (:func:`write_segment`): everything is written into a temporary directory
+``.<segment_id>.tmp-<uuid>`` next to the final one, each file fsynced, the manifest last, then the
+directory fsynced, renamed to ``<segment_id>`` (``rename`` is atomic) and the parent fsynced. So a
+segment directory either exists complete or not at all; a writer killed midway leaves only a
+temporary directory, which is never read and is removed by :func:`remove_partial` at data node start.
+
+Writing a segment that already exists (a data node killed after the rename but before it recorded
+the segment's meta flushes the same rows again after restart): when the directory on disk
+describes the same segment (same ``digest``, key, offsets, identities, fields and PK stats) it is
+kept and its manifest returned unchanged (checked before anything is written, and again when the
+rename finds the directory: the temporary one is then dropped); otherwise it is replaced (old renamed to
+``.<segment_id>.old-<uuid>``, new renamed into place, parent fsynced, old removed). Replacing is
+safe because a segment becomes visible to readers only through its meta record (``SegmentFlushed``,
+written by the caller after this function returns); a directory whose meta was never recorded has
+never been read, so nobody can observe it change. Once the meta is recorded the data node never
+writes the segment again (its checkpoint is past the rows).
+
+``digest`` is a sha256 over a canonical serialization of the contents, not of the Parquet bytes
+(those may change with the pyarrow version): a version tag, the row count, the row timestamps
+(uint64 LE), the PKs (int64 LE, or each string as a 4-byte LE length then its UTF-8), then every
+other field in schema order (fixed-width values little-endian, bools one byte, vectors their raw
+float32 bytes, VARCHAR/JSON texts like string PKs).
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import hashlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas.collection import CollectionSchema, DataType, FieldSchema
+from schemas.dml import NUMPY_DTYPE
+from schemas.errors import InvalidParameter
+from schemas.segment import (
+    INSERT_LOG_FILE,
+    MANIFEST_FILE,
+    PK_STATS_FILE,
+    ROW_TS_COLUMN,
+    FieldColumn,
+    FileEntry,
+    SegmentKey,
+    SegmentManifest,
+)
+from state.segcore.pk_stats import DEFAULT_FALSE_POSITIVE_RATE, PkBloom
+
+__all__ = [
+    "SEGMENTS_DIR",
+    "SegmentFileCorrupt",
+    "arrow_schema",
+    "check_fields",
+    "content_digest",
+    "load_segment_columns",
+    "read_manifest",
+    "read_pk_bloom",
+    "read_segment",
+    "remove_partial",
+    "segment_columns",
+    "segment_path",
+    "verify_files",
+    "write_segment",
+]
+
+SEGMENTS_DIR = "segments"  # under the object store's root
+TMP_INFIX = ".tmp-"  # .<segment_id>.tmp-<uuid hex>: a directory being written
+OLD_INFIX = ".old-"  # .<segment_id>.old-<uuid hex>: a replaced directory being removed
+PARTIAL_PATTERNS = (f".*{TMP_INFIX}*", f".*{OLD_INFIX}*")
+DIGEST_TAG = b"osprey-segment-digest-v1\0"  # first bytes of the digest input; bump if the serialization changes
+STRING_LENGTH_BYTES = 4  # the length prefix of a string in the digest input (little-endian)
+DIGEST_STRING_BATCH = 4096  # strings joined per hash update
+HASH_CHUNK_BYTES = 1 << 20  # read size when hashing a file
+SCALAR_COMPRESSION = "snappy"  # Parquet codec of scalar columns; vectors are stored uncompressed
+VECTOR_COMPRESSION = "none"
+VECTOR_ELEMENT = "element"  # name of a vector's list element (the Parquet LIST convention)
+FSYNC_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+# load_segment_columns decodes this many bytes of rows at a time into the final arrays: the Arrow
+# pool's peak stays ~4x this (measured: 4 MiB batches of 128-d rows peaked at 27 MB) instead of
+# ~2.6x the whole column (a whole-table read grows its builders by doubling: 188 MB for 51 MB).
+LOAD_BATCH_BYTES = 4 << 20
+READ_BUFFER_BYTES = 1 << 20  # Parquet read stream buffer: pages are streamed, not the whole column chunk
+
+_ARROW_TYPES: dict[DataType, pa.DataType] = {
+    DataType.BOOL: pa.bool_(),
+    DataType.INT8: pa.int8(),
+    DataType.INT16: pa.int16(),
+    DataType.INT32: pa.int32(),
+    DataType.INT64: pa.int64(),
+    DataType.FLOAT: pa.float32(),
+    DataType.DOUBLE: pa.float64(),
+    DataType.VARCHAR: pa.string(),
+    DataType.JSON: pa.string(),
+}
+
+Values: TypeAlias = np.ndarray | list[str]
+"""One column's values: numpy for fixed-width types ((n, dim) float32 for vectors), str for VARCHAR/JSON."""
+
+
+class SegmentFileCorrupt(ValueError):
+    """A segment file does not match its manifest (size, sha256) or is not what it should hold."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        super().__init__(f"{file}: {problem}")
+        self.file = file
+
+
+def segment_path(collection_id: int, partition_id: int, segment_id: int) -> str:
+    """The segment's directory relative to the object store's root: ``segments/<c>/<p>/<s>`` (POSIX)."""
+    for name, value in (("collection_id", collection_id), ("partition_id", partition_id), ("segment_id", segment_id)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidParameter(name, "must be an integer >= 0", value)
+    return f"{SEGMENTS_DIR}/{collection_id}/{partition_id}/{segment_id}"
+
+
+def _segment_dir(root: Path | str, path: str) -> Path:
+    """``root / path`` for a relative ``path`` that stays inside the root."""
+    posix = PurePosixPath(path)
+    if posix.is_absolute() or ".." in posix.parts or not posix.parts:
+        raise InvalidParameter("path", "must be a relative path inside the object store", path)
+    return Path(root).joinpath(*posix.parts)
+
+
+# ---------------------------------------------------------------------- arrow layout
+
+
+def _vector_type(dim: int) -> pa.DataType:
+    return pa.list_(pa.field(VECTOR_ELEMENT, pa.float32(), nullable=False), dim)
+
+
+def _arrow_type(field: FieldSchema) -> pa.DataType:
+    if field.dtype is DataType.FLOAT_VECTOR:
+        return _vector_type(field.dim or 0)
+    return _ARROW_TYPES[field.dtype]
+
+
+def arrow_schema(schema: CollectionSchema) -> pa.Schema:
+    """The insert log's Arrow schema: ``__row_ts`` uint64, then every field in schema order, all non-null,
+    each with metadata ``{"field_id", "dtype"}``. The schema must carry field ids (``with_field_ids()``)."""
+    if schema.field(ROW_TS_COLUMN) is not None:
+        raise InvalidParameter("schema", f"no field may be named {ROW_TS_COLUMN} (the row timestamp column)")
+    fields = [pa.field(ROW_TS_COLUMN, pa.uint64(), nullable=False, metadata={"dtype": "UINT64"})]
+    for f in schema.fields:
+        if f.field_id is None:
+            raise InvalidParameter("schema", "must carry field ids (CollectionSchema.with_field_ids())", f.name)
+        metadata = {"field_id": str(f.field_id), "dtype": f.dtype.value}
+        fields.append(pa.field(f.name, _arrow_type(f), nullable=False, metadata=metadata))
+    return pa.schema(fields)
+
+
+def _arrow_array(field: FieldSchema, values: Values) -> pa.Array:
+    if field.dtype is DataType.FLOAT_VECTOR:
+        assert isinstance(values, np.ndarray)
+        flat = pa.array(values.reshape(-1), type=pa.float32())  # zero-copy over the numpy buffer
+        return pa.FixedSizeListArray.from_arrays(flat, type=_vector_type(field.dim or 0))
+    return pa.array(values, type=_ARROW_TYPES[field.dtype])
+
+
+# ---------------------------------------------------------------------- input checks
+
+
+def _fixed(field: FieldSchema, values: Any, n: int) -> np.ndarray:
+    """A 1-d column of ``n`` values as its little-endian numpy dtype: value-preserving conversions
+    only (a safe cast, or integers that fit)."""
+    target = np.dtype(NUMPY_DTYPE[field.dtype])
+    try:
+        raw = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(field.name, f"must be a 1-d array of {field.dtype.value}") from exc
+    if raw.ndim != 1 or len(raw) != n:
+        raise InvalidParameter(field.name, f"must be a 1-d array of {n} values (one per row)", raw.shape)
+    if raw.dtype == target:
+        return raw
+    if np.can_cast(raw.dtype, target, "safe"):
+        return raw.astype(target)
+    if raw.dtype.kind in "iu" and target.kind == "i":
+        info = np.iinfo(target)
+        if int(raw.min()) >= info.min and int(raw.max()) <= info.max:
+            return raw.astype(target)
+        raise InvalidParameter(field.name, f"values must be in [{info.min}, {info.max}]")
+    raise InvalidParameter(field.name, f"must hold {field.dtype.value} values ({target.name})", raw.dtype.name)
+
+
+def _vectors(field: FieldSchema, values: Any, n: int) -> np.ndarray:
+    """An (n, dim) C-contiguous little-endian float32 array; no value conversion (bit-exact)."""
+    dim = field.dim or 0
+    if not isinstance(values, np.ndarray) or values.dtype.kind != "f" or values.dtype.itemsize != 4:
+        got = values.dtype.name if isinstance(values, np.ndarray) else type(values).__name__
+        raise InvalidParameter(field.name, f"must be an (n, {dim}) float32 numpy array", got)
+    if values.shape != (n, dim):
+        raise InvalidParameter(field.name, f"must be an ({n}, {dim}) float32 array (one row per PK)", values.shape)
+    return np.ascontiguousarray(values, dtype="<f4")
+
+
+def _texts(field: FieldSchema, values: Any, n: int) -> list[str]:
+    if isinstance(values, (str, bytes)):
+        raise InvalidParameter(field.name, "must be a sequence of strings, not one string")
+    try:
+        texts = list(values)
+    except TypeError as exc:
+        raise InvalidParameter(field.name, "must be a sequence of strings") from exc
+    if len(texts) != n:
+        raise InvalidParameter(field.name, f"must have {n} values (one per row)", len(texts))
+    for text in texts:
+        if not isinstance(text, str):
+            raise InvalidParameter(field.name, "must hold str values", type(text).__name__)
+    return texts
+
+
+def _column(field: FieldSchema, values: Any, n: int) -> Values:
+    if field.dtype is DataType.FLOAT_VECTOR:
+        return _vectors(field, values, n)
+    if field.dtype in (DataType.VARCHAR, DataType.JSON):
+        return _texts(field, values, n)
+    return _fixed(field, values, n)
+
+
+def _row_count(pk_field: FieldSchema, pks: Any) -> int:
+    if isinstance(pks, (str, bytes)):
+        raise InvalidParameter(pk_field.name, "must be a sequence of primary keys, not one value")
+    try:
+        n = len(pks)
+    except TypeError as exc:
+        raise InvalidParameter(pk_field.name, "must be a sequence of primary keys") from exc
+    if n == 0:
+        raise InvalidParameter(pk_field.name, "a flushed segment needs at least one row")
+    return n
+
+
+def _timestamps(row_ts: Any, n: int) -> np.ndarray:
+    try:
+        raw = np.asarray(row_ts)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidParameter("row_ts", "must be an array of uint64 timestamps") from exc
+    if raw.shape != (n,) or raw.dtype.kind not in "iu":
+        raise InvalidParameter("row_ts", f"must be {n} uint64 timestamps (one per row)", f"{raw.dtype.name}{raw.shape}")
+    if raw.dtype.kind == "i" and raw.min() < 0:
+        raise InvalidParameter("row_ts", "must be >= 0")
+    return raw.astype("<u8", copy=False)
+
+
+def _check_offsets(start_offset: int, end_offset: int) -> None:
+    for name, value in (("start_offset", start_offset), ("end_offset", end_offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidParameter(name, "must be an integer >= 0", value)
+    if end_offset < start_offset:
+        raise InvalidParameter("end_offset", f"must be >= start_offset ({start_offset})", end_offset)
+
+
+def _check_identities(identities: Sequence[str]) -> list[str]:
+    if isinstance(identities, str):
+        raise InvalidParameter("identities", "must be a list of insert event identities, not one string")
+    out = list(identities)
+    if not out:
+        raise InvalidParameter("identities", "must name at least one insert event")
+    for identity in out:
+        if not isinstance(identity, str):
+            raise InvalidParameter("identities", "must hold str values", type(identity).__name__)
+    return out
+
+
+# ---------------------------------------------------------------------- digest
+
+
+def _hash_texts(h: Any, texts: Sequence[str]) -> None:
+    for start in range(0, len(texts), DIGEST_STRING_BATCH):
+        encoded = [text.encode() for text in texts[start : start + DIGEST_STRING_BATCH]]
+        h.update(b"".join(len(b).to_bytes(STRING_LENGTH_BYTES, "little") + b for b in encoded))
+
+
+def _hash_values(h: Any, values: Values) -> None:
+    if isinstance(values, np.ndarray):
+        h.update(np.ascontiguousarray(values).data.cast("B"))
+    else:
+        _hash_texts(h, values)
+
+
+def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, columns: Mapping[str, Values]) -> str:
+    """sha256 hex of the canonical serialization (module docstring) of checked columns: ``pks``
+    int64 array or strings, ``row_ts`` uint64, ``columns`` every non-PK field. O(data)."""
+    h = hashlib.sha256(DIGEST_TAG)
+    h.update(len(row_ts).to_bytes(8, "little"))
+    h.update(np.ascontiguousarray(row_ts, dtype="<u8").data.cast("B"))
+    _hash_values(h, pks)
+    for f in schema.fields:
+        if not f.is_primary:
+            _hash_values(h, columns[f.name])
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------- files
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, FSYNC_DIR_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs(path: Path) -> None:
+    """``mkdir -p`` whose new directories survive a crash (each parent fsynced after the mkdir)."""
+    missing: list[Path] = []
+    at = path
+    while not at.is_dir():
+        missing.append(at)
+        at = at.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        _fsync_dir(directory.parent)
+
+
+def _write_bytes(path: Path, data: bytes) -> FileEntry:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return FileEntry(name=path.name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+def _sync_and_describe(path: Path) -> FileEntry:
+    """fsync a written file and describe it (size, sha256 of what is on disk)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+        os.fsync(f.fileno())
+    return FileEntry(name=path.name, bytes=size, sha256=h.hexdigest())
+
+
+def _write_parquet(path: Path, table: pa.Table, schema: CollectionSchema) -> FileEntry:
+    scalars = [ROW_TS_COLUMN] + [f.name for f in schema.fields if not f.dtype.is_vector]
+    compression = {name: SCALAR_COMPRESSION for name in scalars}
+    for f in schema.vector_fields:
+        compression[f"{f.name}.list.{VECTOR_ELEMENT}"] = VECTOR_COMPRESSION
+    pq.write_table(
+        table,
+        str(path),
+        row_group_size=max(1, table.num_rows),  # one row group: a column reads back as one buffer
+        compression=compression,
+        use_dictionary=scalars,
+        write_statistics=scalars,
+    )
+    return _sync_and_describe(path)
+
+
+def _same_segment(a: SegmentManifest, b: SegmentManifest) -> bool:
+    """Same segment contents and provenance; the files' bytes may differ (another pyarrow)."""
+    return a.model_copy(update={"files": []}) == b.model_copy(update={"files": []})
+
+
+def _try_read_manifest(directory: Path) -> SegmentManifest | None:
+    try:
+        return SegmentManifest.model_validate_json((directory / MANIFEST_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def write_segment(
+    root: Path | str,
+    key: SegmentKey,
+    pchannel: str,
+    schema: CollectionSchema,
+    pks: np.ndarray | Sequence[str],
+    row_ts: np.ndarray,
+    columns: Mapping[str, Any],
+    start_offset: int,
+    end_offset: int,
+    identities: Sequence[str],
+    fpr: float = DEFAULT_FALSE_POSITIVE_RATE,
+) -> SegmentManifest:
+    """Write segment ``key``'s rows (log order) to ``<root>/segments/<c>/<p>/<s>/`` atomically and
+    return its manifest (see the module docstring for the commit protocol and a rewrite).
+
+    ``pks``: int64 array, or strings for a VARCHAR PK; ``row_ts``: uint64 per row; ``columns``:
+    every non-PK field of ``schema`` (which must carry field ids) by name, numpy for fixed-width
+    types ((n, dim) float32 for vectors, stored bit for bit), lists of str for VARCHAR and JSON
+    (JSON text, stored as given). ``start_offset``/``end_offset``: dml offsets of the first and
+    last insert event, ``identities`` their identities in log order; ``fpr``: the PK bloom
+    filter's false-positive rate. A bad input raises InvalidParameter naming it, before any
+    file is written. Cost: O(data) to check, hash and encode, plus ~0.7 us a PK for the filter.
+    """
+    root = Path(root)
+    pk_field = schema.primary_field
+    varchar_pk = pk_field.dtype is DataType.VARCHAR
+    if not isinstance(pchannel, str) or not pchannel:
+        raise InvalidParameter("pchannel", "must be a non-empty string", pchannel)
+    _check_offsets(start_offset, end_offset)
+    identity_list = _check_identities(identities)
+    table_schema = arrow_schema(schema)
+    n = _row_count(pk_field, pks)
+    pk_values = _texts(pk_field, pks, n) if varchar_pk else _fixed(pk_field, pks, n)
+    ts = _timestamps(row_ts, n)
+    others = {f.name: f for f in schema.fields if not f.is_primary}
+    for name in columns:
+        if name not in others:
+            rule = "is the primary key: pass it as pks" if name == pk_field.name else "is not a field of the collection"
+            raise InvalidParameter(name, rule)
+    values: dict[str, Values] = {}
+    for name, f in others.items():
+        if name not in columns:
+            raise InvalidParameter(name, "is missing from the segment's columns")
+        values[name] = _column(f, columns[name], n)
+
+    bloom = PkBloom.build(pk_values, varchar_pk, fpr)
+    expected = SegmentManifest(
+        segment_id=key.segment_id,
+        collection_id=key.collection_id,
+        partition_id=key.partition_id,
+        vchannel=key.vchannel,
+        pchannel=pchannel,
+        num_rows=n,
+        fields=[FieldColumn(field_id=f.field_id or 0, name=f.name, dtype=f.dtype, dim=f.dim) for f in schema.fields],
+        start_offset=start_offset,
+        end_offset=end_offset,
+        min_ts=int(ts.min()),
+        max_ts=int(ts.max()),
+        events=len(identity_list),
+        identities=identity_list,
+        files=[],
+        pk_stats=bloom.stats(PK_STATS_FILE),
+        digest=content_digest(schema, pk_values, ts, values),
+    )
+    final = root / segment_path(key.collection_id, key.partition_id, key.segment_id)
+    existing = _try_read_manifest(final)
+    if existing is not None and _same_segment(existing, expected):
+        return existing  # written before a crash: keep it (nothing of it changes)
+
+    parent = final.parent
+    _make_dirs(parent)
+    tmp = parent / f".{key.segment_id}{TMP_INFIX}{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        arrays = [pa.array(ts, type=pa.uint64())]
+        for f in schema.fields:
+            arrays.append(_arrow_array(f, pk_values if f.is_primary else values[f.name]))
+        table = pa.Table.from_arrays(arrays, schema=table_schema)
+        log_entry = _write_parquet(tmp / INSERT_LOG_FILE, table, schema)
+        del table, arrays
+        stats_entry = _write_bytes(tmp / PK_STATS_FILE, bloom.to_bytes())
+        manifest = expected.model_copy(update={"files": [log_entry, stats_entry]})
+        _write_bytes(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
+        _fsync_dir(tmp)
+        return _commit(tmp, final, manifest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _commit(tmp: Path, final: Path, manifest: SegmentManifest) -> SegmentManifest:
+    """Rename the complete temporary directory ``tmp`` to ``final``; keep or replace an existing one."""
+    parent = final.parent
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+    else:
+        _fsync_dir(parent)
+        return manifest
+    existing = _try_read_manifest(final)
+    if existing is not None and _same_segment(existing, manifest):
+        return existing  # the caller's finally removes tmp
+    old = parent / f".{manifest.segment_id}{OLD_INFIX}{uuid.uuid4().hex}"
+    os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        os.rename(old, final)  # put the old one back: the caller sees the error, nothing changed
+        raise
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
+def remove_partial(root: Path | str, min_age_s: float = 0.0) -> int:
+    """Delete every leftover ``.*.tmp-*`` and ``.*.old-*`` entry in ``<root>/segments/<c>/<p>/``
+    (a writer killed mid-write or mid-replace leaves them; none is ever a segment) and return how
+    many. Called at data node start. ``min_age_s`` > 0 spares entries modified more recently (an
+    object store shared with data nodes that are writing right now). O(directories)."""
+    base = Path(root) / SEGMENTS_DIR
+    if not base.is_dir():
+        return 0
+    now = time.time()
+    removed = 0
+    for collection in base.iterdir():
+        if not collection.is_dir():
+            continue
+        for partition in collection.iterdir():
+            if not partition.is_dir():
+                continue
+            for entry in partition.iterdir():
+                if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in PARTIAL_PATTERNS):
+                    continue
+                try:
+                    if min_age_s > 0 and now - entry.lstat().st_mtime < min_age_s:
+                        continue
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                except FileNotFoundError:
+                    continue
+                removed += 1
+    return removed
+
+
+# ---------------------------------------------------------------------- read
+
+
+def read_manifest(root: Path | str, path: str) -> SegmentManifest:
+    """The manifest of the segment at ``path`` (relative to ``root``, as :func:`segment_path`).
+    FileNotFoundError when it is missing; SegmentFileCorrupt when it does not parse."""
+    file = _segment_dir(root, path) / MANIFEST_FILE
+    data = file.read_bytes()
+    try:
+        return SegmentManifest.model_validate_json(data)
+    except ValueError as exc:
+        raise SegmentFileCorrupt(MANIFEST_FILE, f"not a segment manifest ({exc})") from exc
+
+
+def verify_files(root: Path | str, path: str, manifest: SegmentManifest) -> None:
+    """Check every file the manifest lists: size, then sha256. SegmentFileCorrupt naming the first
+    file that differs (or is missing). O(bytes)."""
+    directory = _segment_dir(root, path)
+    for entry in manifest.files:
+        file = directory / entry.name
+        try:
+            size = file.stat().st_size
+        except FileNotFoundError as exc:
+            raise SegmentFileCorrupt(entry.name, "is missing") from exc
+        if size != entry.bytes:
+            raise SegmentFileCorrupt(entry.name, f"has {size} bytes, the manifest says {entry.bytes}")
+        digest = _file_sha256(file)
+        if digest != entry.sha256:
+            raise SegmentFileCorrupt(entry.name, f"sha256 {digest} differs from the manifest's {entry.sha256}")
+
+
+def _file_sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_segment(root: Path | str, path: str, verify: bool = False) -> tuple[SegmentManifest, pa.Table]:
+    """The manifest and the insert log of the segment at ``path``; every column is one chunk.
+    ``verify``: first check every file's size and sha256 against the manifest (SegmentFileCorrupt
+    naming the file). SegmentFileCorrupt too when the log's row count or columns are not the
+    manifest's. O(bytes); the decoder peaks at ~2.6x the decoded columns, so a query node loads
+    with :func:`load_segment_columns` instead."""
+    manifest = read_manifest(root, path)
+    if verify:
+        verify_files(root, path, manifest)
+    file = _segment_dir(root, path) / INSERT_LOG_FILE
+    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+        table = parquet.read()  # one chunk per column (pq.read_table splits columns into batches)
+    if table.num_rows != manifest.num_rows:
+        raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {table.num_rows} rows, the manifest says {manifest.num_rows}")
+    names = [ROW_TS_COLUMN] + [f.name for f in manifest.fields]
+    if table.column_names != names:
+        raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has columns {table.column_names}, the manifest says {names}")
+    return manifest, table
+
+
+def read_pk_bloom(root: Path | str, path: str, manifest: SegmentManifest) -> PkBloom:
+    """The PK bloom filter of the segment at ``path`` (ValueError when its bytes are not the filter
+    the manifest describes)."""
+    data = (_segment_dir(root, path) / manifest.pk_stats.file).read_bytes()
+    return PkBloom.from_bytes(data, manifest.pk_stats)
+
+
+# ---------------------------------------------------------------------- arrow -> numpy
+
+
+def _one_chunk(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    array: pa.Array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.null_count:
+        raise InvalidParameter(name, "must hold no nulls in the insert log", array.null_count)
+    return array
+
+
+def _numpy_view(array: pa.Array, dtype: str, count: int) -> np.ndarray:
+    """Zero-copy numpy view of a primitive arrow array's data buffer only (not its validity bitmap,
+    which the view does not keep alive). ``count`` values from the array's offset."""
+    itemsize = np.dtype(dtype).itemsize
+    data = array.buffers()[1]
+    view: np.ndarray = np.frombuffer(data, dtype=dtype, count=count, offset=array.offset * itemsize)
+    return view
+
+
+def _expect_type(field: FieldSchema, actual: pa.DataType) -> None:
+    expected = _arrow_type(field)
+    if field.dtype is DataType.FLOAT_VECTOR:
+        ok = pa.types.is_fixed_size_list(actual) and actual.list_size == field.dim and actual.value_type == pa.float32()
+    else:
+        ok = actual == expected
+    if not ok:
+        raise InvalidParameter(field.name, f"must be {expected} in the insert log", str(actual))
+
+
+def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, np.ndarray, dict[str, Values]]:
+    """(pks, row_ts, every non-PK field by name) of an insert log: the inverse of what
+    :func:`write_segment` takes. Fixed-width columns and vectors are zero-copy read-only numpy views
+    of the arrow data buffers when the column is one chunk ((n, dim) float32 for vectors; bools are
+    unpacked, a copy); VARCHAR/JSON (and a VARCHAR PK) come as lists of str. A view keeps only its
+    own arrow buffer alive, not the table. InvalidParameter naming a missing or mistyped column."""
+    n = table.num_rows
+    for name in [ROW_TS_COLUMN] + [f.name for f in schema.fields]:
+        if name not in table.column_names:
+            raise InvalidParameter(name, "is missing from the insert log")
+    ts_array = _one_chunk(table, ROW_TS_COLUMN)
+    if ts_array.type != pa.uint64():
+        raise InvalidParameter(ROW_TS_COLUMN, "must be uint64 in the insert log", str(ts_array.type))
+    row_ts = _numpy_view(ts_array, "<u8", n)
+    pks: Values | None = None
+    values: dict[str, Values] = {}
+    for f in schema.fields:
+        array = _one_chunk(table, f.name)
+        _expect_type(f, array.type)
+        column: Values
+        if f.dtype is DataType.FLOAT_VECTOR:
+            dim = f.dim or 0
+            child = array.values
+            if child.null_count:
+                raise InvalidParameter(f.name, "must hold no null vector elements", child.null_count)
+            column = np.frombuffer(
+                child.buffers()[1], dtype="<f4", count=n * dim, offset=(child.offset + array.offset * dim) * 4
+            ).reshape(n, dim)
+        elif f.dtype in (DataType.VARCHAR, DataType.JSON):
+            column = array.to_pylist()
+        elif f.dtype is DataType.BOOL:
+            column = array.to_numpy(zero_copy_only=False)
+        else:
+            column = _numpy_view(array, NUMPY_DTYPE[f.dtype], n)
+        if f.is_primary:
+            pks = column
+        else:
+            values[f.name] = column
+    assert pks is not None
+    return pks, row_ts, values
+
+
+def check_fields(schema: CollectionSchema, manifest: SegmentManifest) -> None:
+    """InvalidParameter unless the segment's fields are ``schema``'s (ids, names, types, dims, order)."""
+    expected = [(f.field_id, f.name, f.dtype, f.dim) for f in schema.fields]
+    actual = [(f.field_id, f.name, f.dtype, f.dim) for f in manifest.fields]
+    if actual != expected:
+        raise InvalidParameter("schema", f"does not match the fields of segment {manifest.segment_id}", actual)
+
+
+def _row_bytes(schema: CollectionSchema) -> int:
+    """Rough decoded bytes of one row (strings counted as 64 bytes)."""
+    widths = {DataType.VARCHAR: 64, DataType.JSON: 64}
+    total = 8  # the row timestamp
+    for f in schema.fields:
+        if f.dtype is DataType.FLOAT_VECTOR:
+            total += 4 * (f.dim or 0)
+        else:
+            total += widths.get(f.dtype) or np.dtype(NUMPY_DTYPE[f.dtype]).itemsize
+    return total
+
+
+def load_segment_columns(
+    root: Path | str, path: str, schema: CollectionSchema, verify: bool = False, batch_bytes: int | None = None
+) -> tuple[SegmentManifest, Values, np.ndarray, dict[str, Values]]:
+    """(manifest, pks, row_ts, every non-PK field by name) of the segment at ``path``, decoded in
+    batches of ~``batch_bytes`` (default LOAD_BATCH_BYTES) straight into arrays of exactly
+    ``num_rows`` rows that the caller owns (int64/uint64/fixed-width numpy, C-contiguous (n, dim)
+    float32 vectors, lists of str for VARCHAR/JSON): memory peaks at the result plus one batch,
+    unlike a whole-table read (:func:`read_segment` + :func:`segment_columns`), whose decoder
+    peaks at ~2.6x the column. ``verify`` as in :func:`read_segment`.
+    InvalidParameter when the segment's fields are not ``schema``'s; SegmentFileCorrupt when the
+    log disagrees with its manifest. O(bytes)."""
+    manifest = read_manifest(root, path)
+    check_fields(schema, manifest)
+    if verify:
+        verify_files(root, path, manifest)
+    n = manifest.num_rows
+    row_ts = np.empty(n, "<u8")
+    fixed: dict[str, np.ndarray] = {}
+    texts: dict[str, list[str]] = {}
+    for f in schema.fields:
+        if f.dtype is DataType.FLOAT_VECTOR:
+            fixed[f.name] = np.empty((n, f.dim or 0), "<f4")
+        elif f.dtype in (DataType.VARCHAR, DataType.JSON):
+            texts[f.name] = []
+        else:
+            fixed[f.name] = np.empty(n, NUMPY_DTYPE[f.dtype])
+    batch_rows = max(1, (batch_bytes or LOAD_BATCH_BYTES) // _row_bytes(schema))
+    file = _segment_dir(root, path) / INSERT_LOG_FILE
+    at = 0
+    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+        names = [ROW_TS_COLUMN] + [f.name for f in schema.fields]
+        if parquet.schema_arrow.names != names:
+            raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has columns {parquet.schema_arrow.names}, expected {names}")
+        if parquet.metadata.num_rows != n:
+            raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {parquet.metadata.num_rows} rows, the manifest says {n}")
+        for f in schema.fields:
+            _expect_type(f, parquet.schema_arrow.field(f.name).type)
+        for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
+            m = batch.num_rows
+            if at + m > n:
+                raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds more than the manifest's {n} rows")
+            for name in names:
+                column = batch.column(name)
+                if column.null_count:
+                    raise SegmentFileCorrupt(INSERT_LOG_FILE, f"column {name} holds nulls")
+                if name in texts:
+                    texts[name].extend(column.to_pylist())
+                elif name == ROW_TS_COLUMN:
+                    row_ts[at : at + m] = column.to_numpy()
+                elif pa.types.is_fixed_size_list(column.type):
+                    fixed[name][at : at + m] = column.flatten().to_numpy().reshape(m, -1)
+                else:
+                    fixed[name][at : at + m] = column.to_numpy(zero_copy_only=False)
+            at += m
+    if at != n:
+        raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {at} rows, the manifest says {n}")
+    values: dict[str, Values] = {**fixed, **texts}
+    pks = values.pop(schema.primary_field.name)
+    return manifest, pks, row_ts, values

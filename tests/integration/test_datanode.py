@@ -1,0 +1,346 @@
+"""Sealed segments on disk, against Kafka, redis-server and real rootcoord and data node processes:
+segments sealed by rows, by idle time and by Flush are flushed to the object store as files plain
+pyarrow reads back equal to what was inserted (vectors bit for bit); a data node killed with -9
+in the middle of writing a segment leaves no partial segment visible and, restarted, flushes
+every acknowledged row exactly once, replaying only the dml records after its checkpoint; the dml
+log start advances behind the checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from aiokafka import TopicPartition
+
+from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import RedisServer, WorkerProcess
+from frontends.inprocess import InProcessClient
+from schemas.config import OspreyConfig
+from schemas.segment import INSERT_LOG_FILE, MANIFEST_FILE, ROW_TS_COLUMN, SealReason, SegmentInfo, SegmentState
+from state.meta.redis_client import connect
+from state.meta.segment_meta import SegmentMeta
+from state.meta.snapshot import SnapshotKV
+from state.meta.status_board import StatusBoard
+from state.meta.tso import TimestampOracle
+from streams.channels import pchannel_partition
+from streams.kafka import make_consumer
+from streams.topics import Topics
+from tests.conftest import make_config
+from tests.integration.ddl_helpers import name
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DIM = 16
+MAX_ROWS = 1_000  # segment_max_rows of this module: small segments, quickly sealed
+IDLE_S = 3.0
+FLUSH_WAIT_S = 60.0
+POLL_S = 0.1
+
+
+def schema() -> dict[str, Any]:
+    return {
+        "fields": [
+            {"name": "id", "dtype": "INT64", "is_primary": True},
+            {"name": "tag", "dtype": "VARCHAR", "max_length": 16},
+            {"name": "embedding", "dtype": "FLOAT_VECTOR", "dim": DIM},
+        ]
+    }
+
+
+def rows(first: int, n: int, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    ids = np.arange(first, first + n, dtype=np.int64)
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors[0, 0] = -0.0  # bit for bit: the sign of zero survives
+    return {"id": ids, "tag": [f"t{i}" for i in ids], "embedding": vectors}
+
+
+@pytest.fixture(scope="module")
+def dn_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    return make_config(
+        redis_server,
+        broker,
+        "d" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("datanode"),
+        segment_max_rows=MAX_ROWS,
+        segment_seal_idle_s=IDLE_S,
+        segment_quota_ttl_ms=300,
+        segment_quota_batch_rows=100,  # grants of one insert's rows: segments fill (and seal) as rows come
+        segment_seal_interval_ms=50,
+        datanode_checkpoint_interval_s=0.2,
+        dml_truncate_delay_s=0.5,
+    )
+
+
+@pytest.fixture(scope="module")
+def starter() -> Iterator[ThreadPoolExecutor]:
+    """The one thread that starts this module's workers: a worker dies with the thread that started
+    it (conftest: die_with_parent), and this thread lives until the module is done."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="worker-starter") as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def workers(dn_config: OspreyConfig, starter: ThreadPoolExecutor) -> Iterator[dict[str, WorkerProcess]]:
+    cluster = LocalCluster(dn_config, embedded=False)
+    started = {role: cluster.workers[role] for role in ("rootcoord", "datanode")}
+    for worker in started.values():
+        starter.submit(worker.start).result()
+    yield started
+    for worker in started.values():
+        worker.stop()
+
+
+async def restart(starter: ThreadPoolExecutor, worker: WorkerProcess) -> None:
+    await asyncio.get_running_loop().run_in_executor(starter, worker.start)
+
+
+@pytest.fixture
+async def client(dn_config: OspreyConfig, workers: dict[str, WorkerProcess]) -> AsyncIterator[InProcessClient]:
+    async with InProcessClient(dn_config) as c:
+        yield c
+
+
+@pytest.fixture
+async def meta(dn_config: OspreyConfig) -> AsyncIterator[SegmentMeta]:
+    redis = connect(dn_config)
+    tso = TimestampOracle(redis, dn_config.cluster, window_ms=dn_config.tso_window_ms)
+    yield SegmentMeta(SnapshotKV(redis, dn_config.cluster, tso, retention_s=dn_config.meta_retention_s))
+    await redis.aclose()
+
+
+async def flushed(meta: SegmentMeta, collection_id: int, rows_expected: int) -> list[SegmentInfo]:
+    """The collection's flushed segments, once they hold ``rows_expected`` rows together."""
+    deadline = time.monotonic() + FLUSH_WAIT_S
+    while True:
+        segments = [s for s in await meta.segments(collection_id) if s.state is SegmentState.FLUSHED]
+        if sum(s.num_rows for s in segments) >= rows_expected or time.monotonic() > deadline:
+            return segments
+        await asyncio.sleep(POLL_S)
+
+
+def read_back(root: Path, segments: list[SegmentInfo]) -> dict[str, Any]:
+    """Every row of ``segments`` as plain pyarrow reads them: id, tag, embedding, row ts."""
+    tables = [pq.read_table(root / s.path / INSERT_LOG_FILE) for s in segments]
+    out: dict[str, Any] = {"id": [], "tag": [], "embedding": [], ROW_TS_COLUMN: []}
+    for table in tables:
+        out["id"].extend(table.column("id").to_pylist())
+        out["tag"].extend(table.column("tag").to_pylist())
+        out[ROW_TS_COLUMN].extend(table.column(ROW_TS_COLUMN).to_pylist())
+        flat = table.column("embedding").combine_chunks().values.to_numpy()
+        out["embedding"].append(np.asarray(flat, dtype=np.float32).reshape(-1, DIM))
+    out["embedding"] = np.concatenate(out["embedding"]) if out["embedding"] else np.empty((0, DIM), np.float32)
+    return out
+
+
+def assert_rows_equal(got: dict[str, Any], inserted: dict[str, Any]) -> None:
+    order = np.argsort(np.asarray(got["id"]))
+    assert np.asarray(got["id"])[order].tolist() == inserted["id"].tolist()  # each PK exactly once
+    assert [got["tag"][i] for i in order] == inserted["tag"]
+    assert got["embedding"][order].tobytes() == inserted["embedding"].tobytes()
+
+
+async def test_segments_sealed_by_rows_are_flushed_as_plain_parquet(
+    client: InProcessClient, meta: SegmentMeta, dn_config: OspreyConfig
+) -> None:
+    coll = name("rows")
+    cid = await client.create_collection(coll, schema())
+    batches = [rows(i * 500, 500, seed=i) for i in range(5)]
+    insert_ts = []
+    for batch in batches:
+        insert_ts.append((await client.insert(coll, batch)).timestamp)
+    segments = await flushed(meta, cid, 2 * MAX_ROWS)
+    assert [s.num_rows for s in segments] == [MAX_ROWS, MAX_ROWS]
+    assert {s.seal_reason for s in segments} == {SealReason.ROWS}
+    got = read_back(dn_config.object_store_dir, segments)
+    expected = {
+        "id": np.concatenate([b["id"] for b in batches[:4]]),
+        "tag": [t for b in batches[:4] for t in b["tag"]],
+        "embedding": np.concatenate([b["embedding"] for b in batches[:4]]),
+    }
+    assert_rows_equal(got, expected)
+    by_pk = dict(zip(got["id"], got[ROW_TS_COLUMN], strict=True))
+    for i, ts in enumerate(insert_ts[:4]):
+        assert {by_pk[int(pk)] for pk in batches[i]["id"]} == {ts}  # every row carries its insert's timestamp
+    for s in segments:
+        assert (dn_config.object_store_dir / s.path / MANIFEST_FILE).is_file()
+        assert s.start_offset <= s.end_offset
+
+
+async def test_an_idle_segment_is_sealed_and_flushed(client: InProcessClient, meta: SegmentMeta) -> None:
+    coll = name("idle")
+    cid = await client.create_collection(coll, schema())
+    await client.insert(coll, rows(0, 10, seed=7))
+    began = time.monotonic()
+    [segment] = await flushed(meta, cid, 10)
+    assert segment.seal_reason is SealReason.IDLE and segment.num_rows == 10
+    assert time.monotonic() - began >= IDLE_S - 1.0
+
+
+async def test_flush_seals_and_waits_until_flushed(
+    client: InProcessClient, meta: SegmentMeta, dn_config: OspreyConfig
+) -> None:
+    coll = name("flush")
+    cid = await client.create_collection(coll, schema(), shards_num=2)
+    inserted = rows(0, 300, seed=3)
+    await client.insert(coll, inserted)
+    deadline = time.monotonic() + 10.0
+    while (stats := await client.get_collection_stats(coll)).row_count != 300:  # buffered rows, reported
+        assert time.monotonic() < deadline, stats
+        await asyncio.sleep(POLL_S)
+    result = await client.flush(coll)
+    stats = await client.get_collection_stats(coll)
+    assert (stats.row_count, stats.flushed_rows, stats.buffered_rows) == (300, 300, 0)
+    assert result.collection_id == cid and result.segment_ids
+    assert sorted(result.flushed_segment_ids + result.dropped_segment_ids) == result.segment_ids
+    records = [await meta.get(cid, sid) for sid in result.flushed_segment_ids]
+    assert all(r is not None and r.state is SegmentState.FLUSHED for r in records)
+    assert {r.seal_reason for r in records if r is not None} == {SealReason.FLUSH}
+    assert_rows_equal(read_back(dn_config.object_store_dir, [r for r in records if r is not None]), inserted)
+    again = await client.flush(coll)  # nothing new: nothing to wait for
+    assert again.flushed_segment_ids == []
+    # checkpoints of both vchannels moved past every flushed insert
+    desc = await client.describe_collection(coll)
+    for vchannel, pchannel in zip(desc.info.vchannels, desc.info.pchannels, strict=True):
+        checkpoint = (await meta.checkpoints(pchannel))[vchannel]
+        ends = [r.end_offset for r in records if r is not None and r.vchannel == vchannel]
+        assert checkpoint.offset > max(ends, default=-1)
+
+
+async def test_kill_mid_write_leaves_no_partial_segment(
+    client: InProcessClient,
+    meta: SegmentMeta,
+    dn_config: OspreyConfig,
+    workers: dict[str, WorkerProcess],
+    starter: ThreadPoolExecutor,
+) -> None:
+    coll = name("kill")
+    cid = await client.create_collection(coll, {**schema(), "fields": [*schema()["fields"][:2], _big_vector()]})
+    root = dn_config.object_store_dir / "segments" / str(cid)
+    datanode = workers["datanode"]
+    watcher = asyncio.ensure_future(asyncio.to_thread(_kill_when_writing, datanode, root, 60.0))
+    inserted = _big_rows(0, 4 * MAX_ROWS)
+    for lo in range(0, 4 * MAX_ROWS, 500):
+        await client.insert(coll, {k: v[lo : lo + 500] for k, v in inserted.items()})
+    killed_in = await watcher
+    assert killed_in, "the data node never started writing a segment"
+    visible = [p for p in root.glob("*/*") if not p.name.startswith(".")]
+    assert all((p / MANIFEST_FILE).is_file() for p in visible), "a segment directory without its manifest"
+    await restart(starter, datanode)
+    assert not list(root.glob("*/.*")), "partial segment directories survived the restart"
+    result = await client.flush(coll)
+    segments = [s for s in await meta.segments(cid) if s.state is SegmentState.FLUSHED]
+    assert set(result.flushed_segment_ids) <= {s.segment_id for s in segments}
+    got = read_back_big(dn_config.object_store_dir, segments)
+    assert sorted(got) == inserted["id"].tolist()  # every acknowledged PK exactly once
+
+
+async def test_restart_replays_only_the_tail(
+    client: InProcessClient,
+    meta: SegmentMeta,
+    dn_config: OspreyConfig,
+    workers: dict[str, WorkerProcess],
+    starter: ThreadPoolExecutor,
+) -> None:
+    coll = name("tail")
+    desc_id = await client.create_collection(coll, schema())
+    await client.insert(coll, rows(0, 2 * MAX_ROWS, seed=11))
+    await client.flush(coll)
+    desc = await client.describe_collection(coll)
+    assert desc.info.collection_id == desc_id
+    before = {p: await meta.pchannel_checkpoint(p) for p in desc.info.pchannels}
+    datanode = workers["datanode"]
+    datanode.kill()
+    await restart(starter, datanode)
+    redis = connect(dn_config)
+    try:
+        board = StatusBoard(redis, dn_config.cluster)
+        deadline = time.monotonic() + 30.0
+        while True:
+            docs = await board.read("datanode")
+            newest = docs[max(docs)] if docs else {}
+            if all(p in newest.get("pchannels", {}) for p in before):
+                break
+            assert time.monotonic() < deadline, f"the restarted data node published no status: {docs}"
+            await asyncio.sleep(POLL_S)
+    finally:
+        await redis.aclose()
+    for pchannel, checkpoint in before.items():
+        assert checkpoint is not None and checkpoint.offset > 0
+        state = newest["pchannels"][pchannel]
+        started_at = state["position"] - state["applied"] + 1
+        # only the tail after the checkpoint was applied (records read before it are skipped, not applied)
+        assert started_at >= checkpoint.offset, (pchannel, state, checkpoint)
+
+
+async def test_the_dml_log_start_advances_behind_the_checkpoints(
+    client: InProcessClient, meta: SegmentMeta, dn_config: OspreyConfig
+) -> None:
+    coll = name("trunc")
+    await client.create_collection(coll, schema())
+    await client.insert(coll, rows(0, 2 * MAX_ROWS, seed=13))
+    await client.flush(coll)
+    [pchannel] = (await client.describe_collection(coll)).info.pchannels
+    tp = TopicPartition(Topics.of(dn_config).dml, pchannel_partition(pchannel))
+    consumer = make_consumer(dn_config)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 30.0
+        while True:
+            log_start = (await consumer.beginning_offsets([tp]))[tp]
+            checkpoint = await meta.pchannel_checkpoint(pchannel)
+            assert checkpoint is not None
+            if log_start > 0:
+                break
+            assert time.monotonic() < deadline, "the dml log start never moved"
+            await asyncio.sleep(POLL_S)
+        assert log_start <= checkpoint.offset  # never past what is flushed
+        end = (await consumer.end_offsets([tp]))[tp]
+        assert log_start <= end
+    finally:
+        await consumer.stop()
+
+
+# ---------------------------------------------------------------------------- kill helpers
+
+BIG_DIM = 768  # big rows, so writing a segment takes long enough to be caught in the act
+
+
+def _big_vector() -> dict[str, Any]:
+    return {"name": "embedding", "dtype": "FLOAT_VECTOR", "dim": BIG_DIM}
+
+
+def _big_rows(first: int, n: int) -> dict[str, Any]:
+    ids = np.arange(first, first + n, dtype=np.int64)
+    vectors = np.random.default_rng(first).standard_normal((n, BIG_DIM)).astype(np.float32)
+    return {"id": ids, "tag": [f"t{i}" for i in ids], "embedding": vectors}
+
+
+def read_back_big(root: Path, segments: list[SegmentInfo]) -> list[int]:
+    return [pk for s in segments for pk in pq.read_table(root / s.path / INSERT_LOG_FILE).column("id").to_pylist()]
+
+
+def _kill_when_writing(worker: WorkerProcess, root: Path, timeout_s: float) -> str:
+    """SIGKILL ``worker`` as soon as a temporary segment directory appears under ``root``; the
+    name of that directory ('' if none appeared within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for tmp in root.glob("*/.*.tmp-*"):
+            pid = worker.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            worker.kill()  # waits for it and forgets the pid
+            return tmp.name
+        time.sleep(0.001)
+    return ""

@@ -1,0 +1,290 @@
+"""The data node's logic without a broker: buffers per segment (each identity once), flush exactly
+when a tick reaches a sealed segment's last expiry, empty seals dropped, channel checkpoints at
+the oldest unflushed segment, segments flushed elsewhere forgotten; and the dml cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents.datanode.buffer import SegmentBuffer
+from agents.datanode.node import DataNode
+from agents.datanode.truncator import TruncationPlan
+from agents.dml_cursor import SEEK_FORWARD_MIN_RECORDS, DmlCursor, Verdict
+from schemas.codec import encode
+from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.dml import Column, InsertEvent, TimeTickEvent
+from schemas.meta import CollectionInfo
+from schemas.segment import ChannelCheckpoint, SealReason, SegmentFlushed, SegmentSealed
+from state.meta.meta_table import MetaView
+
+DIM = 4
+TOPIC = "c.dml"
+PCHANNEL = "c.dml_0"
+VCHANNELS = ["9_0v", "9_1v"]
+
+
+def collection() -> CollectionInfo:
+    schema = CollectionSchema.model_validate(
+        {
+            "fields": [
+                {"name": "id", "dtype": "INT64", "is_primary": True},
+                {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+                {"name": "tag", "dtype": "VARCHAR", "max_length": 8},
+            ]
+        }
+    ).with_field_ids()
+    return CollectionInfo(
+        collection_id=9,
+        collection_name="c",
+        collection_schema=schema,
+        shards_num=2,
+        consistency_level=ConsistencyLevel.Bounded,
+        vchannels=VCHANNELS,
+        pchannels=[PCHANNEL, PCHANNEL],
+        created_ts=1,
+    )
+
+
+INFO = collection()
+
+
+class Meta:
+    def __init__(self, info: CollectionInfo | None = INFO) -> None:
+        self.current = MetaView(collections={} if info is None else {info.collection_id: info})
+
+    async def view(self) -> MetaView:
+        return self.current
+
+    async def refresh(self) -> MetaView:
+        return self.current
+
+
+@dataclass
+class Recorder:
+    """A Flusher that records what the node asked for."""
+
+    flushed: list[tuple[SegmentBuffer, list[ChannelCheckpoint]]] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    saved: list[list[ChannelCheckpoint]] = field(default_factory=list)
+    fail: bool = False
+
+    async def flush(
+        self, buffer: SegmentBuffer, info: CollectionInfo, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]
+    ) -> None:
+        if self.fail:
+            raise OSError("disk full")
+        self.flushed.append((buffer, checkpoints))
+
+    async def drop_empty(self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]) -> None:
+        self.dropped.append(seal.segment_id)
+
+    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
+        self.saved.append(checkpoints)
+
+
+def insert(pk0: int, n: int, ts: int, segment_id: int, vchannel: str = VCHANNELS[0], identity: str = "") -> bytes:
+    schema = INFO.collection_schema
+    pks = np.arange(pk0, pk0 + n, dtype=np.int64)
+    vectors = (np.arange(n * DIM, dtype=np.float32).reshape(n, DIM) + pk0).astype(np.float32)
+    fields = {f.name: f for f in schema.fields}
+    columns = [
+        Column.of(fields["id"].field_id or 0, "id", fields["id"].dtype, pks),
+        Column.of(fields["vec"].field_id or 0, "vec", fields["vec"].dtype, vectors, dim=DIM),
+        Column.of(fields["tag"].field_id or 0, "tag", fields["tag"].dtype, [f"t{i}" for i in pks]),
+    ]
+    event = InsertEvent(
+        identity=identity or f"p:{pk0}",
+        request_id=1,
+        proxy_id=1,
+        ts=ts,
+        collection_id=INFO.collection_id,
+        partition_id=5,
+        segment_id=segment_id,
+        vchannel=vchannel,
+        num_rows=n,
+        columns=columns,
+    )
+    return encode(event)
+
+
+def tick(ts: int) -> bytes:
+    return encode(TimeTickEvent(pchannel=PCHANNEL, ts=ts))
+
+
+def seal(segment_id: int, last_expire_ts: int, vchannel: str = VCHANNELS[0]) -> SegmentSealed:
+    return SegmentSealed(
+        segment_id=segment_id,
+        collection_id=INFO.collection_id,
+        partition_id=5,
+        vchannel=vchannel,
+        reason=SealReason.FLUSH,
+        seal_ts=last_expire_ts - 1,
+        last_expire_ts=last_expire_ts,
+        rows_granted=10,
+    )
+
+
+def node(flusher: Recorder, start: int = 0, meta: Meta | None = None) -> DataNode:
+    dn = DataNode(1, TOPIC, meta or Meta(), flusher, checkpoint_interval_s=0.0)
+    dn.assign({0: start})
+    return dn
+
+
+async def feed(dn: DataNode, records: list[bytes], first_offset: int = 0) -> None:
+    for i, raw in enumerate(records):
+        assert await dn.apply(0, first_offset + i, raw) is None
+
+
+async def test_flush_waits_for_the_tick_that_passes_the_last_expiry() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    await feed(dn, [insert(0, 3, 100, 10), insert(3, 2, 110, 10), tick(120)])
+    await dn.on_segment_event(seal(10, last_expire_ts=150))
+    await feed(dn, [insert(5, 1, 140, 10), tick(149)], first_offset=3)
+    assert rec.flushed == []  # a row with ts < 150 may still come
+    await feed(dn, [tick(150)], first_offset=5)
+    [(buffer, checkpoints)] = rec.flushed
+    pks, row_ts, columns = buffer.columns(INFO.collection_schema)
+    assert pks.tolist() == list(range(6))
+    assert row_ts.tolist() == [100, 100, 100, 110, 110, 140]
+    assert columns["vec"].shape == (6, DIM) and columns["vec"].dtype == np.float32
+    assert columns["tag"] == [f"t{i}" for i in range(6)]
+    assert (buffer.first_offset, buffer.last_offset) == (0, 3)
+    # nothing else buffered: every vchannel's checkpoint is the next offset to consume
+    assert {c.vchannel: c.offset for c in checkpoints} == {VCHANNELS[0]: 6, VCHANNELS[1]: 6, "": 6}
+    assert 10 in dn.done and dn.seals == {}
+
+
+async def test_each_identity_once_and_replays_skipped() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    same = insert(0, 4, 100, 10, identity="retry")
+    await feed(dn, [same, same, insert(4, 1, 100, 10)])
+    assert await dn.apply(0, 1, same) is None  # a replayed offset
+    await dn.on_segment_event(seal(10, 101))
+    await feed(dn, [tick(101)], first_offset=3)
+    [(buffer, _)] = rec.flushed
+    assert buffer.rows == 5 and len(buffer.events) == 2
+
+
+async def test_checkpoint_stays_at_the_oldest_unflushed_segment() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    # segment 10 and 11 interleave on vchannel 0; 12 lives on vchannel 1
+    await feed(
+        dn,
+        [insert(0, 1, 100, 10), insert(1, 1, 100, 11), insert(2, 1, 100, 12, VCHANNELS[1]), insert(3, 1, 101, 10)],
+    )
+    await dn.on_segment_event(seal(10, 105))
+    await feed(dn, [tick(105)], first_offset=4)
+    [(buffer, checkpoints)] = rec.flushed
+    assert buffer.rows == 2
+    cps = {c.vchannel: c.offset for c in checkpoints}
+    assert cps == {VCHANNELS[0]: 1, VCHANNELS[1]: 2, "": 1}
+    await dn.on_segment_event(seal(11, 106))
+    await feed(dn, [tick(106)], first_offset=5)
+    cps = {c.vchannel: c.offset for c in rec.flushed[-1][1]}
+    assert cps == {VCHANNELS[0]: 6, VCHANNELS[1]: 2, "": 2}
+
+
+async def test_an_empty_sealed_segment_is_dropped() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    await dn.on_segment_event(seal(10, 50))
+    await feed(dn, [tick(40)])
+    assert rec.dropped == []
+    await feed(dn, [tick(60)], first_offset=1)
+    assert rec.dropped == [10] and rec.flushed == []
+
+
+async def test_a_failed_flush_keeps_the_buffer_for_the_next_tick() -> None:
+    rec = Recorder(fail=True)
+    dn = node(rec)
+    await dn.on_segment_event(seal(10, 50))
+    await feed(dn, [insert(0, 2, 40, 10)])
+    try:
+        await dn.apply(0, 1, tick(60))
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the flush error must reach the agent")
+    assert 10 in dn.channels[PCHANNEL].buffers and 10 in dn.seals
+    rec.fail = False
+    await feed(dn, [tick(61)], first_offset=2)
+    assert len(rec.flushed) == 1 and rec.flushed[0][0].rows == 2
+
+
+async def test_a_segment_flushed_elsewhere_is_forgotten() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    await feed(dn, [insert(0, 2, 40, 10)])
+    flushed = SegmentFlushed(
+        segment_id=10,
+        collection_id=INFO.collection_id,
+        partition_id=5,
+        vchannel=VCHANNELS[0],
+        path="segments/9/5/10",
+        num_rows=2,
+        start_offset=0,
+        end_offset=0,
+        min_ts=40,
+        max_ts=40,
+        digest="x",
+        flushed_ts=70,
+    )
+    await dn.on_segment_event(flushed)
+    await dn.on_segment_event(seal(10, 50))  # a late duplicate of the seal changes nothing
+    await feed(dn, [insert(2, 1, 45, 10), tick(60)], first_offset=1)
+    assert dn.channels[PCHANNEL].buffers == {} and rec.flushed == [] and rec.dropped == []
+
+
+async def test_inserts_of_a_dropped_collection_are_not_buffered() -> None:
+    rec = Recorder()
+    dn = node(rec, meta=Meta(None))
+    await feed(dn, [insert(0, 2, 40, 10)])
+    assert dn.channels[PCHANNEL].buffers == {} and dn.skipped_events == 1
+
+
+async def test_checkpoints_saved_when_they_move() -> None:
+    rec = Recorder()
+    dn = node(rec, start=7)
+    await feed(dn, [tick(10), tick(11)], first_offset=7)
+    assert rec.saved and {c.vchannel: c.offset for c in rec.saved[-1]}[""] == 9
+    saved = len(rec.saved)
+    await feed(dn, [insert(0, 1, 12, 10)], first_offset=9)
+    await feed(dn, [tick(13)], first_offset=10)  # the buffer holds the checkpoint at 9
+    assert len(rec.saved) == saved
+
+
+def test_cursor_applies_in_order_and_asks_for_seeks() -> None:
+    cursor = DmlCursor()
+    cursor.place(100)
+    assert cursor.admit(100) is Verdict.APPLY
+    assert cursor.admit(100) is Verdict.SKIP  # a replay
+    assert cursor.admit(105) is Verdict.SEEK  # records 101..104 were skipped by the consumer
+    assert cursor.admit(106) is Verdict.SKIP  # asked already; the old fetch drains
+    assert cursor.admit(101) is Verdict.APPLY and cursor.next_offset == 102
+
+    started_early = DmlCursor()
+    started_early.place(1_000)
+    assert started_early.admit(0) is Verdict.SEEK  # the consumer began at the log start
+    assert started_early.admit(1_000 - SEEK_FORWARD_MIN_RECORDS // 2) is Verdict.SKIP
+    assert started_early.admit(1_000) is Verdict.APPLY
+
+
+def test_truncation_waits_until_a_checkpoint_is_old_enough() -> None:
+    plan = TruncationPlan(delay_s=10.0)
+    assert plan.target("p", 0.0) is None
+    plan.observe("p", 5, now=0.0)
+    plan.observe("p", 5, now=1.0)  # not moved: not a new entry
+    plan.observe("p", 9, now=4.0)
+    plan.observe("p", 12, now=8.0)
+    assert plan.target("p", 9.0) is None  # nothing is 10 s old yet
+    assert plan.target("p", 10.0) == 5
+    assert plan.target("p", 15.0) == 9
+    assert plan.target("p", 18.0) == 12
+    assert plan.target("p", 99.0) == 12  # the newest stays the target
+    plan.forget(set())
+    assert plan.target("p", 99.0) is None

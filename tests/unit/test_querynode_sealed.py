@@ -1,0 +1,206 @@
+"""The query node's sealed half without a broker: a flushed segment replaces its growing copy in
+one step (every row once, before and after, and later inserts of it skipped), and a node that
+gains a pchannel loads the flushed segments and replays only the records after the checkpoint,
+answering exactly as the node that consumed everything."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from agents.datanode.buffer import SegmentBuffer
+from agents.querynode import Worker
+from agents.querynode.delegator import SEGMENT_GROWING, SEGMENT_SEALED
+from agents.querynode.node import QueryNode
+from schemas.codec import encode
+from schemas.collection import CollectionSchema
+from schemas.dml import InsertEvent, TimeTickEvent
+from schemas.meta import CollectionInfo, LoadInfo
+from schemas.segment import ChannelCheckpoint, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
+from state.meta.meta_table import MetaView
+from state.segcore.sealed import SealedSegment
+from tests.unit.test_delegator import PCHANNELS, VCHANNELS, Rows, assert_hits, make_collection
+
+DML_TOPIC = PCHANNELS[0].rsplit("_", 1)[0]
+P0, V0 = PCHANNELS[0], VCHANNELS[0]
+SEG_A, SEG_B = 100, 101
+
+
+class Meta:
+    def __init__(self, info: CollectionInfo) -> None:
+        self.current = MetaView(
+            collections={info.collection_id: info},
+            loads={info.collection_id: LoadInfo(collection_id=info.collection_id, loaded_ts=1)},
+        )
+
+    async def view(self) -> MetaView:
+        return self.current
+
+    async def refresh(self) -> MetaView:
+        return self.current
+
+
+class Loader:
+    """Serves sealed segments built from insert events, and a fixed recovery view."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, SealedSegment] = {}
+        self.view: tuple[list[SegmentInfo], ChannelCheckpoint | None] = ([], None)
+        self.loads = 0
+
+    def seal(self, info: CollectionInfo, events: list[InsertEvent]) -> SegmentInfo:
+        first = events[0]
+        key = SegmentKey(
+            segment_id=first.segment_id,
+            collection_id=first.collection_id,
+            partition_id=first.partition_id,
+            vchannel=first.vchannel,
+        )
+        buffer = SegmentBuffer(key, P0, 0)
+        for offset, event in enumerate(events):
+            buffer.add(event, offset)
+        pks, row_ts, columns = buffer.columns(info.collection_schema)
+        self.segments[key.segment_id] = SealedSegment.from_columns(key, info.collection_schema, pks, row_ts, columns)
+        return SegmentInfo(
+            **key.model_dump(), state=SegmentState.FLUSHED, num_rows=buffer.rows, path=f"segments/{key.segment_id}"
+        )
+
+    async def recovery_view(
+        self, pchannel: str, vchannels: Sequence[str]
+    ) -> tuple[list[SegmentInfo], ChannelCheckpoint | None]:
+        return self.view
+
+    async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment:
+        self.loads += 1
+        return self.segments[info.segment_id]
+
+
+def tick(ts: int) -> bytes:
+    return encode(TimeTickEvent(pchannel=P0, ts=ts))
+
+
+def flushed(record: SegmentInfo) -> SegmentFlushed:
+    return SegmentFlushed(
+        **record.model_dump(include={"segment_id", "collection_id", "partition_id", "vchannel", "path", "num_rows"}),
+        start_offset=0,
+        end_offset=1,
+        min_ts=1,
+        max_ts=2,
+        digest="d",
+        flushed_ts=3,
+    )
+
+
+async def new_node(info: CollectionInfo, loader: Loader) -> QueryNode:
+    node = QueryNode(
+        1, DML_TOPIC, Meta(info), tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
+    )  # type: ignore[arg-type]  # no request needs a timestamp
+    node.assign({0})
+    await node.recover(P0)
+    return node
+
+
+async def answers(node: QueryNode, rows: Rows, queries: np.ndarray, ts: int) -> int:
+    """Check a search against the brute force at ``ts``; return the count."""
+    delegator = node.pchannels[P0].delegators[V0]
+    hits = await delegator.search(queries, "vec", "L2", 5, ts, partition_ids=None)
+    assert_hits(hits, rows.brute_force(queries, 5, ts))
+    return await delegator.count(ts)
+
+
+async def test_a_flushed_segment_replaces_its_growing_copy() -> None:
+    info = make_collection()
+    rows, loader = Rows(info), Loader()
+    node = await new_node(info, loader)
+    a1, a2 = rows.event(30, ts=10, segment_id=SEG_A), rows.event(20, ts=20, segment_id=SEG_A)
+    b1 = rows.event(25, ts=25, segment_id=SEG_B)
+    for offset, raw in enumerate([encode(a1), encode(a2), encode(b1), tick(30)]):
+        assert await node.apply(0, offset, raw) is None
+    queries = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    before = await answers(node, rows, queries, 29)
+    assert before == 75
+
+    record = loader.seal(info, [a1, a2])
+    await node.on_segment_event(flushed(record))
+    await node.on_segment_event(flushed(record))  # announced twice: loaded once
+    delegator = node.pchannels[P0].delegators[V0]
+    kinds = {sid: e.kind for sid, e in delegator.distribution().items()}
+    assert kinds == {SEG_A: SEGMENT_SEALED, SEG_B: SEGMENT_GROWING} and loader.loads == 1
+    assert await answers(node, rows, queries, 29) == before
+    assert await answers(node, rows, queries, 15) == 30  # MVCC inside the sealed segment
+
+    late = rows.event(5, ts=28, segment_id=SEG_A, identity="late-a")  # a replay after the seal: not applied
+    rows.pks, rows.ts = rows.pks[:-5], rows.ts[:-5]
+    rows.vectors[-1] = rows.vectors[-1][:0]
+    rows.partitions, rows.vchannels = rows.partitions[:-5], rows.vchannels[:-5]
+    assert await node.apply(0, 4, encode(late)) is None
+    assert await node.apply(0, 5, tick(31)) is None
+    assert await answers(node, rows, queries, 30) == before and delegator.skipped_sealed == 1
+
+
+async def test_recovery_loads_flushed_segments_and_replays_only_the_tail() -> None:
+    info = make_collection()
+    rows, loader = Rows(info), Loader()
+    a1, a2 = rows.event(30, ts=10, segment_id=SEG_A), rows.event(20, ts=20, segment_id=SEG_A)
+    b1 = rows.event(25, ts=25, segment_id=SEG_B)
+    log = [encode(a1), encode(a2), tick(22), encode(b1), tick(30)]
+    record = loader.seal(info, [a1, a2])
+    # the data node flushed SEG_A and checkpointed at offset 3 (SEG_B's first event), after tick 22
+    loader.view = ([record], ChannelCheckpoint(vchannel="", pchannel=P0, offset=3, ts=22))
+    node = await new_node(info, loader)
+    state = node.pchannels[P0]
+    assert (state.cursor.next_offset, state.tsafe, state.recovered_segments) == (3, 22, 1)
+    assert node.start_offset(0) == 3
+    for offset in range(len(log)):  # a consumer that started at the log start: the head is skipped
+        assert await node.apply(0, offset, log[offset]) is None
+    assert (state.cursor.applied, state.cursor.skipped) == (2, 3)
+    queries = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    assert await answers(node, rows, queries, 29) == 75
+    assert await answers(node, rows, queries, 21) == 50
+
+
+async def test_records_wait_while_a_pchannel_recovers() -> None:
+    info = make_collection()
+    loader = Loader()
+    node = QueryNode(1, DML_TOPIC, Meta(info), tso=None, graceful_time_ms=0, loader=loader)  # type: ignore[arg-type]
+    node.assign({0})
+    assert node.pchannels[P0].recovering and node.start_offset(0) is None
+    assert await node.apply(0, 0, tick(5)) is None  # not applied: the checkpoint is not known yet
+    assert node.pchannels[P0].tsafe == 0
+    await node.recover(P0)
+    assert await node.apply(0, 0, tick(5)) is None and node.pchannels[P0].tsafe == 5
+
+
+async def test_release_then_load_rebuilds_the_collection_from_the_checkpoint() -> None:
+    info = make_collection()
+    rows, loader, meta = Rows(info), Loader(), Meta(info)
+    node = QueryNode(
+        1, DML_TOPIC, meta, tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
+    )  # type: ignore[arg-type]
+    node.assign({0})
+    await node.recover(P0)
+    a1, b1 = rows.event(30, ts=10, segment_id=SEG_A), rows.event(25, ts=20, segment_id=SEG_B)
+    log = [encode(a1), tick(15), encode(b1), tick(30)]
+    for offset, raw in enumerate(log):
+        assert await node.apply(0, offset, raw) is None
+    state = node.pchannels[P0]
+    assert await state.delegators[V0].count(29) == 55
+
+    del meta.current.loads[info.collection_id]  # ReleaseCollection
+    await node.on_meta_changed()
+    assert state.delegators == {}
+    c1 = rows.event(5, ts=32, segment_id=SEG_B)
+    log += [encode(c1), tick(40)]
+    for offset in (4, 5):
+        assert await node.apply(0, offset, log[offset]) is None
+    assert node.skipped_events == 1  # not loaded: not applied
+
+    meta.current.loads[info.collection_id] = LoadInfo(collection_id=info.collection_id, loaded_ts=2)
+    await node.on_meta_changed()  # LoadCollection: rebuilt from the checkpoint (none: offset 0)
+    delegator = state.delegators[V0]
+    assert delegator.load_version == 2 and state.cursor.next_offset == 0
+    assert await node.apply(0, 6, tick(41)) == 0  # the consumer is ahead: it is sent back
+    for offset, raw in enumerate(log):
+        assert await node.apply(0, offset, raw) is None
+    assert await delegator.count(39) == 60
