@@ -60,6 +60,7 @@ from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
 from state.readpath.expr import Filter
 from state.readpath.search_hits import search_result
+from state.segcore.sealed import SealedSegment
 from state.segcore.segment import GrowingSegment
 from state.segcore.vector_index import SearchHits
 from streams.channels import pchannel_name
@@ -67,6 +68,9 @@ from streams.channels import pchannel_name
 __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 
 log = logging.getLogger(__name__)
+
+
+SEGMENT_LOAD_CONCURRENCY = 2  # sealed segments loaded at once (threads: Parquet decoding releases the GIL)
 
 
 @dataclass
@@ -222,11 +226,16 @@ class QueryNode:
                 delegator = ShardDelegator(vchannel, info, self.worker, load)
                 delegator.start_at(start - 1, ts)
                 fresh[vchannel] = delegator
-            for record in segments:
-                target = fresh.get(record.vchannel)
-                if target is None or not load.covers(record.partition_id):
-                    continue
-                if target.add_sealed(await self.loader.load(record, info.collection_schema)):
+            wanted = [r for r in segments if r.vchannel in fresh and load.covers(r.partition_id)]
+            loading = asyncio.Semaphore(SEGMENT_LOAD_CONCURRENCY)
+            loader = self.loader
+
+            async def load_one(record: SegmentInfo) -> SealedSegment:
+                async with loading:
+                    return await loader.load(record, info.collection_schema)
+
+            for record, segment in zip(wanted, await asyncio.gather(*map(load_one, wanted)), strict=True):
+                if fresh[record.vchannel].add_sealed(segment):
                     state.recovered_segments += 1
                     state.recovered_rows += record.num_rows
             if self.pchannels.get(state.pchannel) is not state:

@@ -61,7 +61,7 @@ CLI_TIMEOUT_S = 240.0
 POLL_S = 0.2
 
 
-def stack_config(tmp_path: Path) -> OspreyConfig:
+def stack_config(tmp_path: Path, **overrides: Any) -> OspreyConfig:
     return OspreyConfig(
         kafka=f"127.0.0.1:{free_port()}",
         kafka_controller_port=free_port(),
@@ -70,7 +70,12 @@ def stack_config(tmp_path: Path) -> OspreyConfig:
         cluster="d" + uuid.uuid4().hex[:10],
         data_dir=tmp_path / "data",
         dml_partitions=4,
+        **overrides,
     )
+
+
+# small segments, sealed and flushed while the stream runs: recovery goes through sealed segments
+SMALL_SEGMENTS = {"segment_max_rows": 500, "segment_quota_ttl_ms": 300, "segment_quota_batch_rows": BATCH_ROWS}
 
 
 def post(config: OspreyConfig, path: str, body: dict[str, Any], timeout_s: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
@@ -198,6 +203,51 @@ def stack(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.down()
 
 
+@pytest.fixture
+def segmented_stack(tmp_path: Path) -> Iterator[LocalCluster]:
+    """:func:`stack` with small segments (SMALL_SEGMENTS)."""
+    cluster = LocalCluster(stack_config(tmp_path, **SMALL_SEGMENTS))
+    try:
+        cluster.up(proxy=True)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+async def _pchannel_checkpoints(config: OspreyConfig, collection: str) -> dict[str, int]:
+    from state.meta.meta_cache import MetaCache
+    from state.meta.redis_client import connect
+    from state.meta.segment_meta import SegmentMeta
+    from state.meta.snapshot import SnapshotKV
+    from state.meta.tso import TimestampOracle
+
+    redis = connect(config)
+    try:
+        tso = TimestampOracle(redis, config.cluster, window_ms=config.tso_window_ms)
+        store = SnapshotKV(redis, config.cluster, tso, retention_s=config.meta_retention_s)
+        info = (await MetaCache(store).get(collection)).info
+        meta = SegmentMeta(store)
+        out = {}
+        for pchannel in info.pchannels:
+            checkpoint = await meta.pchannel_checkpoint(pchannel)
+            out[pchannel] = 0 if checkpoint is None else checkpoint.offset
+        return out
+    finally:
+        await redis.aclose()
+
+
+async def _querynode_status(config: OspreyConfig) -> dict[str, Any]:
+    from state.meta.redis_client import connect
+    from state.meta.status_board import StatusBoard
+
+    redis = connect(config)
+    try:
+        docs = await StatusBoard(redis, config.cluster).read("querynode")
+        return docs[max(docs)] if docs else {}
+    finally:
+        await redis.aclose()
+
+
 def create(config: OspreyConfig, collection: str) -> None:
     ok(config, "collections/create", {"collectionName": collection, "dimension": DIM})
 
@@ -231,13 +281,28 @@ def test_broker_killed_mid_stream(stack: LocalCluster) -> None:
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
 
 
-def test_every_process_killed_at_once(stack: LocalCluster) -> None:
+def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
+    """Segments are sealed (500 rows) and flushed while the stream runs; after every process was
+    killed, the query node serves every acknowledged row once, from the flushed segments plus a
+    replay of only the dml tail after the pchannel checkpoint."""
+    stack = segmented_stack
     config = stack.config
     create(config, "docs")
     stream = InsertStream(config, "docs").start()
+    stream.wait_acks(ACKS_BEFORE_CRASH)
+    flushed = ok(config, "collections/flush", {"collectionName": "docs"})
+    assert flushed["flushedSegmentIDs"], flushed
+    checkpoints = asyncio.run(_pchannel_checkpoints(config, "docs"))
+    assert all(offset > 0 for offset in checkpoints.values()), checkpoints
     victims = [*stack.servers, *stack.workers.values(), stack.proxy]
     kill_and_restart(stack, victims, stream)
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
+    doc = asyncio.run(_querynode_status(config))
+    for pchannel, offset in checkpoints.items():
+        state = doc["pchannels"][pchannel]
+        assert state["recovered_segments"] >= 1, state  # loaded from the object store
+        started_at = state["position"] - state["applied"] + 1
+        assert started_at >= offset, (pchannel, state, offset)  # replayed only the tail
 
 
 def test_redis_killed_mid_stream_keeps_rows_and_ddl(stack: LocalCluster) -> None:
@@ -348,6 +413,9 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     before = ddl_state(config)
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
+    flushed = osprey(config, "collection", "flush", "docs")  # docs comes back from flushed segments, other from the log
+    assert flushed.returncode == 0, flushed.stderr
+    checkpoints = asyncio.run(_pchannel_checkpoints(config, "docs"))
     osprey(config, "down")
     assert not port_open(*config.kafka_host_port) and not port_open(*config.redis_host_port)
     assert not port_open(*config.proxy_host_port)
@@ -357,6 +425,10 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     assert before["partitions"]["docs"] == ["_default", "p1"] and before["aliases"]["docs"] == ["docs_live"]
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
+    doc = asyncio.run(_querynode_status(config))
+    for pchannel, offset in checkpoints.items():
+        state = doc["pchannels"][pchannel]
+        assert state["recovered_segments"] >= 1 and state["position"] - state["applied"] + 1 >= offset, state
     in_p1 = post(
         config,
         "entities/query",
