@@ -26,6 +26,7 @@ from schemas.config import OspreyConfig
 __all__ = [
     "RESULTS_DIR",
     "Workload",
+    "embedded_cluster",
     "embedded_stack",
     "exact_top_k",
     "gaussian_mixture",
@@ -43,9 +44,16 @@ def percentile_ms(samples_s: list[float], p: float) -> float:
 
 @contextmanager
 def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator[OspreyConfig]:
-    """A private broker, redis-server, rootcoord and querynode (and with ``proxy`` a proxy process
-    serving REST on ``proxy_http``) on free loopback ports; stopped after (and killed with the
-    benchmark process if it is killed: no orphan skews the next run)."""
+    """A private broker, redis-server, rootcoord, querynode and datanode (and with ``proxy`` a proxy
+    process serving REST on ``proxy_http``) on free loopback ports; stopped after (and killed with
+    the benchmark process if it is killed: no orphan skews the next run)."""
+    with embedded_cluster(name, proxy=proxy, **overrides) as (config, _):
+        yield config
+
+
+@contextmanager
+def embedded_cluster(name: str, proxy: bool = False, **overrides: Any) -> Iterator[tuple[OspreyConfig, LocalCluster]]:
+    """:func:`embedded_stack`, with the :class:`LocalCluster` too (to stop and start its workers)."""
     EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
@@ -61,7 +69,7 @@ def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator
         cluster = LocalCluster(config)
         try:
             cluster.up(proxy=proxy)
-            yield config
+            yield config, cluster
         except BaseException:
             kept = Path(tempfile.gettempdir()) / f"osprey-bench-{name}-logs-{time.strftime('%H%M%S')}"
             shutil.copytree(Path(tmp) / "logs", kept, dirs_exist_ok=True)
