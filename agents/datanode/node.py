@@ -113,6 +113,8 @@ class DataNode:
         self.dropped_segments = 0
         self.applied_events = 0
         self.skipped_events = 0
+        self.flush_failures = 0
+        self._gone: set[int] = set()  # dropped collections
 
     # ------------------------------------------------------------------ ownership
 
@@ -218,7 +220,12 @@ class DataNode:
             if pchannel == state.pchannel and seal.last_expire_ts <= state.tick_ts
         ]
         for seal in sorted(ready, key=lambda s: s.segment_id):
-            await self._finish(state, seal)
+            try:
+                await self._finish(state, seal)
+            except Exception:  # the object store or Redis away: the buffer stays, the next tick retries
+                self.flush_failures += 1
+                log.exception("datanode: flushing segment %d failed; trying again on the next tick", seal.segment_id)
+                return
         if time.monotonic() - state.saved_at < self.checkpoint_interval_s:
             return
         checkpoints = await self.checkpoints(state)
@@ -280,9 +287,16 @@ class DataNode:
         return out
 
     async def _collection(self, collection_id: int) -> CollectionInfo | None:
+        """The collection, or None once a reload of the meta does not know it: dropped (an insert
+        is published only after its collection exists, and ids are never reused, so the answer is
+        kept and the meta is not reloaded for every record of a dropped collection)."""
+        if collection_id in self._gone:
+            return None
         info = (await self.cache.view()).collections.get(collection_id)
         if info is None:
             info = (await self.cache.refresh()).collections.get(collection_id)
+            if info is None:
+                self._gone.add(collection_id)
         return info
 
     # ------------------------------------------------------------------ health
@@ -298,6 +312,7 @@ class DataNode:
             "skipped_events": self.skipped_events,
             "flushed_segments": self.flushed_segments,
             "dropped_segments": self.dropped_segments,
+            "flush_failures": self.flush_failures,
             "pending_seals": len(self.seals),
             "pchannels": {
                 name: {

@@ -86,6 +86,7 @@ class PChannelState:
     recovering: bool = False
     recovered_segments: int = 0
     recovered_rows: int = 0
+    cursor_tsafe: int = 0  # the last tick at or before the cursor's position (tsafe is the highest ever)
     building: set[int] = field(default_factory=set)  # collections whose delegators are being (re)built
     deferred: list[SegmentInfo] = field(default_factory=list)  # flushed meanwhile: loaded after the build
 
@@ -140,6 +141,7 @@ class QueryNode:
         self.loader = loader
         self._loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight
         self._reconcile = asyncio.Lock()
+        self._gone: set[int] = set()  # dropped collections
         self.dml_topic = dml_topic
         self.cache = cache
         self.tso = tso
@@ -191,6 +193,7 @@ class QueryNode:
             state.cursor.place(start)
             # every row stamped below the tick consumed before the checkpoint is in a loaded segment
             state.tsafe = max(state.tsafe, ts)
+            state.cursor_tsafe = ts
             state.recovering = False
         log.info(
             "querynode: %s recovered: %d sealed segments (%d rows), replaying from offset %d",
@@ -245,6 +248,7 @@ class QueryNode:
             state.delegators.update(fresh)
             if not recovering and start <= state.cursor.position:
                 state.cursor.place(start)
+                state.cursor_tsafe = ts
             log.info(
                 "querynode: collection %d on %s built for load %d from offset %d",
                 cid,
@@ -412,6 +416,7 @@ class QueryNode:
             self.skipped_events += 1
             return None
         if isinstance(event, TimeTickEvent):
+            state.cursor_tsafe = event.ts  # ticks never go down along a partition
             if event.ts > state.tsafe:
                 state.tsafe = event.ts
             for each in state.delegators.values():
@@ -426,10 +431,17 @@ class QueryNode:
         return None
 
     async def _collection(self, collection_id: int) -> CollectionInfo | None:
+        """The collection, or None once a reload of the meta does not know it: dropped (a record
+        of a collection is published only after it exists, and ids are never reused, so the answer
+        is kept instead of reloading the meta for every record of a dropped collection)."""
+        if collection_id in self._gone:
+            return None
         view = await self.cache.view()
         info = view.collections.get(collection_id)
         if info is None:
             info = (await self.cache.refresh()).collections.get(collection_id)
+            if info is None:
+                self._gone.add(collection_id)
         return info
 
     async def _delegator(self, state: PChannelState, collection_id: int, vchannel: str) -> ShardDelegator | None:
@@ -451,8 +463,9 @@ class QueryNode:
         if delegator is None:
             delegator = ShardDelegator(vchannel, info, self.worker, load)
             # made from apply(), the record at the cursor's position is the insert being applied
-            # now: it must not count as before the delegator (identities keep it applied once)
-            delegator.start_at(state.position - 1, state.tsafe)
+            # now: it must not count as before the delegator (identities keep it applied once);
+            # its tsafe is the tick at the cursor, not the highest one (a replay may be under way)
+            delegator.start_at(state.position - 1, state.cursor_tsafe)
             state.delegators[vchannel] = delegator
         return delegator
 
