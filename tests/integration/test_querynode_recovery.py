@@ -221,6 +221,11 @@ class Reader:
                 self.wrong.append("search hits differ")
 
     async def stop(self) -> None:
+        """Stop after at least one read succeeded (the main path may finish while this one waits
+        out a timeout from before the node was back), at most RECOVERY_S."""
+        deadline = time.monotonic() + RECOVERY_S
+        while self.ok == 0 and not self._task.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
         self._stop.set()
         await self._task
         print(f"background reads: {self.ok} exact, {self.unavailable} unavailable")
