@@ -38,6 +38,7 @@ class SegmentQuotas:
         self.ttl_ts = ttl_ms << LOGICAL_BITS  # hybrid-timestamp units
         self._quotas: dict[tuple[int, int, str], deque[list[int]]] = {}
         self._locks: dict[tuple[int, int, str], asyncio.Lock] = {}
+        self.given_back = 0  # rows of expired or too small grants returned to their segments
 
     async def take(
         self,
@@ -53,7 +54,7 @@ class SegmentQuotas:
         in order, only from grants expiring after ``ts``."""
         key = (collection_id, partition_id, vchannel)
         async with self._locks.setdefault(key, asyncio.Lock()):
-            quota = self._live(key, ts)
+            quota = await self._live(key, ts)
             available = sum(q[1] for q in quota)
             if available < rows:
                 granted = await self.assigner.assign(
@@ -95,13 +96,13 @@ class SegmentQuotas:
         """One segment with room for all ``rows`` of a task stamped ``ts``, from a grant expiring
         after ``ts`` (an event is never split across segments, so how rows are cut into events
         does not depend on the quotas). A quota left over that is too small, or expired, is given
-        up: its segment just ends a little below its row budget."""
+        back to its segment (if still growing, another grant may use the rows)."""
         key = (collection_id, partition_id, vchannel)
         rows = min(rows, max_rows)
         async with self._locks.setdefault(key, asyncio.Lock()):
-            quota = self._live(key, ts)
+            quota = await self._live(key, ts)
             while quota and quota[0][1] < rows:
-                quota.popleft()
+                await self._give_back(quota.popleft())
             want = max(rows, min(self.batch_rows, max_rows))
             for _attempt in range(TAKE_WHOLE_ATTEMPTS):
                 if quota:
@@ -110,12 +111,14 @@ class SegmentQuotas:
                     collection_id, partition_id, vchannel, want, max_rows, reason, ts, self.ttl_ts
                 )
                 quota.extend([sid, n, expire] for sid, n, expire in granted if n >= rows)
-                # None fit: the open segment had less room than one event, and the grant ended in
-                # a segment it opened (it has max_rows - n rows of room left). Ask for exactly that
-                # room plus ``rows``, so the rows land in one new segment (unless other proxies
-                # take rows of it in between: then ask again).
-                room = max_rows - granted[-1][1]
-                want = rows if room >= rows else room + rows
+                for sid, n, expire in granted:
+                    if n < rows:  # too small for the event: back to its segment (if still growing)
+                        await self._give_back([sid, n, expire])
+                # None fit: the open segment had less room than one event (it is sealed now) and
+                # the rest came from a segment the grant opened, given back above: ask for just
+                # ``rows`` again, which that segment now has room for (unless other proxies take
+                # rows of it in between: then ask again)
+                want = rows
             if not quota:
                 raise ServiceUnavailable(
                     f"no segment of {vchannel} had room for {rows} rows after {TAKE_WHOLE_ATTEMPTS} grants"
@@ -126,10 +129,20 @@ class SegmentQuotas:
                 quota.popleft()
             return int(head[0])
 
-    def _live(self, key: tuple[int, int, str], ts: int) -> deque[list[int]]:
-        """The key's quotas usable at ``ts`` (expiring after it); the expired ones are dropped."""
+    async def _live(self, key: tuple[int, int, str], ts: int) -> deque[list[int]]:
+        """The key's quotas usable at ``ts`` (expiring after it); the expired ones are dropped and
+        their unused rows given back. Safe: the key's lock is held, so every task that took rows
+        of an expired grant did so before, and what is left of it was never used."""
         quota = self._quotas.setdefault(key, deque())
         if any(q[2] <= ts for q in quota):
+            for expired in [q for q in quota if q[2] <= ts]:
+                await self._give_back(expired)
             quota = deque(q for q in quota if q[2] > ts)
             self._quotas[key] = quota
         return quota
+
+    async def _give_back(self, entry: list[int]) -> None:
+        segment_id, left = entry[0], entry[1]
+        if left > 0:
+            self.given_back += left
+            await self.assigner.give_back(segment_id, left)

@@ -19,6 +19,11 @@ is never over-filled and never granted after its seal. The read-only helpers (``
 ``segment``, ``growing``) are not atomic across segments, but the fields a reader relies on
 (``last_expire``, ``assigned``, ``seal_ts``) never change after the seal.
 
+Unused rows come back: a proxy whose grant expired (or was too small for an event) gives back the
+rows it did not use (``give_back``), so a trickle of inserts, taking a new batch every expiry, does
+not seal a segment as full with rows nobody wrote (Milvus's segment manager drops expired
+allocations likewise). A sealed segment keeps its count.
+
 Timestamps are hybrid TSO timestamps (64-bit). Lua numbers are doubles, so the scripts never do
 arithmetic on them: they store them as the decimal strings they received and compare them
 zero-padded to 20 digits (byte order = numeric order); sums (expiry, idle cut-off) are computed in
@@ -229,6 +234,22 @@ return 1
 """
 
 
+# ARGV: segment key prefix, id, rows. A proxy gives back rows of an expired (or too small) grant
+# it never used: a Growing segment's `assigned` goes down by them (never below 0); a sealed one
+# keeps its count (sealed is final). Returns 1 if given back, 0 if not.
+_GIVE_BACK_LUA = r"""
+local seg = ARGV[1] .. ARGV[2]
+local rows = tonumber(ARGV[3])
+local f = redis.call('HMGET', seg, 'state', 'assigned')
+if f[1] ~= 'Growing' then
+  return 0
+end
+local left = math.max(0, tonumber(f[2] or '0') - rows)
+redis.call('HSET', seg, 'assigned', left)
+return 1
+"""
+
+
 def estimate_row_bytes(schema: CollectionSchema) -> int:
     """Upper estimate of one row's size, as Milvus sizes segments (VARCHAR at max_length)."""
     size = ROW_OVERHEAD_BYTES
@@ -275,6 +296,16 @@ class SegmentAssigner:
         self._seal_collection = redis.register_script(_SEAL_COLLECTION_LUA)
         self._seal_idle = redis.register_script(_SEAL_IDLE_LUA)
         self._done = redis.register_script(_DONE_LUA)
+        self._give_back = redis.register_script(_GIVE_BACK_LUA)
+
+    async def give_back(self, segment_id: int, rows: int) -> bool:
+        """Return ``rows`` granted but never used (the grant expired, or was too small for an event)
+        to a segment still Growing, so it is not sealed as full with rows no proxy will write
+        (Milvus's segment manager drops expired allocations likewise). One Lua call; False if the
+        segment is sealed (then its count stays) or unknown."""
+        _check_int("segment_id", segment_id, 1)
+        _check_int("rows", rows, 1)
+        return bool(await self._give_back(keys=[], args=[self.prefix, segment_id, rows]))
 
     async def assign(
         self,

@@ -266,17 +266,44 @@ async def test_quotas_drop_expired_grants(redis: aioredis.Redis, cluster_name: s
     assert await quotas.take_whole(C, P, V, 10, 1000, ROWS, T0 + TTL - 1) == sid
     seg = await a.segment(sid)
     assert seg is not None and seg["assigned"] == 100
-    # at the expiry: the leftover (80 rows) is dropped, a new grant is taken (same open segment)
+    # at the expiry: the leftover (80 rows) is given back, a new grant is taken (same open segment)
     assert await quotas.take_whole(C, P, V, 10, 1000, ROWS, T0 + TTL) == sid
     seg = await a.segment(sid)
-    assert seg is not None and (seg["assigned"], seg["last_expire"]) == (200, T0 + 2 * TTL)
+    assert seg is not None and (seg["assigned"], seg["last_expire"]) == (120, T0 + 2 * TTL)
     # take(): runs over grants; expired ones are skipped the same way
     assert await quotas.take(C, P, V, 50, 1000, ROWS, T0 + TTL + 1) == [(sid, 50)]
     seg = await a.segment(sid)
-    assert seg is not None and seg["assigned"] == 200  # 90 left locally, 50 used
+    assert seg is not None and seg["assigned"] == 120  # 90 left locally, 50 used
     assert await quotas.take(C, P, V, 50, 1000, ROWS, T0 + 3 * TTL) == [(sid, 50)]
+    seg = await a.segment(sid)  # the 40 left were given back, 100 more granted
+    assert seg is not None and (seg["assigned"], seg["last_expire"]) == (180, T0 + 4 * TTL)
+    assert quotas.given_back == 120
+
+
+async def test_a_trickle_does_not_seal_a_segment_with_rows_nobody_wrote(
+    redis: aioredis.Redis, cluster_name: str
+) -> None:
+    """One 10-row insert per expiry, grants of 100 rows, segments of 300: without giving back the
+    unused 90 rows of every expired grant the segment would be sealed as full after 3 inserts."""
+    a = SegmentAssigner(redis, cluster_name)
+    quotas = SegmentQuotas(a, batch_rows=100, ttl_ms=TTL_MS)
+    sids = {await quotas.take_whole(C, P, V, 10, 300, ROWS, T0 + i * TTL) for i in range(20)}
+    assert len(sids) == 1
+    seg = await a.segment(sids.pop())
+    # 200 rows written and the live grant's 90 unused: every expired grant's leftover came back
+    assert seg is not None and (seg["state"], seg["assigned"]) == ("Growing", 200 + 90)
+
+
+async def test_give_back_leaves_a_sealed_segment_alone(redis: aioredis.Redis, cluster_name: str) -> None:
+    a = SegmentAssigner(redis, cluster_name)
+    [(sid, _, _)] = await a.assign(C, P, V, 100, 100, ROWS, T0, TTL)  # fills it: sealed
+    assert not await a.give_back(sid, 40)
     seg = await a.segment(sid)
-    assert seg is not None and (seg["assigned"], seg["last_expire"]) == (300, T0 + 4 * TTL)
+    assert seg is not None and seg["assigned"] == 100 and seg["state"] == "Sealed"
+    [(open_sid, _, _)] = await a.assign(C, P, V, 50, 100, ROWS, T0, TTL)
+    assert await a.give_back(open_sid, 80)  # never below 0
+    seg = await a.segment(open_sid)
+    assert seg is not None and seg["assigned"] == 0
 
 
 async def test_quotas_take_whole_across_a_full_segment(redis: aioredis.Redis, cluster_name: str) -> None:
