@@ -77,6 +77,7 @@ def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
         ("collection", "release"): lambda c: c.release_collection(args.name),
         ("collection", "load-state"): lambda c: c.get_load_state(args.name),
         ("collection", "stats"): lambda c: c.get_collection_stats(args.name),
+        ("collection", "flush-state"): lambda c: c.get_flush_state(args.name, args.segment),
         ("partition", "load"): lambda c: c.load_partitions(args.collection, args.partition),
         ("partition", "release"): lambda c: c.release_partitions(args.collection, args.partition),
         ("partition", "create"): lambda c: c.create_partition(args.collection, args.partition),
@@ -151,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
         if op in ("describe", "has"):
             as_of(q)
     as_of(col.add_parser("list"))
+    q = col.add_parser("flush-state", help="whether these segments (a flush's segment_ids) are all flushed")
+    q.add_argument("name")
+    q.add_argument("segment", type=int, nargs="+")
 
     part = sub.add_parser("partition", help="partitions").add_subparsers(dest="op", required=True)
     for op in ("create", "drop", "has"):

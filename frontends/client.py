@@ -62,7 +62,7 @@ from schemas.meta import (
     LoadState,
     PartitionInfo,
 )
-from schemas.segment import CollectionStats, FlushResult
+from schemas.segment import CollectionStats, FlushResult, FlushState, SegmentState
 
 __all__ = ["Client"]
 
@@ -539,6 +539,19 @@ class Client:
     async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
         body = {"collectionName": collection_name, "partitionName": partition_name}
         return await self._call("partitions/get_stats", body, _stats(collection_name))
+
+    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int]) -> FlushState:
+        body = {"collectionName": collection_name, "segmentIDs": list(segment_ids)}
+
+        def result(answer: Answer) -> FlushState:
+            d = answer["data"]
+            return FlushState(
+                collection_name=collection_name,
+                flushed=bool(d["flushed"]),
+                segments={int(k): SegmentState(v) for k, v in d["segments"].items()},
+            )
+
+        return await self._call("collections/get_flush_state", body, result)
 
     async def flush(self, collection_name: str, timeout: float = FLUSH_WAIT_S) -> FlushResult:
         """Seal the collection's growing segments and wait (at most ``timeout`` seconds here; the

@@ -21,7 +21,7 @@ from schemas.config import OspreyConfig
 from schemas.dml import InsertResult
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
-from schemas.segment import CollectionStats, FlushResult
+from schemas.segment import CollectionStats, FlushResult, FlushState
 
 
 class InProcessClient:
@@ -180,6 +180,10 @@ class InProcessClient:
 
     async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
         return await self.proxy.collection_stats(collection_name, [partition_name])
+
+    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int]) -> FlushState:
+        """Whether these segments (a :meth:`flush` result's ``segment_ids``) are all flushed."""
+        return await self.proxy.flush_state(collection_name, list(segment_ids))
 
     async def flush(self, collection_name: str) -> FlushResult:
         """Seal the collection's growing segments and wait until the data nodes flushed every

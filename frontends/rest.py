@@ -22,6 +22,8 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/create`` takes ``load`` (default true: the collection is created loaded);
   ``collections/describe`` also has ``loadInfo`` (the loaded partitions and the load version);
   ``collections/get_load_state`` also has the vchannels served.
+- ``collections/get_flush_state`` (Milvus's GetFlushState, ``segmentIDs``): ``flushed`` and each
+  segment's state.
 - ``collections/flush`` (Milvus's Flush; its REST v2 has no such route) seals the collection's
   growing segments, waits until they are flushed, and answers the segments and the flush timestamp.
 - ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
@@ -54,7 +56,7 @@ from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
-from schemas.segment import CollectionStats, FlushResult
+from schemas.segment import CollectionStats, FlushResult, FlushState
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +427,18 @@ def _stats(stats: CollectionStats) -> dict[str, Any]:
     }
 
 
+def _parse_flush_state(body: Body) -> Parsed:
+    ids = _list(body, "segmentIDs")
+    for i, sid in enumerate(ids):
+        if isinstance(sid, bool) or not isinstance(sid, int) or sid < 1:
+            raise InvalidParameter(body.path(f"segmentIDs[{i}]"), "must be a segment id (an integer >= 1)", sid)
+    return Parsed({"collection_name": body.string("collectionName"), "segment_ids": ids}, {"segment_ids": "segmentIDs"})
+
+
+def _flush_state(state: FlushState) -> dict[str, Any]:
+    return {"flushed": state.flushed, "segments": {str(k): v.value for k, v in state.segments.items()}}
+
+
 def _flushed(result: FlushResult) -> dict[str, Any]:
     return {
         "collectionName": result.collection_name,
@@ -639,6 +653,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "collections/drop": Endpoint("drop_collection", (COLLECTION,), beside=_collection_id),
     "collections/flush": Endpoint("flush", (COLLECTION,), _flushed),
     "collections/get_stats": Endpoint("get_collection_stats", (COLLECTION,), _stats),
+    "collections/get_flush_state": Endpoint("get_flush_state", render=_flush_state, parse=_parse_flush_state),
     "partitions/get_stats": Endpoint("get_partition_stats", (COLLECTION, PARTITION), _stats),
     # load and release answer at once, as Milvus's do: poll collections/get_load_state
     "collections/load": Endpoint(

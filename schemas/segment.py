@@ -206,3 +206,12 @@ class CollectionStats(_Model):
     flushed_rows: int
     buffered_rows: int
     flushed_segments: int
+
+
+class FlushState(_Model):
+    """GetFlushState: whether every one of ``segment_ids`` is flushed (or dropped as empty), and
+    each one's state (``Growing`` for an id the meta has no record of yet: not sealed)."""
+
+    collection_name: str
+    flushed: bool
+    segments: dict[int, SegmentState]

@@ -37,7 +37,7 @@ from schemas.dq import DQ_RESULT
 from schemas.errors import CollectionNotLoaded, PartitionNotFound, RequestTimeout
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import LoadInfo, LoadProgress, LoadState
-from schemas.segment import CollectionStats, FlushResult
+from schemas.segment import CollectionStats, FlushResult, FlushState, SegmentState
 from state.meta.idalloc import IdAllocator
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
@@ -213,6 +213,18 @@ class Proxy(Service):
         segments = await self.segment_meta.segments(desc.info.collection_id)
         reports = await self.status_board.read(DATANODE_ROLE)
         return collection_stats(desc.info, partition_ids, segments, reports)
+
+    async def flush_state(self, collection_name: str, segment_ids: list[int]) -> FlushState:
+        """Milvus's GetFlushState: are these segments (a Flush's ``segment_ids``) all flushed?"""
+        desc = await self.cache.get(collection_name)
+        states: dict[int, SegmentState] = {}
+        for sid in segment_ids:
+            record = await self.segment_meta.get(desc.info.collection_id, sid)
+            states[sid] = SegmentState.GROWING if record is None else record.state
+        done = {SegmentState.FLUSHED, SegmentState.INDEXED, SegmentState.DROPPED}
+        return FlushState(
+            collection_name=collection_name, flushed=all(s in done for s in states.values()), segments=states
+        )
 
     async def flush(self, collection_name: str) -> FlushResult:
         """Seal the collection's growing segments and wait until the data nodes flushed them

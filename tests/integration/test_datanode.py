@@ -202,6 +202,8 @@ async def test_flush_seals_and_waits_until_flushed(
     result = await client.flush(coll)
     stats = await client.get_collection_stats(coll)
     assert (stats.row_count, stats.flushed_rows, stats.buffered_rows) == (300, 300, 0)
+    state = await client.get_flush_state(coll, result.segment_ids)
+    assert state.flushed and set(state.segments) == set(result.segment_ids)
     assert result.collection_id == cid and result.segment_ids
     assert sorted(result.flushed_segment_ids + result.dropped_segment_ids) == result.segment_ids
     records = [await meta.get(cid, sid) for sid in result.flushed_segment_ids]

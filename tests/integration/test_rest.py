@@ -375,3 +375,33 @@ async def test_unknown_path_is_404_and_get_is_405(rest: Rest) -> None:
         assert resp.status == 404
     async with rest.session.get(f"{rest.url}{API_PREFIX}/collections/list") as resp:
         assert resp.status == 405
+
+
+async def test_load_release_stats_and_flush_state_routes(rest: Rest) -> None:
+    """The issue 11 routes, without query or data nodes: a created collection is loaded in the meta
+    but no query node serves it yet; release/load change the state; stats count no rows; the flush
+    state of segments the meta does not know is not flushed; bad ids name the field."""
+    coll = await create(rest)
+    described = await rest.ok("collections/describe", {"collectionName": coll})
+    assert described["loadInfo"] is not None and described["loadInfo"]["partition_ids"] is None
+    state = await rest.ok("collections/get_load_state", {"collectionName": coll})
+    assert state["loadState"] == "LoadStateLoading" and state["loadProgress"] == 0  # no query node here
+    assert await rest.ok("collections/release", {"collectionName": coll}) == {}
+    state = await rest.ok("collections/get_load_state", {"collectionName": coll})
+    assert state["loadState"] == "LoadStateNotLoad"
+    assert await rest.ok("collections/load", {"collectionName": coll}) == {}  # answers at once, as Milvus
+    assert (await rest.ok("collections/get_load_state", {"collectionName": coll}))["loadState"] == "LoadStateLoading"
+    assert await rest.ok("partitions/release", {"collectionName": coll, "partitionNames": ["_default"]}) == {}
+    assert (await rest.ok("collections/get_load_state", {"collectionName": coll}))["loadState"] == "LoadStateNotLoad"
+    code, message = await rest.error("partitions/load", {"collectionName": coll, "partitionNames": ["nope"]})
+    assert code == 200 and "partition not found" in message
+    stats = await rest.ok("collections/get_stats", {"collectionName": coll})
+    assert stats["rowCount"] == 0 and stats["flushedSegments"] == 0
+    flush_state = await rest.ok("collections/get_flush_state", {"collectionName": coll, "segmentIDs": [987654]})
+    assert flush_state == {"flushed": False, "segments": {"987654": "Growing"}}
+    code, message = await rest.error("collections/get_flush_state", {"collectionName": coll, "segmentIDs": ["x"]})
+    assert code == 1100 and "segmentIDs[0]" in message
+    code, message = await rest.error(
+        "collections/create", {"collectionName": coll + "_cold", "dimension": 4, "load": 1}
+    )
+    assert code == 1100 and "load" in message
