@@ -83,9 +83,10 @@ async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView
     """Per vchannel: its checkpoint, and its segments with state, rows and files: growing ones from
     the allocator (rows granted so far), the others from the segment meta."""
     out: dict[str, Any] = {}
+    by_pchannel = {p: await meta.checkpoints(p) for p in sorted(set(view.pchannels_in_use()))}
     for info in view.collections.values():
         for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
-            checkpoint = (await meta.checkpoints(pchannel)).get(vchannel)
+            checkpoint = by_pchannel[pchannel].get(vchannel)
             out[vchannel] = {
                 "collection": info.collection_name,
                 "pchannel": pchannel,

@@ -5,7 +5,8 @@ each sealed segment to the object store once every row of it has been consumed
 recording the channel checkpoints it recovers from.
 
 May import: ``agents.service``/``agents.process``/``agents.ports``/``agents.dml_cursor``/
-``agents.segment_events``, ``state``, ``streams``, ``schemas``; never another agent.
+``agents.segment_events``/``agents.dml_app``, ``state``, ``streams``, ``schemas``; never
+another agent.
 """
 
 from __future__ import annotations

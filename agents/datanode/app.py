@@ -1,5 +1,6 @@
-"""The data node Faust app: the ``dml`` agent in the data nodes' own consumer group, the
-``segment-events`` reader, the dml truncator (``truncator.py``), and the status timer.
+"""The data node Faust app: the ``dml`` agent in the data nodes' own consumer group and the status
+timer (wired by ``agents/dml_app.py``, as the query node's), the ``segment-events`` reader and
+the dml truncator (``truncator.py``).
 
 Offsets are never committed: a pchannel newly assigned (start, restart, kill -9, rebalance) is
 consumed from its pchannel checkpoint in the meta store, which is where the node's buffers must
@@ -14,13 +15,11 @@ import logging
 from typing import Any
 
 import faust
-from aiokafka.errors import IllegalStateError
-from faust.types import TP
 
 from agents.datanode.flusher import SegmentFlusher
 from agents.datanode.node import DataNode
 from agents.datanode.truncator import LogTruncator
-from agents.process import make_app
+from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
@@ -40,7 +39,6 @@ from streams.topics import Topics, ensure_topics
 log = logging.getLogger(__name__)
 
 ROLE = "datanode"
-STATUS_INTERVAL_S = 1.0
 CATCH_UP_TIMEOUT_S = 60.0
 
 
@@ -141,47 +139,4 @@ class DataNodeRuntime(Service):
 
 def create_app(config: OspreyConfig) -> faust.App:
     """The data node app for ``config``."""
-    app = make_app(config, ROLE)
-    app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
-    topics = Topics.of(config)
-    runtime = DataNodeRuntime(config)
-    dml_topic = app.topic(
-        topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=config.dml_partitions
-    )
-
-    @app.agent(dml_topic, name="dml")
-    async def dml_agent(stream: faust.StreamT) -> None:
-        node = await runtime.ready()
-        async for event in stream.events():
-            seek = await node.apply(event.message.partition, event.message.offset, event.value)
-            if seek is not None:  # the consumer is not where this pchannel's cursor is (node.apply)
-                await seek_to(event.message.tp, seek)
-
-    async def seek_to(tp: TP, offset: int) -> None:
-        try:
-            await app.consumer.seek_wait({tp: offset})
-        except (TimeoutError, IllegalStateError) as err:  # taken away meanwhile: a rebalance replays it
-            log.info("datanode: no seek of %s (%r)", tp, err)
-
-    # Faust's signal typing does not accept async receivers with keyword arguments.
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
-        # No seek from here: a seek racing Faust's fetcher (which resumes on its own) crashed it
-        # (aiokafka KeyError in fetched_records). The node's cursor asks for the seek from the
-        # agent instead, at the first record that comes from elsewhere (agents/dml_cursor.py).
-        await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
-
-    @app.timer(STATUS_INTERVAL_S)
-    async def status() -> None:
-        try:
-            await runtime.publish_status()
-        except Exception as err:  # status is best effort
-            log.warning("datanode: status not published (%r)", err)
-
-    # Faust's signal typing does not accept async receivers with keyword arguments.
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def close(app: faust.App, **_: object) -> None:
-        await runtime.stop()
-
-    app.osprey_runtime = runtime  # type: ignore[attr-defined]
-    return app
+    return make_dml_app(config, ROLE, DataNodeRuntime(config))

@@ -30,7 +30,6 @@ class SegmentBuffer:
         self.first_offset = -1
         self.last_offset = -1
         self.rows = 0
-        self.bytes = 0
         self.min_ts = 0
         self.max_ts = 0
 
@@ -46,7 +45,6 @@ class SegmentBuffer:
         self.identities.add(event.identity)
         self.events.append(event)
         self.rows += event.num_rows
-        self.bytes += sum(len(c.data or b"") + sum(len(t) for t in c.texts or ()) for c in event.columns)
         self.min_ts = min(self.min_ts, event.ts)
         self.max_ts = max(self.max_ts, event.ts)
         return True

@@ -61,6 +61,8 @@ class MetaSource(Protocol):
 
     async def refresh(self) -> MetaView: ...
 
+    async def collection(self, collection_id: int) -> CollectionInfo | None: ...
+
 
 class Flusher(Protocol):
     """What the node needs done with the outside world (``flusher.py``; tests may record)."""
@@ -114,7 +116,6 @@ class DataNode:
         self.applied_events = 0
         self.skipped_events = 0
         self.flush_failures = 0
-        self._gone: set[int] = set()  # dropped collections
 
     # ------------------------------------------------------------------ ownership
 
@@ -153,7 +154,7 @@ class DataNode:
         if isinstance(event, SegmentSealed):
             if sid in self.done or sid in self.seals:
                 return
-            info = await self._collection(event.collection_id)
+            info = await self.cache.collection(event.collection_id)
             if info is None or event.vchannel not in info.vchannels:
                 return  # the collection is gone: nothing to flush
             pchannel = info.pchannels[info.vchannels.index(event.vchannel)]
@@ -197,7 +198,7 @@ class DataNode:
             return
         buffer = state.buffers.get(sid)
         if buffer is None:
-            info = await self._collection(event.collection_id)
+            info = await self.cache.collection(event.collection_id)
             if info is None or event.vchannel not in info.vchannels:
                 self.skipped_events += 1  # the collection is dropped: its rows are never flushed
                 return
@@ -238,7 +239,7 @@ class DataNode:
     async def _finish(self, state: ChannelState, seal: SegmentSealed) -> None:
         sid = seal.segment_id
         buffer = state.buffers.pop(sid, None)
-        info = await self._collection(seal.collection_id)
+        info = await self.cache.collection(seal.collection_id)
         try:
             checkpoints = await self.checkpoints(state)
             if info is None:
@@ -285,19 +286,6 @@ class DataNode:
         else:
             out.append(first.model_copy(update={"vchannel": ""}))
         return out
-
-    async def _collection(self, collection_id: int) -> CollectionInfo | None:
-        """The collection, or None once a reload of the meta does not know it: dropped (an insert
-        is published only after its collection exists, and ids are never reused, so the answer is
-        kept and the meta is not reloaded for every record of a dropped collection)."""
-        if collection_id in self._gone:
-            return None
-        info = (await self.cache.view()).collections.get(collection_id)
-        if info is None:
-            info = (await self.cache.refresh()).collections.get(collection_id)
-            if info is None:
-                self._gone.add(collection_id)
-        return info
 
     # ------------------------------------------------------------------ health
 

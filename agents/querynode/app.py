@@ -7,11 +7,12 @@ rebalance when one joins or leaves. Offsets are never committed (``osprey_commit
 ``streams/transport.py``): a partition a process gets is recovered from the meta store (its
 flushed segments, loaded sealed) and consumed from its pchannel checkpoint (``node.py``).
 
-The meta watcher (``meta_watch.py``) follows ``dd-reply`` and has the node serve what is loaded
-(load, release). The segment-events reader starts at the topic's end before any partition is recovered. A segment
-flushed before that is in the meta store when a recovery reads it (the data node records the meta
-before it publishes the event); one flushed after it arrives as an event. Either way it is loaded
-once (the node loads each segment id once).
+The agent, the assignment signal and the status timer are wired by ``agents/dml_app.py`` (as for
+the data node). The meta watcher (``meta_watch.py``) follows ``dd-reply`` and has the node serve
+what is loaded (load, release). The segment-events reader starts at the topic's end before any
+partition is recovered. A segment flushed before that is in the meta store when a recovery reads
+it (the data node records the meta before it publishes the event); one flushed after it arrives as
+an event. Either way it is loaded once (the node loads each segment id once).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import logging
 from typing import Any
 
 import faust
-from aiokafka.errors import IllegalStateError
 from faust.types import TP
 
-from agents.process import make_app
+from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.querynode.loader import SegmentLoader
 from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
@@ -32,7 +32,6 @@ from agents.querynode.worker import Worker
 from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
-from schemas.errors import ServiceUnavailable
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
@@ -49,7 +48,6 @@ from streams.topics import Topics, ensure_topics
 log = logging.getLogger(__name__)
 
 ROLE = "querynode"
-STATUS_INTERVAL_S = 1.0
 
 
 class QueryNodeRuntime(Service):
@@ -155,6 +153,7 @@ class QueryNodeRuntime(Service):
     def health(self) -> dict[str, Any]:
         if self.node is None or not self.started:
             return super().health()
+        worker = self.node.worker.health()
         return {
             **super().health(),
             **self.node.health(),
@@ -162,8 +161,8 @@ class QueryNodeRuntime(Service):
             "direct_served": self.direct.served,
             "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
             "topic": self.topic_server.health(),
-            "worker": self.node.worker.health()["rows"],
-            "worker_memory_bytes": self.node.worker.health()["memory_bytes"],
+            "worker": worker["rows"],
+            "worker_memory_bytes": worker["memory_bytes"],
             "loaded_segments": self.loader.loaded,
             "loaded_rows": self.loader.loaded_rows,
             "segment_events": self.reader.health(),
@@ -173,50 +172,12 @@ class QueryNodeRuntime(Service):
 
 def create_app(config: OspreyConfig) -> faust.App:
     """The querynode app for ``config``."""
-    app = make_app(config, ROLE)
-    app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
-    topics = Topics.of(config)
     runtime = QueryNodeRuntime(config)
-    dml_topic = app.topic(
-        topics.dml, value_type=bytes, value_serializer="raw", key_serializer="raw", partitions=config.dml_partitions
-    )
 
-    @app.agent(dml_topic, name="dml")
-    async def dml_agent(stream: faust.StreamT) -> None:
-        node = await runtime.ready()
-        async for event in stream.events():
-            seek = await node.apply(event.message.partition, event.message.offset, event.value)
-            if seek is not None:  # the consumer is not where the pchannel's cursor is (node.apply)
-                await seek_to(event.message.tp, seek)
+    async def seek_target(app: faust.App, tp: TP, offset: int) -> int:
+        """The records before the log start were deleted behind a checkpoint while this node
+        lagged: recover the pchannel again (a new offset) instead of seeking below it."""
+        log_start = (await app.consumer.earliest_offsets(tp)).get(tp, 0)
+        return await runtime.recover_again(tp.partition) if offset < log_start else offset
 
-    async def seek_to(tp: TP, offset: int) -> None:
-        try:
-            log_start = (await app.consumer.earliest_offsets(tp)).get(tp, 0)
-            if offset < log_start:  # truncated behind a checkpoint while this node lagged
-                offset = await runtime.recover_again(tp.partition)
-            await app.consumer.seek_wait({tp: offset})
-        except (TimeoutError, IllegalStateError, ServiceUnavailable) as err:  # taken away meanwhile
-            log.info("querynode: no seek of %s (%r)", tp, err)
-
-    # Faust's signal typing does not accept async receivers with keyword arguments.
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def on_assigned(app: faust.App, assigned: set[Any], **_: object) -> None:
-        # No seek from here: a seek racing Faust's fetcher (which resumes on its own) crashed it
-        # (aiokafka KeyError in fetched_records). The node's cursor asks for the seek from the
-        # agent instead, at the first record that comes from elsewhere (agents/dml_cursor.py).
-        await runtime.on_assigned({tp.partition for tp in assigned if tp.topic == topics.dml})
-
-    @app.timer(STATUS_INTERVAL_S)
-    async def status() -> None:
-        try:
-            await runtime.publish_status()
-        except Exception as err:  # status is best effort
-            log.warning("querynode: status not published (%r)", err)
-
-    # Faust's signal typing does not accept async receivers with keyword arguments.
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def close(app: faust.App, **_: object) -> None:
-        await runtime.stop()
-
-    app.osprey_runtime = runtime  # type: ignore[attr-defined]
-    return app
+    return make_dml_app(config, ROLE, runtime, seek_target)

@@ -52,7 +52,14 @@ from schemas.errors import (
     ServiceUnavailable,
 )
 from schemas.meta import CollectionInfo, LoadInfo
-from schemas.segment import SegmentDropped, SegmentFlushed, SegmentInfo, SegmentSealed, SegmentState
+from schemas.segment import (
+    ChannelCheckpoint,
+    SegmentDropped,
+    SegmentFlushed,
+    SegmentInfo,
+    SegmentSealed,
+    SegmentState,
+)
 from state.meta.meta_cache import MetaCache
 from state.meta.meta_table import MetaView
 from state.meta.tso import TimestampOracle
@@ -141,7 +148,6 @@ class QueryNode:
         self.loader = loader
         self._loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight
         self._reconcile = asyncio.Lock()
-        self._gone: set[int] = set()  # dropped collections
         self.dml_topic = dml_topic
         self.cache = cache
         self.tso = tso
@@ -180,15 +186,18 @@ class QueryNode:
         if self.loader is None or not state.recovering:
             return state.cursor.next_offset
         view = await self.cache.refresh()
-        starts = []
-        for info in _collections_on(view, pchannel):
-            load = view.loads.get(info.collection_id)
-            if load is not None:
-                starts.append(await self._build(state, info, load, recovering=True))
-        if not starts:  # nothing loaded here: the pchannel checkpoint is where every vchannel starts
-            _, checkpoint = await self.loader.recovery_view(pchannel, [])
-            starts.append((0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts))
-        start, ts = min(starts)
+        loaded = [
+            (info, load)
+            for info in _collections_on(view, pchannel)
+            if (load := view.loads.get(info.collection_id)) is not None
+        ]
+        vchannels = [v for info, _ in loaded for v in _vchannels_on(info, pchannel)]
+        # one read of the meta for the whole pchannel: every collection starts at the same checkpoint
+        recovery = await self.loader.recovery_view(pchannel, vchannels)
+        checkpoint = recovery[1]
+        start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
+        for info, load in loaded:
+            await self._build(state, info, load, recovery=recovery)
         if self.pchannels.get(pchannel) is state:  # not taken away meanwhile
             state.cursor.place(start)
             # every row stamped below the tick consumed before the checkpoint is in a loaded segment
@@ -205,24 +214,30 @@ class QueryNode:
         return start
 
     async def _build(
-        self, state: PChannelState, info: CollectionInfo, load: LoadInfo, recovering: bool = False
+        self,
+        state: PChannelState,
+        info: CollectionInfo,
+        load: LoadInfo,
+        recovery: tuple[list[SegmentInfo], ChannelCheckpoint | None] | None = None,
     ) -> tuple[int, int]:
         """(Re)build the delegators of collection ``info`` on ``state``'s pchannel for ``load``:
         drop the old ones, load the flushed segments of the loaded partitions, start each new
         delegator at the pchannel checkpoint (read with the segments, at one meta timestamp), and,
-        unless recovering, move the pchannel's cursor back there so the new delegators replay the
-        tail (the others skip records at or below their own positions). Returns (checkpoint
-        offset, its tick). Searches meanwhile get ServiceUnavailable (the collection is loading)."""
+        unless given the pchannel's ``recovery`` view (a whole pchannel recovering: the caller reads
+        it once and places the cursor), move the pchannel's cursor back there so the new delegators
+        replay the tail (the others skip records at or below their own positions). Returns
+        (checkpoint offset, its tick). Searches meanwhile get ServiceUnavailable (the collection is
+        loading)."""
         assert self.loader is not None
         cid = info.collection_id
-        vchannels = [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel]
+        vchannels = _vchannels_on(info, state.pchannel)
         state.building.add(cid)
         try:
             for vchannel in vchannels:
                 old = state.delegators.pop(vchannel, None)
                 if old is not None:
                     old.release_segments(list(old.distribution()))
-            segments, checkpoint = await self.loader.recovery_view(state.pchannel, vchannels)
+            segments, checkpoint = recovery or await self.loader.recovery_view(state.pchannel, vchannels)
             start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
             fresh = {}
             for vchannel in vchannels:
@@ -246,7 +261,7 @@ class QueryNode:
                     delegator.release_segments(list(delegator.distribution()))
                 return start, ts
             state.delegators.update(fresh)
-            if not recovering and start <= state.cursor.position:
+            if recovery is None and start <= state.cursor.position:
                 state.cursor.place(start)
                 state.cursor_tsafe = ts
             log.info(
@@ -286,7 +301,7 @@ class QueryNode:
                     load = view.loads.get(cid)
                     if load is None or cid in state.building:
                         continue
-                    serving = [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel]
+                    serving = _vchannels_on(info, state.pchannel)
                     if all(v in state.delegators for v in serving):
                         continue
                     if self.loader is None or load.loaded_ts == info.created_ts:
@@ -323,7 +338,7 @@ class QueryNode:
         loaded and replaces its growing copy; a dropped one stops being served."""
         if isinstance(event, SegmentSealed):
             return
-        info = await self._collection(event.collection_id)
+        info = await self.cache.collection(event.collection_id)
         if info is None or event.vchannel not in info.vchannels:
             return
         state = self.pchannels.get(info.pchannels[info.vchannels.index(event.vchannel)])
@@ -374,7 +389,7 @@ class QueryNode:
 
     async def _load_once(self, record: SegmentInfo) -> bool:
         assert self.loader is not None
-        info = await self._collection(record.collection_id)
+        info = await self.cache.collection(record.collection_id)
         if info is None or record.vchannel not in info.vchannels:
             return False
         state = self.pchannels.get(info.pchannels[info.vchannels.index(record.vchannel)])
@@ -430,20 +445,6 @@ class QueryNode:
             self.applied_events += 1
         return None
 
-    async def _collection(self, collection_id: int) -> CollectionInfo | None:
-        """The collection, or None once a reload of the meta does not know it: dropped (a record
-        of a collection is published only after it exists, and ids are never reused, so the answer
-        is kept instead of reloading the meta for every record of a dropped collection)."""
-        if collection_id in self._gone:
-            return None
-        view = await self.cache.view()
-        info = view.collections.get(collection_id)
-        if info is None:
-            info = (await self.cache.refresh()).collections.get(collection_id)
-            if info is None:
-                self._gone.add(collection_id)
-        return info
-
     async def _delegator(self, state: PChannelState, collection_id: int, vchannel: str) -> ShardDelegator | None:
         """The delegator of ``vchannel``, made on first use for a loaded collection (from here on:
         a collection created loaded has no rows before this point). None when the collection is
@@ -453,7 +454,7 @@ class QueryNode:
             return delegator
         if collection_id in state.building:
             return None
-        info = await self._collection(collection_id)
+        info = await self.cache.collection(collection_id)
         if info is None or vchannel not in info.vchannels:
             return None
         load = (await self.cache.view()).loads.get(collection_id)
@@ -648,6 +649,11 @@ class QueryNode:
                 for name, s in sorted(self.pchannels.items())
             },
         }
+
+
+def _vchannels_on(info: CollectionInfo, pchannel: str) -> list[str]:
+    """The vchannels of ``info`` mapped to ``pchannel``."""
+    return [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == pchannel]
 
 
 def _collections_on(view: MetaView, pchannel: str) -> list[CollectionInfo]:

@@ -107,6 +107,14 @@ def _column_values(column: Column) -> Any:
     return column.texts or []
 
 
+def _check_same_place(segment: GrowingSegment, collection_id: int, partition_id: int, vchannel: str) -> None:
+    """A segment id names one segment: the one held must belong where the new one does."""
+    if (segment.collection_id, segment.partition_id, segment.vchannel) != (collection_id, partition_id, vchannel):
+        raise InvalidParameter(
+            "segment_id", "is already loaded for another collection/partition/vchannel", segment.segment_id
+        )
+
+
 class IndexBuilder:
     """A background thread extending the interim indexes of growing segments, one slice at a time,
     round robin over the segments with rows pending, so an insert never waits for HNSW and a search
@@ -267,14 +275,8 @@ class Worker:
                 self.interim_index_rows,
             )
             self._segments[segment_id] = segment
-        elif (segment.collection_id, segment.partition_id, segment.vchannel) != (
-            collection.collection_id,
-            partition_id,
-            vchannel,
-        ):
-            raise InvalidParameter(
-                "segment_id", "is already loaded for another collection/partition/vchannel", segment_id
-            )
+        else:
+            _check_same_place(segment, collection.collection_id, partition_id, vchannel)
         return segment
 
     def segment(self, segment_id: int) -> GrowingSegment:
@@ -294,14 +296,8 @@ class Worker:
         sees either the growing copy or the sealed one, never both or neither."""
         self._check_running()
         old = self._segments.get(segment.segment_id)
-        if old is not None and (old.collection_id, old.partition_id, old.vchannel) != (
-            segment.collection_id,
-            segment.partition_id,
-            segment.vchannel,
-        ):
-            raise InvalidParameter(
-                "segment_id", "is already loaded for another collection/partition/vchannel", segment.segment_id
-            )
+        if old is not None:
+            _check_same_place(old, segment.collection_id, segment.partition_id, segment.vchannel)
         self._segments[segment.segment_id] = segment
         if old is not None and old is not segment:
             old.release()

@@ -9,7 +9,7 @@ its next use, so a stale entry never outlives the change that made it stale.
 from __future__ import annotations
 
 from schemas.errors import CollectionNotFound
-from schemas.meta import CollectionDescription
+from schemas.meta import CollectionDescription, CollectionInfo
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.snapshot import SnapshotKV
 
@@ -18,6 +18,7 @@ class MetaCache:
     def __init__(self, store: SnapshotKV) -> None:
         self.store = store
         self._view: MetaView | None = None
+        self._dropped: set[int] = set()  # collection ids a reload did not know (see collection())
         self.loads = 0
 
     async def view(self) -> MetaView:
@@ -53,6 +54,20 @@ class MetaCache:
         if desc is None:
             raise CollectionNotFound(f"collection not found[database=default][collection_id={collection_id}]")
         return desc
+
+    async def collection(self, collection_id: int) -> CollectionInfo | None:
+        """The collection with id ``collection_id`` for a record that names it (a dml event, a
+        segment event), or None once a reload does not know it: dropped. A record of a collection
+        is published only after the collection exists and ids are never reused, so that answer is
+        kept, and the meta is not reloaded for every record of a dropped collection."""
+        if collection_id in self._dropped:
+            return None
+        info = (await self.view()).collections.get(collection_id)
+        if info is None:
+            info = (await self.refresh()).collections.get(collection_id)
+            if info is None:
+                self._dropped.add(collection_id)
+        return info
 
     def invalidate_ids(self, collection_ids: list[int]) -> None:
         """A change touched these collections: the next use reloads the meta."""

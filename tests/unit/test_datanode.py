@@ -60,6 +60,9 @@ class Meta:
     async def refresh(self) -> MetaView:
         return self.current
 
+    async def collection(self, collection_id: int) -> CollectionInfo | None:
+        return self.current.collections.get(collection_id)
+
 
 @dataclass
 class Recorder:

@@ -40,6 +40,9 @@ class Meta:
     async def refresh(self) -> MetaView:
         return self.current
 
+    async def collection(self, collection_id: int) -> CollectionInfo | None:
+        return self.current.collections.get(collection_id)
+
 
 class Loader:
     """Serves sealed segments built from insert events, and a fixed recovery view."""
