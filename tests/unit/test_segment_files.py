@@ -372,7 +372,7 @@ def test_bloom_has_no_false_negatives_and_about_the_target_false_positive_rate()
     inside = absent[(absent >= present.min()) & (absent <= present.max())]
     assert len(inside) > 190_000
     rate = bloom.contains_many(inside).mean()
-    assert rate < 3 * DEFAULT_FALSE_POSITIVE_RATE, rate
+    assert rate <= DEFAULT_FALSE_POSITIVE_RATE, rate
     # out of the PK range: exact
     assert not bloom.contains(int(present.max()) + 1) and not bloom.contains(2**63 - 1)
     assert not bloom.contains(2**70)
@@ -388,9 +388,11 @@ def test_bloom_bytes_round_trip(tmp_path: Path) -> None:
     assert bloom.to_bytes() == built.to_bytes() and bloom.stats() == built.stats() == manifest.pk_stats
     probes = np.arange(-2000, 2000, dtype=np.int64)
     assert np.array_equal(bloom.contains_many(probes), built.contains_many(probes))
-    with pytest.raises(InvalidParameter):
+    with pytest.raises(InvalidParameter, match=r"pk_stats\.hash"):
         PkBloom.from_bytes(bloom.to_bytes(), manifest.pk_stats.model_copy(update={"hash": "xxhash"}))
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidParameter, match=r"pk_stats\.hash"):  # a filter written by the rbloom build
+        PkBloom.from_bytes(bloom.to_bytes(), manifest.pk_stats.model_copy(update={"hash": "blake2b-128(int64le|utf8)"}))
+    with pytest.raises(ValueError, match=PK_STATS_FILE):
         PkBloom.from_bytes(bloom.to_bytes()[:-8], manifest.pk_stats)
 
 
@@ -399,7 +401,7 @@ def test_varchar_bloom() -> None:
     absent = [f"user-{i}-ß" for i in range(1, 40_000, 2)]
     bloom = PkBloom.build(present, varchar=True)
     assert bloom.contains_many(present).all() and bloom.contains(present[17])
-    assert bloom.contains_many(absent).mean() < 3 * DEFAULT_FALSE_POSITIVE_RATE
+    assert bloom.contains_many(absent).mean() <= DEFAULT_FALSE_POSITIVE_RATE
     stats = bloom.stats()
     assert (stats.min_pk, stats.max_pk) == (min(present), max(present))
     loaded = PkBloom.from_bytes(bloom.to_bytes(), stats)
