@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 
 from agents.service import Service
 from schemas.config import OspreyConfig
-from schemas.segment import SEGMENT_EVENT, SegmentDropped, SegmentFlushed, SegmentSealed
+from schemas.segment import SEGMENT_EVENT, AnySegmentEvent
 from streams.kafka import make_consumer
 from streams.topics import Topics
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT_MS = 200
 HANDLER_ERROR_PAUSE_S = 1.0
 
-SegmentEventHandler = Callable[[SegmentSealed | SegmentFlushed | SegmentDropped], Awaitable[None]]
+SegmentEventHandler = Callable[[AnySegmentEvent], Awaitable[None]]
 
 
 class SegmentEventsReader(Service):

@@ -127,6 +127,12 @@ class OspreyConfig(BaseModel):
         description="a data node deletes dml records behind a pchannel checkpoint once the checkpoint is this old "
         "(query nodes a little behind still read them)",
     )
+    delete_buffer_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="bytes of recent deletes a query node delegator keeps per vchannel; older ones, once in a delete "
+        "log, are read back from the logs when a segment loaded later needs them",
+    )
     object_store: str = Field(
         "", description="folder of flushed segments (the object store); default: <data_dir>/objects"
     )

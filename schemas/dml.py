@@ -4,6 +4,9 @@
   segment), all with the insert task's TSO timestamp. Numeric and vector columns are raw
   little-endian bytes (vectors float32, ``dim`` values a row); VARCHAR values are strings and JSON
   values their JSON text. Framed by :mod:`schemas.codec`, kept under ``MAX_EVENT_BYTES``.
+- :class:`DeleteEvent`: primary keys deleted by one task on one vchannel at the task's timestamp
+  (routed by the same hash of the PK as the inserts, so a key's inserts and deletes share a
+  vchannel). An upsert publishes its delete and insert events with one timestamp.
 - :class:`TimeTickEvent`: written into every dml partition by the rootcoord's time-tick agent: every
   event on that partition with a timestamp below ``ts`` comes before the tick.
 - :class:`ProxyTimeTick`: one proxy's channelsTimeTicker output (pchannel -> timestamp).
@@ -42,6 +45,29 @@ class InsertResult:
     primary_keys: list[Any]
     insert_count: int
     timestamp: int
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What a delete returns (pymilvus's MutationResult): the primary keys it names (for a filter,
+    the ones the filter matched at the delete's timestamp), how many, and the delete's timestamp."""
+
+    primary_keys: list[Any]
+    delete_count: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """What an upsert returns: the primary keys of the rows written (new ones for auto_id), how
+    many rows, and the timestamp of both its delete and its insert."""
+
+    primary_keys: list[Any]
+    upsert_count: int
+    timestamp: int
+
+
+ALL_PARTITIONS = -1  # DeleteEvent.partition_id of a delete of every partition (Milvus's AllPartitionsID)
 
 
 class _Event(BaseModel):
@@ -122,6 +148,38 @@ class InsertEvent(_Event):
         return next((c for c in self.columns if c.name == name), None)
 
 
+class DeleteEvent(_Event):
+    """Primary keys deleted by one task on one vchannel at ``ts``: every row of the collection with
+    one of these keys (in ``partition_id``, or in any partition for ``ALL_PARTITIONS``) and an
+    insert timestamp below ``ts`` is invisible to every read at ``ts`` or later, and stays visible
+    to reads before ``ts``. ``pks`` is the primary key column (INT64 bytes or VARCHAR texts).
+    Applying a delete twice changes nothing, so a replay needs no identity check; ``identity``
+    (``<task identity>:d<n>``) names the event in logs and delete logs."""
+
+    kind: Literal["Delete"] = "Delete"
+    identity: str
+    request_id: int
+    proxy_id: int
+    ts: int = Field(ge=1)
+    collection_id: int
+    partition_id: int
+    vchannel: str
+    num_rows: int = Field(ge=1)
+    pks: Column
+
+    @model_validator(mode="after")
+    def _rows_match(self) -> DeleteEvent:
+        if self.pks.dtype not in (DataType.INT64, DataType.VARCHAR):
+            raise ValueError(f"pks of a delete are INT64 or VARCHAR, not {self.pks.dtype.value}")
+        if len(self.pks) != self.num_rows:
+            raise ValueError(f"pks has {len(self.pks)} keys, the event {self.num_rows}")
+        return self
+
+    def pk_values(self) -> np.ndarray:
+        """The keys: int64 numpy, or an object array of str."""
+        return self.pks.array()
+
+
 class TimeTickEvent(_Event):
     """Every event on this dml partition with a timestamp below ``ts`` precedes this tick."""
 
@@ -130,7 +188,7 @@ class TimeTickEvent(_Event):
     ts: int = Field(ge=1)
 
 
-DmlEvent = Annotated[InsertEvent | TimeTickEvent, Field(discriminator="kind")]
+DmlEvent = Annotated[InsertEvent | DeleteEvent | TimeTickEvent, Field(discriminator="kind")]
 DML_EVENT = TypeAdapter(DmlEvent)
 
 

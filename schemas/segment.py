@@ -13,6 +13,8 @@ Sealed (no more grants; every row of it has a timestamp below ``last_expire_ts``
   rows came from;
 - :class:`SegmentDropped`: a sealed segment that got no row, or whose collection or partition
   was dropped.
+- :class:`DeltaFlushed`: a delete log (:class:`DeltaLogInfo`, Milvus's level-zero segment) was
+  written and recorded: the deletes of one vchannel consumed in a range of dml offsets.
 
 Replaying ``segment-events`` in order rebuilds every segment's state; an event may appear twice
 (a publisher killed between publishing and recording it publishes it again) and then carries the
@@ -32,6 +34,7 @@ ROW_TS_COLUMN = "__row_ts"  # the insert timestamp of every row, a column of the
 INSERT_LOG_FILE = "insert_log.parquet"
 PK_STATS_FILE = "pk_stats.bloom"
 MANIFEST_FILE = "manifest.json"
+DELTA_LOG_DIR = "deltalogs"  # <object store>/deltalogs/<collection_id>/<vchannel>/<start>-<end>.parquet
 
 
 class SegmentState(StrEnum):
@@ -154,8 +157,35 @@ class SegmentDropped(SegmentKey):
     ts: int = Field(ge=1)
 
 
-SegmentEvent = Annotated[SegmentSealed | SegmentFlushed | SegmentDropped, Field(discriminator="kind")]
-SEGMENT_EVENT: TypeAdapter[SegmentSealed | SegmentFlushed | SegmentDropped] = TypeAdapter(SegmentEvent)
+class DeltaLogInfo(_Model):
+    """A delete log (Milvus 2.4's level-zero segment, per vchannel): every delete of ``vchannel``
+    consumed at dml offsets ``start_offset .. end_offset``, in one Parquet file at ``path``
+    (relative to the object store) with columns pk, ts, partition_id. Recorded in the meta with
+    the channel checkpoints that pass those offsets, so a checkpoint never passes a delete that is
+    not in a recorded log."""
+
+    collection_id: int
+    vchannel: str
+    pchannel: str
+    path: str
+    start_offset: int = Field(ge=0)
+    end_offset: int = Field(ge=0)
+    num_deletes: int = Field(ge=1, description="delete keys in the log")
+    min_ts: int
+    max_ts: int
+    flushed_ts: int = Field(ge=1)
+
+
+class DeltaFlushed(DeltaLogInfo):
+    """Published after a delete log is written and recorded: query nodes may evict its deletes
+    from their delete buffers (they can read them back from the log)."""
+
+    kind: Literal["DeltaFlushed"] = "DeltaFlushed"
+
+
+SegmentEvent = Annotated[SegmentSealed | SegmentFlushed | SegmentDropped | DeltaFlushed, Field(discriminator="kind")]
+AnySegmentEvent = SegmentSealed | SegmentFlushed | SegmentDropped | DeltaFlushed
+SEGMENT_EVENT: TypeAdapter[AnySegmentEvent] = TypeAdapter(SegmentEvent)
 
 
 class SegmentInfo(SegmentKey):

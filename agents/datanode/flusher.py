@@ -19,6 +19,14 @@ Recovery, step by step (a data node killed after step k):
 - after 3: announcing again gives the same event twice; consumers apply it once.
 
 An empty sealed segment goes the same way with a Dropped record and event.
+
+Delete logs (:meth:`SegmentFlusher.flush_deltas`) follow the same order: write the files, record
+them with the checkpoints in one meta write, announce :class:`~schemas.segment.DeltaFlushed`.
+Killed after the write only: the checkpoint did not move, so the deletes are consumed again and
+written again (an unreferenced file may stay behind when the new log covers other offsets: never
+read). Killed after the record: the checkpoint moved past the deletes and the log is listed, so
+query nodes find them at recovery; the missing announcement only delays the eviction of those
+deletes from delete buffers until the next one (durability marks only move forward).
 """
 
 from __future__ import annotations
@@ -30,9 +38,12 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from agents.datanode.buffer import SegmentBuffer
+from agents.datanode.node import DeltaBuffer
 from schemas.meta import CollectionInfo
 from schemas.segment import (
     ChannelCheckpoint,
+    DeltaFlushed,
+    DeltaLogInfo,
     SegmentDropped,
     SegmentFlushed,
     SegmentInfo,
@@ -42,6 +53,7 @@ from schemas.segment import (
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.tso import TimestampOracle
+from state.segcore.delta_files import delta_path, write_delta_log
 from state.segcore.segment_files import segment_path, write_segment
 
 log = logging.getLogger(__name__)
@@ -141,6 +153,31 @@ class SegmentFlusher:
 
     async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
         await self.meta.save_checkpoints(checkpoints)
+
+    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+        infos = []
+        for delta in deltas:
+            path = delta_path(delta.collection_id, delta.vchannel, delta.first_offset, delta.last_offset)
+            keys = await asyncio.to_thread(write_delta_log, self.root, path, delta.records, delta.varchar)
+            infos.append(
+                DeltaLogInfo(
+                    collection_id=delta.collection_id,
+                    vchannel=delta.vchannel,
+                    pchannel=delta.pchannel,
+                    path=path,
+                    start_offset=delta.first_offset,
+                    end_offset=delta.last_offset,
+                    num_deletes=keys,
+                    min_ts=min(r.ts for r in delta.records),
+                    max_ts=max(r.ts for r in delta.records),
+                    flushed_ts=await self.tso.alloc(),
+                )
+            )
+        await self.meta.record_deltas(infos, checkpoints)
+        for info in infos:
+            event = DeltaFlushed(**info.model_dump())
+            await self.producer.send_and_wait(self.topic, event.model_dump_json().encode(), key=info.vchannel.encode())
+        log.info("datanode: wrote %d delete logs (%d deletes)", len(infos), sum(i.num_deletes for i in infos))
 
     async def announce(self, record: SegmentInfo) -> None:
         """Publish the Flushed/Dropped event of ``record`` (acks=all), then mark it done."""

@@ -19,9 +19,19 @@ the log alone, the same on every data node and after every restart, and a segmen
 after a crash has the same digest. A sealed segment with no buffer at that point got no row: it
 is dropped as empty.
 
+Deletes (Milvus 2.4's level-zero segments, per vchannel): a delete event is buffered with its
+vchannel's other deletes (:class:`DeltaBuffer`), and written as one delete log per vchannel
+(``state/segcore/delta_files.py``) before any checkpoint passes it: before the segments a tick
+completes are flushed, and whenever the checkpoints are due. Why per channel and not per segment:
+the data node then needs no PK oracle (which segment holds a key is the query node's question,
+answered there with the bloom filters it has anyway), a delete costs one append however many
+segments hold its keys, and a delete of a key whose segment is not flushed yet needs no special
+case. The price is paid at load: a query node applies every log of the vchannel that is newer
+than a segment's rows (compaction bounds that, as Milvus's L0 compaction does).
+
 Channel checkpoints (:meth:`DataNode.checkpoints`): for a vchannel, the first dml offset of its
-oldest buffered segment, else the next offset to consume; for the pchannel, the minimum over its
-vchannels. Everything of the vchannel before its checkpoint is in a flushed segment (or belongs
+oldest buffered segment or unwritten delete, else the next offset to consume; for the pchannel,
+the minimum over its vchannels. Everything of the vchannel before its checkpoint is in a flushed segment (or belongs
 to a dropped collection). They are recorded with each flush, and every
 ``checkpoint_interval_s`` when they moved without one.
 """
@@ -37,19 +47,20 @@ from typing import Any, Protocol
 from agents.datanode.buffer import SegmentBuffer
 from agents.dml_cursor import DmlCursor, Verdict
 from schemas.codec import decode
-from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
+from schemas.dml import DML_EVENT, DeleteEvent, InsertEvent, TimeTickEvent
 from schemas.meta import CollectionInfo
 from schemas.segment import (
+    AnySegmentEvent,
     ChannelCheckpoint,
-    SegmentDropped,
-    SegmentFlushed,
+    DeltaFlushed,
     SegmentKey,
     SegmentSealed,
 )
 from state.meta.meta_table import MetaView
+from state.segcore.delete_buffer import DeleteRecord
 from streams.channels import pchannel_name
 
-__all__ = ["ChannelState", "DataNode", "Flusher", "MetaSource"]
+__all__ = ["ChannelState", "DataNode", "DeltaBuffer", "Flusher", "MetaSource"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +90,34 @@ class Flusher(Protocol):
     async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
         """Record checkpoints that moved without a flush."""
 
+    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+        """Write one delete log per buffer, record them with ``checkpoints`` in one meta write,
+        announce them (:class:`~schemas.segment.DeltaFlushed`)."""
+
+
+@dataclass
+class DeltaBuffer:
+    """The deletes of one vchannel consumed since its last delete log, in log order."""
+
+    collection_id: int
+    vchannel: str
+    pchannel: str
+    varchar: bool
+    tick_before: int  # last tick consumed before the first delete (its checkpoint's ts)
+    records: list[DeleteRecord] = field(default_factory=list)
+    first_offset: int = -1
+    last_offset: int = -1
+
+    def add(self, record: DeleteRecord) -> None:
+        if self.first_offset < 0:
+            self.first_offset = record.offset
+        self.last_offset = record.offset
+        self.records.append(record)
+
+    @property
+    def keys(self) -> int:
+        return sum(len(r.pks) for r in self.records)
+
 
 @dataclass
 class ChannelState:
@@ -88,6 +127,7 @@ class ChannelState:
     cursor: DmlCursor = field(default_factory=DmlCursor)
     tick_ts: int = 0
     buffers: dict[int, SegmentBuffer] = field(default_factory=dict)
+    deltas: dict[str, DeltaBuffer] = field(default_factory=dict)  # vchannel -> deletes not in a log yet
     saved_offset: int = -1  # pchannel checkpoint last recorded
     saved_at: float = float("-inf")  # monotonic time of that
 
@@ -116,6 +156,8 @@ class DataNode:
         self.applied_events = 0
         self.skipped_events = 0
         self.flush_failures = 0
+        self.delta_logs = 0
+        self.deletes_logged = 0
 
     # ------------------------------------------------------------------ ownership
 
@@ -148,8 +190,10 @@ class DataNode:
 
     # ------------------------------------------------------------------ segment events
 
-    async def on_segment_event(self, event: SegmentSealed | SegmentFlushed | SegmentDropped) -> None:
+    async def on_segment_event(self, event: AnySegmentEvent) -> None:
         """A life-cycle event from ``segment-events`` (any order of replays; each applied once)."""
+        if isinstance(event, DeltaFlushed):
+            return  # a delete log written (by this node or the pchannel's previous owner)
         sid = event.segment_id
         if isinstance(event, SegmentSealed):
             if sid in self.done or sid in self.seals:
@@ -188,8 +232,41 @@ class DataNode:
             state.tick_ts = max(state.tick_ts, event.ts)
             await self._on_tick(state)
             return None
+        if isinstance(event, DeleteEvent):
+            await self._buffer_delete(state, event, offset)
+            return None
         await self._buffer(state, event, offset)
         return None
+
+    async def _buffer_delete(self, state: ChannelState, event: DeleteEvent, offset: int) -> None:
+        delta = state.deltas.get(event.vchannel)
+        if delta is None:
+            info = await self.cache.collection(event.collection_id)
+            if info is None or event.vchannel not in info.vchannels:
+                self.skipped_events += 1  # the collection is dropped: nothing to delete
+                return
+            varchar = info.collection_schema.primary_field.dtype.value == "VarChar"
+            delta = DeltaBuffer(event.collection_id, event.vchannel, state.pchannel, varchar, state.tick_ts)
+            state.deltas[event.vchannel] = delta
+        delta.add(DeleteRecord(event.pk_values(), event.ts, event.partition_id, offset))
+        self.applied_events += 1
+
+    async def _flush_deltas(self, state: ChannelState) -> None:
+        """Write the buffered deletes of every vchannel as delete logs, with the checkpoints that
+        may now pass them."""
+        if not state.deltas:
+            return
+        pending, state.deltas = state.deltas, {}
+        try:
+            checkpoints = await self.checkpoints(state)
+            await self.flusher.flush_deltas(list(pending.values()), checkpoints)
+        except BaseException:
+            state.deltas = {**pending, **state.deltas}
+            raise
+        self.delta_logs += len(pending)
+        self.deletes_logged += sum(d.keys for d in pending.values())
+        state.saved_offset = max(state.saved_offset, _pchannel_offset(checkpoints))
+        state.saved_at = time.monotonic()
 
     async def _buffer(self, state: ChannelState, event: InsertEvent, offset: int) -> None:
         sid = event.segment_id
@@ -220,6 +297,14 @@ class DataNode:
             for pchannel, seal in self.seals.values()
             if pchannel == state.pchannel and seal.last_expire_ts <= state.tick_ts
         ]
+        due = time.monotonic() - state.saved_at >= self.checkpoint_interval_s
+        if state.deltas and (ready or due):
+            try:
+                await self._flush_deltas(state)
+            except Exception:  # the object store or Redis away: the deletes stay, the next tick retries
+                self.flush_failures += 1
+                log.exception("datanode: writing the delete logs of %s failed; trying again", state.pchannel)
+                return
         for seal in sorted(ready, key=lambda s: s.segment_id):
             try:
                 await self._finish(state, seal)
@@ -264,21 +349,22 @@ class DataNode:
         """Every vchannel of the pchannel (known to the meta or buffered) with its checkpoint, and
         the pchannel's own (vchannel ""), per the module doc."""
         next_offset = state.cursor.next_offset
-        oldest: dict[str, SegmentBuffer] = {}
+        oldest: dict[str, tuple[int, int]] = {}  # vchannel -> (first offset, tick before it) of what is buffered
         for buffer in state.buffers.values():
             current = oldest.get(buffer.key.vchannel)
-            if current is None or buffer.first_offset < current.first_offset:
-                oldest[buffer.key.vchannel] = buffer
+            if current is None or buffer.first_offset < current[0]:
+                oldest[buffer.key.vchannel] = (buffer.first_offset, buffer.tick_before)
+        for delta in state.deltas.values():
+            current = oldest.get(delta.vchannel)
+            if current is None or delta.first_offset < current[0]:
+                oldest[delta.vchannel] = (delta.first_offset, delta.tick_before)
         view = await self.cache.view()
         vchannels = set(oldest)
         for info in view.collections.values():
             vchannels.update(v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p == state.pchannel)
         out = []
         for vchannel in sorted(vchannels):
-            first_buffer = oldest.get(vchannel)
-            offset, ts = (
-                (first_buffer.first_offset, first_buffer.tick_before) if first_buffer else (next_offset, state.tick_ts)
-            )
+            offset, ts = oldest.get(vchannel, (next_offset, state.tick_ts))
             out.append(ChannelCheckpoint(vchannel=vchannel, pchannel=state.pchannel, offset=offset, ts=ts))
         first = min(out, key=lambda c: c.offset, default=None)
         if first is None or first.offset >= next_offset:
@@ -301,6 +387,8 @@ class DataNode:
             "flushed_segments": self.flushed_segments,
             "dropped_segments": self.dropped_segments,
             "flush_failures": self.flush_failures,
+            "delta_logs": self.delta_logs,
+            "deletes_logged": self.deletes_logged,
             "pending_seals": len(self.seals),
             "pchannels": {
                 name: {
@@ -320,6 +408,7 @@ class DataNode:
                         }
                         for sid, b in s.buffers.items()
                     },
+                    "deletes": {v: d.keys for v, d in s.deltas.items()},
                 }
                 for name, s in sorted(self.channels.items())
             },

@@ -83,7 +83,14 @@ class QueryNodeRuntime(Service):
         worker = Worker(config.interim_index_rows, slice_target_s=config.interim_index_slice_target_ms / 1000)
         self.loader = SegmentLoader(config.object_store_dir, SegmentMeta(cache.store))
         node = QueryNode(
-            node_id, self.topics.dml, cache, tso, config.graceful_time_ms, worker=worker, loader=self.loader
+            node_id,
+            self.topics.dml,
+            cache,
+            tso,
+            config.graceful_time_ms,
+            worker=worker,
+            loader=self.loader,
+            delete_buffer_bytes=config.delete_buffer_bytes,
         )
         self.node = node
         self.reader = SegmentEventsReader(config, node.on_segment_event, from_start=False)

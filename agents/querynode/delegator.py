@@ -14,6 +14,22 @@ an unacknowledged task). Hence:
   (a Session read of the client's own write at ``g`` then always sees that whole write);
 - Eventually (``g == 0``) does not wait and reads at ``tsafe - 1``, the newest timestamp whose
   rows are complete, so no insert task is ever half visible.
+
+Deletes and versions (seed 002, policy 1: forward before serving): a delete event is applied, as
+it is consumed, to the segments the PK oracle names (:class:`~state.segcore.pk_oracle.PkOracle`:
+bloom filters of sealed segments, exact lookups in growing ones), and kept in the delete buffer
+(:class:`~state.segcore.delete_buffer.DeleteBuffer`). A read at ``g`` waits for ``tsafe > g``,
+i.e. for every event stamped at or below ``g``, deletes included, to be applied, so no read at or
+after a delete's timestamp is served without it. An insert is a new version of its keys: the
+oracle's segments hide their older rows of those keys from the insert's timestamp on, and the new
+rows are born dead at the timestamp of a newer version or a delete already consumed (the log is
+in time-tick order, not timestamp order: a delete stamped ``d`` may precede an insert stamped
+below ``d`` within one tick interval; the buffer's pending deletes cover that). So at any read
+timestamp a key shows at most its newest version, and none once deleted
+(:mod:`state.segcore.segment`). A sealed segment that starts being served gets the same: on
+handoff it takes over its growing copy's dead timestamps row for row; otherwise (a load, a
+recovery) every delete that can concern it, from the buffer or the durable delete logs, and the
+versions of its keys in the other segments.
 """
 
 from __future__ import annotations
@@ -30,12 +46,16 @@ import numpy as np
 
 from agents.querynode.worker import MaskOf, QueryResult, Worker, check_window, empty_query_result
 from schemas.collection import DataType
-from schemas.dml import InsertEvent
+from schemas.dml import ALL_PARTITIONS, DeleteEvent, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo, LoadInfo
 from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES, DeleteBuffer, DeleteRecord
+from state.segcore.pk_oracle import PkOracle
 from state.segcore.sealed import SealedSegment
+from state.segcore.segment import MAX_TIMESTAMP, GrowingSegment
 from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric
+from state.segcore.versions import resolve_versions
 
 __all__ = [
     "DEFAULT_TSAFE_TIMEOUT_S",
@@ -81,9 +101,17 @@ class ShardDelegator:
     Not thread-safe: everything runs on one event loop.
     """
 
-    def __init__(self, vchannel: str, collection: CollectionInfo, worker: Worker, load: LoadInfo | None = None) -> None:
+    def __init__(
+        self,
+        vchannel: str,
+        collection: CollectionInfo,
+        worker: Worker,
+        load: LoadInfo | None = None,
+        delete_buffer_bytes: int = DEFAULT_DELETE_BUFFER_BYTES,
+    ) -> None:
         """``load``: what of the collection is served (None: every partition; its ``loaded_ts`` is
-        reported as ``load_version``). Inserts of other partitions are not applied."""
+        reported as ``load_version``). Inserts of other partitions are not applied.
+        ``delete_buffer_bytes``: the delete buffer's bound (durable deletes beyond it are evicted)."""
         if vchannel not in collection.vchannels:
             raise InvalidParameter("vchannel", f"must be a vchannel of collection {collection.collection_id}", vchannel)
         self.vchannel = vchannel
@@ -101,6 +129,12 @@ class ShardDelegator:
         self._seq = itertools.count()
         self.load_version = 0 if load is None else load.loaded_ts
         self._partitions = None if load is None or load.partition_ids is None else set(load.partition_ids)
+        self.oracle = PkOracle()
+        self.deletes = DeleteBuffer(delete_buffer_bytes)
+        self.forwarded: dict[int, int] = {}  # segment id -> delete keys forwarded to it
+        self.delete_events = 0
+        self.deleted_rows = 0  # rows hidden by deletes
+        self.superseded_rows = 0  # rows hidden by a newer version of their key
 
     # ------------------------------------------------------------------ state
 
@@ -173,20 +207,90 @@ class ShardDelegator:
             return False
         entry = self._distribution.get(event.segment_id)
         if entry is None:
-            self.worker.load_growing(event.segment_id, self.collection, event.partition_id, self.vchannel)
+            segment = self.worker.load_growing(event.segment_id, self.collection, event.partition_id, self.vchannel)
             entry = SegmentEntry(event.segment_id, event.partition_id, self.worker)
             self._distribution[event.segment_id] = entry
-        entry.worker.insert(event)
+            self.oracle.add_growing(segment)
+        entry.worker.insert(event, self._versions_of(event))
         self._identities[event.identity] = event.segment_id
         return True
+
+    def _pk_values(self, event: InsertEvent) -> np.ndarray:
+        pk_name = self.collection.collection_schema.primary_field.name
+        column = event.column(pk_name)
+        if column is None:
+            raise InvalidParameter(pk_name, "the primary key column is missing from the insert event")
+        return column.array()
+
+    def _versions_of(self, event: InsertEvent) -> np.ndarray | None:
+        """Make ``event``'s rows the newest versions of their keys (module doc): hide the older
+        rows of its keys in every segment the oracle names; return the new rows' dead
+        timestamps (None: all live), from newer versions and pending deletes, and from later
+        duplicates within the event."""
+        pks = self._pk_values(event)
+        ts = event.ts
+        dead = np.full(len(pks), MAX_TIMESTAMP, np.uint64)
+        if len(pks) > 1:  # a key twice in one event: the later row wins
+            order = np.argsort(pks, kind="stable")
+            ordered = pks[order]
+            repeated = np.zeros(len(pks), bool)
+            repeated[:-1] = ordered[1:] == ordered[:-1]
+            dead[order[repeated]] = ts
+        for segment, positions in self.oracle.candidates(pks):
+            keys = pks[positions]
+            self.superseded_rows += segment.hide(keys, ts, inclusive=True)
+            np.minimum.at(dead, positions, segment.newer_versions(keys, ts))
+        dead = np.minimum(dead, self.deletes.pending_for(pks, ts, event.partition_id))
+        return None if bool((dead == np.uint64(MAX_TIMESTAMP)).all()) else dead
+
+    def process_delete(self, event: DeleteEvent, position: int) -> bool:
+        """Apply a delete (consumed at ``position``) to every segment the oracle names, and keep
+        it in the delete buffer; False when it was consumed before (a replay) or concerns a
+        partition not served. Idempotent per key and timestamp."""
+        if event.vchannel != self.vchannel or event.collection_id != self.collection.collection_id:
+            raise InvalidParameter(
+                "vchannel",
+                f"delegator of {self.vchannel} got a delete of collection {event.collection_id} on {event.vchannel}",
+            )
+        if position <= self._position:
+            return False
+        self._consumed(position)
+        if event.partition_id != ALL_PARTITIONS and not self.covers(event.partition_id):
+            return False
+        pks = event.pk_values()
+        self.delete_events += 1
+        for segment, positions in self.oracle.candidates(pks, event.partition_id):
+            self.forwarded[segment.segment_id] = self.forwarded.get(segment.segment_id, 0) + len(positions)
+            self.deleted_rows += segment.hide(pks[positions], event.ts)
+        self.deletes.add(DeleteRecord(pks, event.ts, event.partition_id, position), self._tsafe)
+        return True
+
+    def mark_durable(self, offset: int) -> None:
+        """Every delete consumed below pchannel ``offset`` is in a delete log (the buffer may evict it)."""
+        self.deletes.mark_durable(offset)
 
     def is_sealed(self, segment_id: int) -> bool:
         return segment_id in self._sealed
 
-    def add_sealed(self, segment: SealedSegment) -> bool:
+    def needs_durable_deletes(self, segment: SealedSegment) -> bool:
+        """Whether :meth:`add_sealed` of ``segment`` needs the durable delete logs: it has no
+        growing copy to take over from and the buffer does not reach back to its rows."""
+        entry = self._distribution.get(segment.segment_id)
+        if entry is not None and entry.kind == SEGMENT_GROWING:
+            return False
+        min_ts = int(segment.timestamps_view().min()) if segment.row_count else MAX_TIMESTAMP
+        return not self.deletes.reaches(min_ts)
+
+    def add_sealed(
+        self, segment: SealedSegment, durable_deletes: Sequence[DeleteRecord] = (), resolve: bool = True
+    ) -> bool:
         """Serve ``segment`` (flushed, loaded) in place of its growing copy (see the class doc);
-        False if it is served sealed already. A segment of another vchannel or collection is a
-        routing bug: InvalidParameter."""
+        False if it is served sealed already. Its dead timestamps: its growing copy's when that
+        holds the same rows (handoff); else (``resolve``) from the deletes that can concern it
+        (the buffer's, plus ``durable_deletes`` read from the delete logs when
+        :meth:`needs_durable_deletes`) and the versions of its keys in the other segments.
+        ``resolve=False``: the caller resolves several segments at once (:meth:`resolve_sealed`).
+        A segment of another vchannel or collection is a routing bug: InvalidParameter."""
         if segment.vchannel != self.vchannel or segment.collection_id != self.collection.collection_id:
             raise InvalidParameter(
                 "vchannel",
@@ -196,12 +300,49 @@ class ShardDelegator:
         sid = segment.segment_id
         if sid in self._sealed:
             return False
+        entry = self._distribution.get(sid)
+        growing = self.worker.segment(sid) if entry is not None and entry.kind == SEGMENT_GROWING else None
+        if growing is not None and _same_rows(growing, segment):
+            segment.set_dead(growing.dead_view())
+        elif resolve:
+            self._resolve_one(segment, durable_deletes)
         self.worker.load_collection(self.collection)
         self.worker.put_sealed(segment)
+        self.oracle.add_sealed(segment, segment.bloom())
         self._distribution[sid] = SegmentEntry(sid, segment.partition_id, self.worker, SEGMENT_SEALED)
         self._sealed.add(sid)
         self._identities = {i: s for i, s in self._identities.items() if s != sid}
         return True
+
+    def _resolve_one(self, segment: SealedSegment, durable_deletes: Sequence[DeleteRecord]) -> None:
+        """Dead timestamps of a segment joining without a growing copy (see :meth:`add_sealed`)."""
+        min_ts = int(segment.timestamps_view().min())
+        deletes = [*durable_deletes, *self.deletes.since(min_ts)]
+        self.deleted_rows += resolve_versions([segment], deletes)
+        pks = segment.pks_view()
+        row_ts = segment.timestamps_view()
+        sid = segment.segment_id
+        for other, positions in self.oracle.candidates(np.asarray(pks), exclude=sid):
+            keys, stamps = pks[positions], row_ts[positions]
+            # a tie (one request's rows in two segments) goes to the later segment
+            self.superseded_rows += other.hide(keys, stamps, inclusive=other.segment_id < sid)
+            newer = other.newer_versions(keys, stamps)
+            if other.segment_id > sid:
+                same = other.newer_versions(keys, stamps - np.uint64(1)) == stamps
+                newer = np.where(same, stamps, newer)
+            self.superseded_rows += segment.lower_dead(positions, newer)
+
+    def resolve_sealed(self, durable_deletes: Sequence[DeleteRecord]) -> int:
+        """Resolve every segment served at once (:func:`resolve_versions`) with ``durable_deletes``
+        (the delete logs read at recovery) and the buffer's deletes, after segments were added
+        with ``resolve=False``; the durable deletes join the buffer (they may concern segments
+        loaded later). Returns the rows hidden."""
+        for record in durable_deletes:
+            self.deletes.add(record, self._tsafe)
+        segments = [self.worker.segment(sid) for sid in self._distribution]
+        hidden = resolve_versions(segments, [*durable_deletes, *self.deletes.since(0)])
+        self.deleted_rows += hidden
+        return hidden
 
     def drop_segment(self, segment_id: int) -> None:
         """The segment is dropped: stop serving it and never apply its inserts again."""
@@ -213,6 +354,7 @@ class ShardDelegator:
         dropped = set()
         for segment_id in segment_ids:
             entry = self._distribution.pop(segment_id, None)
+            self.oracle.remove([segment_id])
             if entry is not None:
                 entry.worker.release_segments([segment_id])
                 dropped.add(segment_id)
@@ -228,6 +370,7 @@ class ShardDelegator:
         if ts <= self._tsafe:
             return
         self._tsafe = ts
+        self.deletes.on_tsafe(ts)
         while self._waiters and self._waiters[0][0] < ts:
             _, _, waiter = heapq.heappop(self._waiters)
             if not waiter.done():
@@ -347,6 +490,8 @@ class ShardDelegator:
                 "kind": e.kind,
                 "rows": e.worker.segment(sid).row_count,
                 "indexed_rows": e.worker.segment(sid).indexed_rows,
+                "hidden_rows": e.worker.segment(sid).hidden_rows,
+                "forwarded_deletes": self.forwarded.get(sid, 0),
             }
             for sid, e in self._distribution.items()
         }
@@ -361,4 +506,18 @@ class ShardDelegator:
             "identities": len(self._identities),
             "skipped_sealed": self.skipped_sealed,
             "load_version": self.load_version,
+            "delete_events": self.delete_events,
+            "deleted_rows": self.deleted_rows,
+            "superseded_rows": self.superseded_rows,
+            "delete_buffer": self.deletes.health(),
+            "pk_oracle": self.oracle.health(),
         }
+
+
+def _same_rows(a: GrowingSegment, b: GrowingSegment) -> bool:
+    """Whether two copies of a segment hold the same rows in the same order (keys and stamps)."""
+    if a.row_count != b.row_count:
+        return False
+    return bool(np.array_equal(a.timestamps_view(), b.timestamps_view())) and bool(
+        np.array_equal(a.pks_view(), b.pks_view())
+    )

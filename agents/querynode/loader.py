@@ -4,7 +4,9 @@
 pchannel's vchannels and the pchannel checkpoint (so the two agree: every insert before the
 checkpoint is in one of those segments); :meth:`SegmentLoader.load` reads one segment's files
 into a :class:`~state.segcore.sealed.SealedSegment` on a thread (Parquet decoding releases the
-GIL), so searches keep being served while it loads.
+GIL), so searches keep being served while it loads. :meth:`SegmentLoader.recovery` adds the
+delete logs of the vchannels (read at the same timestamp) and :meth:`SegmentLoader.read_deltas`
+reads them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from schemas.collection import CollectionSchema
-from schemas.segment import ChannelCheckpoint, SegmentInfo
-from state.meta.segment_meta import SegmentMeta
+from schemas.collection import CollectionSchema, DataType
+from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentInfo
+from state.meta.segment_meta import Recovery, SegmentMeta
+from state.segcore.delete_buffer import DeleteRecord
+from state.segcore.delta_files import read_delta_log
 from state.segcore.sealed import SealedSegment
 
 
@@ -27,6 +31,14 @@ class Loader(Protocol):
 
     async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment: ...
 
+    async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery: ...
+
+    async def deltas(self, collection_id: int) -> list[DeltaLogInfo]: ...
+
+    async def read_deltas(
+        self, infos: Sequence[DeltaLogInfo], schema: CollectionSchema, min_ts: int = 0
+    ) -> list[DeleteRecord]: ...
+
 
 class SegmentLoader:
     """Loads from the object store at ``root``, with segment meta from ``meta``."""
@@ -36,6 +48,7 @@ class SegmentLoader:
         self.meta = meta
         self.loaded = 0
         self.loaded_rows = 0
+        self.delta_logs_read = 0
 
     async def recovery_view(
         self, pchannel: str, vchannels: Sequence[str]
@@ -47,3 +60,22 @@ class SegmentLoader:
         self.loaded += 1
         self.loaded_rows += segment.row_count
         return segment
+
+    async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery:
+        return await self.meta.recovery(pchannel, list(vchannels))
+
+    async def deltas(self, collection_id: int) -> list[DeltaLogInfo]:
+        return await self.meta.deltas(collection_id)
+
+    async def read_deltas(
+        self, infos: Sequence[DeltaLogInfo], schema: CollectionSchema, min_ts: int = 0
+    ) -> list[DeleteRecord]:
+        """The deletes of the logs stamped above ``min_ts`` (older logs cannot hide its rows)."""
+        varchar = schema.primary_field.dtype is DataType.VARCHAR
+        wanted = [i for i in infos if i.max_ts > min_ts]
+        out: list[DeleteRecord] = []
+        for info in wanted:
+            records = await asyncio.to_thread(read_delta_log, self.root, info.path, varchar)
+            out.extend(r for r in records if r.ts > min_ts)
+            self.delta_logs_read += 1
+        return out

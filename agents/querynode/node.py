@@ -15,9 +15,15 @@ Consumption (driven by the Faust agent in ``app.py``): every record goes through
 (:class:`agents.dml_cursor.DmlCursor`), and asks the agent to seek when the consumer is elsewhere.
 A time tick raises the pchannel's tsafe and every delegator's on it; an insert goes to the
 delegator of its vchannel (created on first use), which applies each event identity once.
+A delete goes to the delegator of its vchannel, which forwards it to the segments its PK oracle
+names and keeps it in its delete buffer (``delegator.py``).
 A :class:`~schemas.segment.SegmentFlushed` from ``segment-events``
 (:meth:`QueryNode.on_segment_event`) has the delegator swap the segment's growing copy for the
-sealed one (seed 002's SyncDistribution). Offsets are never committed: the checkpoint is where a
+sealed one (seed 002's SyncDistribution); a :class:`~schemas.segment.DeltaFlushed` tells it which
+deletes are in delete logs now (its buffer may evict them). Recovery reads the delete logs with
+the segments: every delete before the checkpoint is in one, and the segments loaded together are
+resolved against them and against each other at once (``state/segcore/versions.py``).
+Offsets are never committed: the checkpoint is where a
 pchannel's state is rebuilt from.
 
 Serving (:meth:`QueryNode.serve`): check the request (:func:`state.readpath.dq_checks.prepare`),
@@ -41,7 +47,7 @@ from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
 from schemas.codec import decode
 from schemas.collection import DataType
-from schemas.dml import DML_EVENT, Column, TimeTickEvent
+from schemas.dml import DML_EVENT, Column, DeleteEvent, TimeTickEvent
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
     CollectionNotFound,
@@ -53,20 +59,22 @@ from schemas.errors import (
 )
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import (
-    ChannelCheckpoint,
+    AnySegmentEvent,
+    DeltaFlushed,
     SegmentDropped,
-    SegmentFlushed,
     SegmentInfo,
     SegmentSealed,
     SegmentState,
 )
 from state.meta.meta_cache import MetaCache
 from state.meta.meta_table import MetaView
+from state.meta.segment_meta import Recovery
 from state.meta.tso import TimestampOracle
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
 from state.readpath.expr import Filter
 from state.readpath.search_hits import search_result
+from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import GrowingSegment
 from state.segcore.vector_index import SearchHits
@@ -93,6 +101,7 @@ class PChannelState:
     recovering: bool = False
     recovered_segments: int = 0
     recovered_rows: int = 0
+    recovered_deletes: int = 0  # delete keys read from delete logs at recovery
     cursor_tsafe: int = 0  # the last tick at or before the cursor's position (tsafe is the highest ever)
     building: set[int] = field(default_factory=set)  # collections whose delegators are being (re)built
     deferred: list[SegmentInfo] = field(default_factory=list)  # flushed meanwhile: loaded after the build
@@ -143,8 +152,10 @@ class QueryNode:
         graceful_time_ms: int,
         worker: Worker | None = None,
         loader: Loader | None = None,
+        delete_buffer_bytes: int = DEFAULT_DELETE_BUFFER_BYTES,
     ) -> None:
         self.node_id = node_id
+        self.delete_buffer_bytes = delete_buffer_bytes
         self.loader = loader
         self._loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight
         self._reconcile = asyncio.Lock()
@@ -193,8 +204,8 @@ class QueryNode:
         ]
         vchannels = [v for info, _ in loaded for v in _vchannels_on(info, pchannel)]
         # one read of the meta for the whole pchannel: every collection starts at the same checkpoint
-        recovery = await self.loader.recovery_view(pchannel, vchannels)
-        checkpoint = recovery[1]
+        recovery = await self.loader.recovery(pchannel, vchannels)
+        checkpoint = recovery.checkpoint
         start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
         for info, load in loaded:
             await self._build(state, info, load, recovery=recovery)
@@ -218,7 +229,7 @@ class QueryNode:
         state: PChannelState,
         info: CollectionInfo,
         load: LoadInfo,
-        recovery: tuple[list[SegmentInfo], ChannelCheckpoint | None] | None = None,
+        recovery: Recovery | None = None,
     ) -> tuple[int, int]:
         """(Re)build the delegators of collection ``info`` on ``state``'s pchannel for ``load``:
         drop the old ones, load the flushed segments of the loaded partitions, start each new
@@ -237,11 +248,12 @@ class QueryNode:
                 old = state.delegators.pop(vchannel, None)
                 if old is not None:
                     old.release_segments(list(old.distribution()))
-            segments, checkpoint = recovery or await self.loader.recovery_view(state.pchannel, vchannels)
+            view = recovery or await self.loader.recovery(state.pchannel, vchannels)
+            segments, checkpoint = view.segments, view.checkpoint
             start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
             fresh = {}
             for vchannel in vchannels:
-                delegator = ShardDelegator(vchannel, info, self.worker, load)
+                delegator = self._new_delegator(vchannel, info, load)
                 delegator.start_at(start - 1, ts)
                 fresh[vchannel] = delegator
             wanted = [r for r in segments if r.vchannel in fresh and load.covers(r.partition_id)]
@@ -253,9 +265,14 @@ class QueryNode:
                     return await loader.load(record, info.collection_schema)
 
             for record, segment in zip(wanted, await asyncio.gather(*map(load_one, wanted)), strict=True):
-                if fresh[record.vchannel].add_sealed(segment):
+                if fresh[record.vchannel].add_sealed(segment, resolve=False):
                     state.recovered_segments += 1
                     state.recovered_rows += record.num_rows
+            for vchannel, delegator in fresh.items():  # every delete before the checkpoint, and the versions
+                logs = [d for d in view.deltas if d.vchannel == vchannel and d.collection_id == cid]
+                durable = await loader.read_deltas(logs, info.collection_schema)
+                delegator.resolve_sealed(durable)
+                state.recovered_deletes += sum(len(r.pks) for r in durable)
             if self.pchannels.get(state.pchannel) is not state:
                 for delegator in fresh.values():
                     delegator.release_segments(list(delegator.distribution()))
@@ -333,10 +350,17 @@ class QueryNode:
 
     # ------------------------------------------------------------------ sealed segments
 
-    async def on_segment_event(self, event: SegmentSealed | SegmentFlushed | SegmentDropped) -> None:
+    async def on_segment_event(self, event: AnySegmentEvent) -> None:
         """A life-cycle event from ``segment-events``: a flushed segment of an owned vchannel is
-        loaded and replaces its growing copy; a dropped one stops being served."""
+        loaded and replaces its growing copy; a dropped one stops being served; a delete log
+        written lets the vchannel's delete buffer evict the deletes it holds."""
         if isinstance(event, SegmentSealed):
+            return
+        if isinstance(event, DeltaFlushed):
+            for owned in self.pchannels.values():
+                shard = owned.delegators.get(event.vchannel)
+                if shard is not None and shard.collection.collection_id == event.collection_id:
+                    shard.mark_durable(event.end_offset + 1)
             return
         info = await self.cache.collection(event.collection_id)
         if info is None or event.vchannel not in info.vchannels:
@@ -402,9 +426,13 @@ class QueryNode:
         if delegator is None or delegator.is_sealed(record.segment_id) or not delegator.covers(record.partition_id):
             return False
         segment = await self.loader.load(record, info.collection_schema)
+        durable = []
+        if delegator.needs_durable_deletes(segment):  # no growing copy, the buffer does not reach back
+            logs = [d for d in await self.loader.deltas(record.collection_id) if d.vchannel == record.vchannel]
+            durable = await self.loader.read_deltas(logs, info.collection_schema, record.min_ts - 1)
         if self.pchannels.get(state.pchannel) is not state:
             return False  # the pchannel was taken away while the segment loaded
-        return delegator.add_sealed(segment)
+        return delegator.add_sealed(segment, durable)
 
     # ------------------------------------------------------------------ consumption
 
@@ -441,7 +469,12 @@ class QueryNode:
         if delegator is None:
             self.skipped_events += 1  # dropped or not loaded (a load replays it from the checkpoint)
             return None
-        if delegator.process_insert(event, offset):
+        applied = (
+            delegator.process_delete(event, offset)
+            if isinstance(event, DeleteEvent)
+            else delegator.process_insert(event, offset)
+        )
+        if applied:
             self.applied_events += 1
         return None
 
@@ -462,13 +495,16 @@ class QueryNode:
             return None
         delegator = state.delegators.get(vchannel)  # another coroutine may have made it meanwhile
         if delegator is None:
-            delegator = ShardDelegator(vchannel, info, self.worker, load)
+            delegator = self._new_delegator(vchannel, info, load)
             # made from apply(), the record at the cursor's position is the insert being applied
             # now: it must not count as before the delegator (identities keep it applied once);
             # its tsafe is the tick at the cursor, not the highest one (a replay may be under way)
             delegator.start_at(state.position - 1, state.cursor_tsafe)
             state.delegators[vchannel] = delegator
         return delegator
+
+    def _new_delegator(self, vchannel: str, info: CollectionInfo, load: LoadInfo) -> ShardDelegator:
+        return ShardDelegator(vchannel, info, self.worker, load, delete_buffer_bytes=self.delete_buffer_bytes)
 
     # ------------------------------------------------------------------ serving
 
@@ -644,6 +680,7 @@ class QueryNode:
                     "recovering": s.recovering,
                     "recovered_segments": s.recovered_segments,
                     "recovered_rows": s.recovered_rows,
+                    "recovered_deletes": s.recovered_deletes,
                     "vchannels": {v: d.health() for v, d in s.delegators.items()},
                 }
                 for name, s in sorted(self.pchannels.items())

@@ -313,12 +313,13 @@ class Worker:
 
     # ------------------------------------------------------------------ insert
 
-    def insert(self, event: InsertEvent) -> int:
+    def insert(self, event: InsertEvent, dead: np.ndarray | None = None) -> int:
         """Append the event's rows to its segment (created on first use); returns the rows added.
 
         PKs come from the primary column, every row's timestamp is ``event.ts``, other columns are
         matched by field name. Not idempotent: deduplication by identity is the delegator's job.
-        The batch is appended whole or not at all (InvalidParameter on a bad column).
+        The batch is appended whole or not at all (InvalidParameter on a bad column). ``dead``:
+        the rows' dead timestamps when the delegator found newer versions or deletes (None: live).
         """
         self._check_running()
         collection = self._collections.get(event.collection_id)
@@ -330,7 +331,7 @@ class Worker:
         if pk_column is None:
             raise InvalidParameter(pk_name, "the primary key column is missing from the insert event")
         columns = {c.name: _column_values(c) for c in event.columns if c.name != pk_name}
-        segment.insert(_column_values(pk_column), event.ts, columns)
+        segment.insert(_column_values(pk_column), event.ts, columns, dead)
         if self.build_in_background and segment.index_pending():
             self.builder.start()
             self.builder.wake()

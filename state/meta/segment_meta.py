@@ -5,6 +5,8 @@ Keys (values are JSON):
 
 - ``datacoord/segment/<collection_id>/<segment_id>``: the segment's :class:`SegmentInfo`
 - ``datacoord/channel-cp/<pchannel>/<vchannel>``: the vchannel's :class:`ChannelCheckpoint`
+- ``datacoord/deltalog/<collection_id>/<vchannel>/<start_offset>``: a delete log's
+  :class:`DeltaLogInfo`, recorded with the checkpoints that pass its offsets (:meth:`SegmentMeta.record_deltas`)
 - ``datacoord/pchannel-cp/<pchannel>``: the pchannel's checkpoint (``vchannel=""``): replaying the
   pchannel from its ``offset`` misses no row of any of its vchannels that is not in a flushed
   segment. The pchannel's owner passes it with the vchannel checkpoints (a checkpoint with
@@ -34,18 +36,30 @@ segments should come after its vchannels are released.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from schemas.errors import InvalidParameter
-from schemas.segment import ChannelCheckpoint, SegmentInfo, SegmentState
+from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentInfo, SegmentState
 from state.meta.snapshot import SnapshotKV
 
-__all__ = ["SegmentMeta"]
+__all__ = ["Recovery", "SegmentMeta"]
 
 ROOT = "datacoord/"
 SEGMENT_PREFIX = ROOT + "segment/"
 CHANNEL_CP_PREFIX = ROOT + "channel-cp/"
 PCHANNEL_CP_PREFIX = ROOT + "pchannel-cp/"
+DELTALOG_PREFIX = ROOT + "deltalog/"
 FLUSHED_STATES = (SegmentState.FLUSHED, SegmentState.INDEXED)  # states whose rows are files
+
+
+@dataclass
+class Recovery:
+    """What a query node gaining a pchannel reads at one meta timestamp: the flushed segments and
+    the delete logs of its vchannels, and the pchannel checkpoint."""
+
+    segments: list[SegmentInfo]
+    checkpoint: ChannelCheckpoint | None
+    deltas: list[DeltaLogInfo] = field(default_factory=list)
 
 
 class SegmentMeta:
@@ -70,7 +84,19 @@ class SegmentMeta:
     def pchannel_cp_key(pchannel: str) -> str:
         return f"{PCHANNEL_CP_PREFIX}{_name('pchannel', pchannel)}"
 
+    @staticmethod
+    def delta_key(collection_id: int, vchannel: str, start_offset: int) -> str:
+        return f"{DELTALOG_PREFIX}{collection_id}/{_name('vchannel', vchannel)}/{start_offset:020d}"
+
     # -- writes
+    async def record_deltas(self, infos: Iterable[DeltaLogInfo], checkpoints: Iterable[ChannelCheckpoint] = ()) -> int:
+        """One write: the delete logs' records and each checkpoint that moves forward. The write
+        ts (0 if nothing needed writing)."""
+        kvs = await self._checkpoint_writes(list(checkpoints))
+        for info in infos:
+            kvs[self.delta_key(info.collection_id, info.vchannel, info.start_offset)] = info.model_dump_json()
+        return await self.store.multi_save(kvs) if kvs else 0
+
     async def record_sealed(self, info: SegmentInfo) -> int:
         """Record a sealed segment if it has no record yet; a record already there (Sealed from an
         earlier announce, or Flushed/Dropped since) is left alone. The write ts, or 0 if none.
@@ -172,6 +198,24 @@ class SegmentMeta:
     async def pchannel_checkpoint(self, pchannel: str, ts: int = 0) -> ChannelCheckpoint | None:
         raw = await self.store.load(self.pchannel_cp_key(pchannel), ts)
         return ChannelCheckpoint.model_validate_json(raw) if raw is not None else None
+
+    async def deltas(self, collection_id: int | None = None, ts: int = 0) -> list[DeltaLogInfo]:
+        """The delete logs (of one collection, or all) as of ``ts``, by (collection, vchannel, offset)."""
+        prefix = DELTALOG_PREFIX if collection_id is None else f"{DELTALOG_PREFIX}{collection_id}/"
+        raw = await self.store.load_with_prefix(prefix, ts)
+        infos = [DeltaLogInfo.model_validate_json(v) for v in raw.values()]
+        return sorted(infos, key=lambda d: (d.collection_id, d.vchannel, d.start_offset))
+
+    async def recovery(self, pchannel: str, vchannels: Iterable[str], ts: int = 0) -> Recovery:
+        """:meth:`recovery_view` plus the delete logs of ``vchannels``, all read at one timestamp:
+        every delete consumed before the checkpoint is in one of those logs."""
+        wanted = set(vchannels)
+        read_ts = ts or await self.store.last_write_ts()
+        if read_ts == 0:
+            return Recovery([], None)
+        segments, checkpoint = await self.recovery_view(pchannel, wanted, read_ts)
+        deltas = [d for d in await self.deltas(ts=read_ts) if d.vchannel in wanted]
+        return Recovery(segments, checkpoint, deltas)
 
     async def recovery_view(
         self, pchannel: str, vchannels: Iterable[str], ts: int = 0

@@ -14,6 +14,10 @@ MVCC stays exact: visibility is the prefix found by binary search only when the 
 to be sorted (checked once at load), otherwise the O(n) mask ``row_ts <= ts``, as in a growing
 segment after a non-monotonic insert.
 
+Deletes: a sealed segment's rows are immutable but their dead timestamps are not (see
+:mod:`state.segcore.segment`): deletes and newer versions hide rows in place, and its exact
+:class:`~state.segcore.pk_index.PkIndex` is built on the first such lookup.
+
 Memory (the choice: one copy, decoded batch by batch): :meth:`SealedSegment.load` reads the insert
 log through :func:`~state.segcore.segment_files.load_segment_columns`, which decodes ~4 MiB of rows
 at a time straight into numpy arrays of exactly ``num_rows`` rows; the segment adopts them as its
@@ -41,8 +45,9 @@ import pyarrow as pa
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter
 from schemas.segment import SegmentKey, SegmentManifest
+from state.segcore.pk_stats import PkBloom
 from state.segcore.segment import INDEX_SLICE_ROWS, PY_OBJECT_BYTES, GrowingSegment
-from state.segcore.segment_files import load_segment_columns
+from state.segcore.segment_files import load_segment_columns, read_pk_bloom
 
 __all__ = ["SealedSegment"]
 
@@ -62,6 +67,7 @@ class SealedSegment(GrowingSegment):
         """An empty sealed segment; use :meth:`load` or :meth:`from_columns`."""
         super().__init__(key.segment_id, key.collection_id, key.partition_id, key.vchannel, schema)
         self.manifest = manifest
+        self.pk_bloom: PkBloom | None = None  # its flushed PK statistics (None: built from columns)
 
     @classmethod
     def load(cls, root: Path | str, path: str, schema: CollectionSchema, verify: bool = False) -> SealedSegment:
@@ -73,6 +79,7 @@ class SealedSegment(GrowingSegment):
         manifest, pks, row_ts, columns = load_segment_columns(root, path, schema, verify)
         segment = cls.from_columns(manifest, schema, pks, row_ts, columns)
         segment.manifest = manifest
+        segment.pk_bloom = read_pk_bloom(root, path, manifest)
         pa.default_memory_pool().release_unused()  # hand the decode buffers back to the OS now
         return segment
 
@@ -106,7 +113,11 @@ class SealedSegment(GrowingSegment):
         for name in columns:
             if name not in self._fields:
                 raise InvalidParameter(name, "is not a field of the collection")
-        buffers: dict[str, np.ndarray] = {self._pk_key: pk_array, self._ts_key: ts}
+        buffers: dict[str, np.ndarray] = {
+            self._pk_key: pk_array,
+            self._ts_key: ts,
+            self._dead_key: np.full(n, np.iinfo(np.uint64).max, np.uint64),
+        }
         for field in self.schema.fields:
             if field.is_primary:
                 continue
@@ -127,6 +138,7 @@ class SealedSegment(GrowingSegment):
             self._capacity = n
             self._n = n
         self._var_bytes = var_bytes
+        self._pk_index = None  # built on the first delete or version check (PkIndex.of)
         self._ts_sorted = bool(np.all(ts[1:] >= ts[:-1]))
 
     @staticmethod
@@ -142,9 +154,18 @@ class SealedSegment(GrowingSegment):
 
     # ------------------------------------------------------------------ immutable, no interim index
 
-    def insert(self, pks: Any, timestamps: Any, columns: Mapping[str, Any]) -> NoReturn:
+    def insert(self, pks: Any, timestamps: Any, columns: Mapping[str, Any], dead: Any = None) -> NoReturn:
         """Always InvalidParameter: a sealed segment is immutable."""
         raise InvalidParameter("segment_id", SEALED_RULE, self.segment_id)
+
+    def bloom(self) -> PkBloom:
+        """The PK bloom filter: the flushed one, else built from the keys (a segment made from
+        columns) and kept."""
+        if self.pk_bloom is None:
+            varchar = self._varchar_pk
+            keys = self.pks_view()
+            self.pk_bloom = PkBloom.build(keys.tolist() if varchar else keys, varchar)
+        return self.pk_bloom
 
     def index_pending(self) -> bool:
         """Always False: a sealed segment gets no interim index."""

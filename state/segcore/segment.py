@@ -18,6 +18,18 @@ for growing data). A search waits at most ``INDEX_LOCK_WAIT_S`` for a slice bein
 that (the builder runs at a low CPU priority and may be starved mid-slice) it searches every row
 exactly instead.
 
+Deletes and versions (MVCC): every row also carries a *dead timestamp*, the first timestamp at
+which it is invisible (``MAX_TIMESTAMP`` while it is live): a delete at ``d`` of its key sets it
+to ``d`` when the row is older (insert ts < d), and a newer version of its key (an insert or
+upsert at ``t`` > the row's ts, or a later duplicate at the same ts) sets it to ``t``. A row is
+visible at read timestamp ``r`` iff ``insert ts <= r < dead ts``, so a read before a delete still
+sees the row and a read at or after it never does, and at any ``r`` at most one version of a key
+is visible: the newest one at or below ``r``. Dead timestamps only go down (``min``), so applying
+a delete or a version twice, or in any order, gives the same result. :meth:`GrowingSegment.hide`
+and :meth:`GrowingSegment.newer_versions` find rows by key through an exact :class:`PkIndex`.
+While no dead timestamp is at or below ``r`` (no delete yet), visibility stays the prefix found by
+binary search.
+
 Results follow Milvus conventions (see :mod:`state.segcore.vector_index`): best first, ties by PK ascending.
 Threads: one owner (the worker's event loop) calls every method except :meth:`index_step` (and
 :meth:`index_pending`), which a builder thread may call concurrently; concurrent
@@ -44,6 +56,7 @@ from numpy.dtypes import StringDType
 
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.errors import IndexNotFound, InvalidParameter
+from state.segcore.pk_index import PkIndex
 from state.segcore.vector_index import (
     METRIC_COSINE,
     METRIC_L2,
@@ -186,9 +199,13 @@ class GrowingSegment:
         self._ts_sorted = True  # timestamps non-decreasing: visibility is a prefix
         # One buffer per column, all with the same capacity; "\0..." keys never clash with field names.
         self._buffers: dict[str, np.ndarray] = {}
-        self._pk_key, self._ts_key = "\0pk", "\0ts"
+        self._pk_key, self._ts_key, self._dead_key = "\0pk", "\0ts", "\0dead"
         self._buffers[self._pk_key] = self._alloc(self._pk_field, 0)
         self._buffers[self._ts_key] = np.empty(0, np.uint64)
+        self._buffers[self._dead_key] = np.empty(0, np.uint64)
+        self._min_dead = MAX_TIMESTAMP  # smallest dead timestamp of any row (MAX: none hidden yet)
+        self._hidden = 0  # rows with a dead timestamp (deleted or superseded at some ts)
+        self._pk_index: PkIndex | None = PkIndex(self._varchar_pk)  # growing: kept up on insert
         for f in schema.fields:
             if not f.is_primary:
                 self._buffers[f.name] = self._alloc(f, 0)
@@ -239,7 +256,9 @@ class GrowingSegment:
         """Estimated bytes held: allocated column buffers (capacity, not just rows), object payloads
         of VARCHAR/JSON values, and the interim indexes."""
         buffers = sum(buf.nbytes for buf in self._buffers.values())
-        return buffers + self._var_bytes + sum(index.memory_bytes for index in self._indexes.values())
+        indexes = sum(index.memory_bytes for index in self._indexes.values())
+        pk_index = 0 if self._pk_index is None else self._pk_index.memory_bytes
+        return buffers + self._var_bytes + indexes + pk_index
 
     def _view(self, key: str) -> np.ndarray:
         view = self._buffers[key][: self._n]
@@ -261,6 +280,90 @@ class GrowingSegment:
     def timestamps_view(self) -> np.ndarray:
         """Read-only view of the insert timestamps (uint64)."""
         return self._view(self._ts_key)
+
+    def dead_view(self) -> np.ndarray:
+        """Read-only view of the dead timestamps (uint64; MAX_TIMESTAMP: live at every ts)."""
+        return self._view(self._dead_key)
+
+    @property
+    def hidden_rows(self) -> int:
+        """Rows deleted or superseded at some timestamp (visible before it, if ever)."""
+        return self._hidden
+
+    # ------------------------------------------------------------------ deletes and versions
+
+    def pk_index(self) -> PkIndex:
+        """The exact key -> rows index (built on first use for a segment that has none)."""
+        if self._pk_index is None:
+            self._pk_index = PkIndex.of(self.pks_view(), self._varchar_pk)
+        return self._pk_index
+
+    def _per_key_ts(self, ts: Any, n: int) -> np.ndarray:
+        return self._convert_timestamps(ts, n)
+
+    def hide(self, pks: Any, ts: Any, inclusive: bool = False, below: int | None = None) -> int:
+        """For each key ``pks[i]``, its rows older than ``ts[i]`` (insert ts < ts[i]; <= with
+        ``inclusive``: a newer row of the same timestamp supersedes) become invisible from
+        ``ts[i]`` on. ``ts`` is one int or one per key; ``below``: only rows at offsets below it.
+        Returns the rows hidden now that were live before. Idempotent; O(k log n)."""
+        keys = np.asarray(pks, dtype=object if self._varchar_pk else np.int64)
+        k = len(keys)
+        if k == 0 or self._n == 0:
+            return 0
+        key_ts = self._per_key_ts(ts, k)
+        which, rows = self.pk_index().lookup(keys)
+        if below is not None:
+            keep = rows < below
+            which, rows = which[keep], rows[keep]
+        if len(rows) == 0:
+            return 0
+        row_ts = self._buffers[self._ts_key][rows]
+        at = key_ts[which]
+        older = row_ts <= at if inclusive else row_ts < at
+        rows, at = rows[older], at[older]
+        if len(rows) == 0:
+            return 0
+        return self.lower_dead(rows, at)
+
+    def lower_dead(self, rows: np.ndarray, dead: np.ndarray) -> int:
+        """dead ts of ``rows[i]`` = min(its dead ts, ``dead[i]``) (rows may repeat); returns the
+        rows hidden now that were live before."""
+        if len(rows) == 0:
+            return 0
+        buffer = self._buffers[self._dead_key]
+        was_live = int(np.count_nonzero(buffer[np.unique(rows)] == np.uint64(MAX_TIMESTAMP)))
+        values = np.asarray(dead, dtype=np.uint64)
+        np.minimum.at(buffer, rows, values)
+        self._hidden += was_live
+        self._min_dead = min(self._min_dead, int(values.min()))
+        return was_live
+
+    def newer_versions(self, pks: Any, ts: Any) -> np.ndarray:
+        """Per key ``pks[i]``: the smallest insert timestamp above ``ts[i]`` among this segment's
+        rows holding it (MAX_TIMESTAMP if none): when the row ``(pks[i], ts[i])`` stops being the
+        newest version. O(k log n)."""
+        keys = np.asarray(pks, dtype=object if self._varchar_pk else np.int64)
+        k = len(keys)
+        out = np.full(k, MAX_TIMESTAMP, np.uint64)
+        if k == 0 or self._n == 0:
+            return out
+        key_ts = self._per_key_ts(ts, k)
+        which, rows = self.pk_index().lookup(keys)
+        row_ts = self._buffers[self._ts_key][rows]
+        newer = row_ts > key_ts[which]
+        np.minimum.at(out, which[newer], row_ts[newer])
+        return out
+
+    def set_dead(self, dead: np.ndarray) -> None:
+        """Adopt ``dead`` (n,) as the rows' dead timestamps (a sealed copy taking over from its
+        growing copy, row for row)."""
+        array = np.asarray(dead, dtype=np.uint64)
+        if array.shape != (self._n,):
+            raise InvalidParameter("dead", f"must hold {self._n} dead timestamps", array.shape)
+        self._buffers[self._dead_key][: self._n] = array
+        hidden = array != np.uint64(MAX_TIMESTAMP)
+        self._hidden = int(np.count_nonzero(hidden))
+        self._min_dead = int(array[hidden].min()) if self._hidden else MAX_TIMESTAMP
 
     def has_interim_index(self, field: str) -> bool:
         return field in self._indexes
@@ -340,9 +443,12 @@ class GrowingSegment:
 
     # ------------------------------------------------------------------ insert
 
-    def insert(self, pks: Any, timestamps: Any, columns: Mapping[str, Any]) -> None:
+    def insert(self, pks: Any, timestamps: Any, columns: Mapping[str, Any], dead: Any = None) -> None:
         """Append a batch of n rows: ``pks`` (n,), ``timestamps`` (one int or n ints) and one column
         per non-primary field (a primary-key column may be repeated and must equal ``pks``).
+
+        ``dead``: the rows' dead timestamps when known (a newer version or a delete came first:
+        see the module doc), one int or n ints; default live.
 
         Vectors: (n, dim) float32-convertible arrays or raw little-endian float32 bytes of n*dim
         values; VARCHAR: str values; JSON: dicts (or JSON texts, parsed); a missing dynamic ``$meta``
@@ -353,6 +459,7 @@ class GrowingSegment:
         pk_array, var_bytes = self._convert_pks(pks)
         n = len(pk_array)
         ts_array = self._convert_timestamps(timestamps, n)
+        dead_array = self._convert_timestamps(MAX_TIMESTAMP if dead is None else dead, n)
         for name in columns:
             if name not in self._fields:
                 raise InvalidParameter(name, "is not a field of the collection")
@@ -381,6 +488,7 @@ class GrowingSegment:
         buffers = self._buffers
         buffers[self._pk_key][start:end] = pk_array
         buffers[self._ts_key][start:end] = ts_array
+        buffers[self._dead_key][start:end] = dead_array
         for name, array in converted.items():
             buffers[name][start:end] = array
         for name in self._vector_fields:
@@ -389,6 +497,12 @@ class GrowingSegment:
         if self._ts_sorted and n:
             previous_last = buffers[self._ts_key][start - 1] if start else ts_array[0]
             self._ts_sorted = bool(ts_array[0] >= previous_last) and bool(np.all(ts_array[1:] >= ts_array[:-1]))
+        if self._pk_index is not None:
+            self._pk_index.append(pk_array, start)
+        hidden = dead_array != np.uint64(MAX_TIMESTAMP)
+        if hidden.any():
+            self._hidden += int(np.count_nonzero(hidden))
+            self._min_dead = min(self._min_dead, int(dead_array[hidden].min()))
         with self._rows_lock:  # the rows are written: publish them
             self._n = end
         self._var_bytes += var_bytes
@@ -513,12 +627,21 @@ class GrowingSegment:
         return int(ts)
 
     def visible(self, ts: int) -> np.ndarray:
-        """(n,) bool: rows whose insert timestamp is <= ``ts``. O(n)."""
-        return self.timestamps_view() <= np.uint64(self._check_ts(ts))
+        """(n,) bool: rows visible at ``ts``: insert timestamp <= ``ts`` < dead timestamp. O(n)."""
+        ts = self._check_ts(ts)
+        live = self.timestamps_view() <= np.uint64(ts)
+        if self._dead_at(ts):
+            live &= self.dead_view() > np.uint64(min(ts, MAX_TIMESTAMP - 1))
+        return live
+
+    def _dead_at(self, ts: int) -> bool:
+        """Whether some row is dead at ``ts`` (MAX_TIMESTAMP as a dead timestamp means live)."""
+        return self._min_dead <= min(ts, MAX_TIMESTAMP - 1)
 
     def _visible_prefix(self, ts: int) -> int | None:
-        """Rows visible at ``ts`` form the prefix [0, result) when timestamps are sorted, else None."""
-        if not self._ts_sorted:
+        """Rows visible at ``ts`` form the prefix [0, result) when timestamps are sorted and no row
+        is dead at ``ts``, else None."""
+        if not self._ts_sorted or self._dead_at(ts):
             return None
         return int(np.searchsorted(self.timestamps_view(), np.uint64(ts), side="right"))
 

@@ -148,8 +148,22 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
     health = delegator.health()
     assert health["tsafe"] == 31 and health["position"] == 3 and health["identities"] == 3
     assert health["segments"] == {
-        100: {"partition_id": 11, "kind": "growing", "rows": 80, "indexed_rows": 0},
-        101: {"partition_id": 11, "kind": "growing", "rows": 40, "indexed_rows": 0},
+        100: {
+            "partition_id": 11,
+            "kind": "growing",
+            "rows": 80,
+            "indexed_rows": 0,
+            "hidden_rows": 0,
+            "forwarded_deletes": 0,
+        },
+        101: {
+            "partition_id": 11,
+            "kind": "growing",
+            "rows": 40,
+            "indexed_rows": 0,
+            "hidden_rows": 0,
+            "forwarded_deletes": 0,
+        },
     }
     assert delegator.worker.health()["rows"] == 120
 

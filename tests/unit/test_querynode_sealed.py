@@ -17,8 +17,10 @@ from schemas.codec import encode
 from schemas.collection import CollectionSchema
 from schemas.dml import InsertEvent, TimeTickEvent
 from schemas.meta import CollectionInfo, LoadInfo
-from schemas.segment import ChannelCheckpoint, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
+from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
 from state.meta.meta_table import MetaView
+from state.meta.segment_meta import Recovery
+from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.sealed import SealedSegment
 from tests.unit.test_delegator import PCHANNELS, VCHANNELS, Rows, assert_hits, make_collection
 
@@ -50,6 +52,8 @@ class Loader:
     def __init__(self) -> None:
         self.segments: dict[int, SealedSegment] = {}
         self.view: tuple[list[SegmentInfo], ChannelCheckpoint | None] = ([], None)
+        self.delta_logs: list[DeltaLogInfo] = []
+        self.delete_records: dict[str, list[DeleteRecord]] = {}
         self.loads = 0
 
     def seal(self, info: CollectionInfo, events: list[InsertEvent]) -> SegmentInfo:
@@ -77,6 +81,17 @@ class Loader:
     async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment:
         self.loads += 1
         return self.segments[info.segment_id]
+
+    async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery:
+        return Recovery(*self.view, self.delta_logs)
+
+    async def deltas(self, collection_id: int) -> list[DeltaLogInfo]:
+        return [d for d in self.delta_logs if d.collection_id == collection_id]
+
+    async def read_deltas(
+        self, infos: Sequence[DeltaLogInfo], schema: CollectionSchema, min_ts: int = 0
+    ) -> list[DeleteRecord]:
+        return [r for info in infos for r in self.delete_records[info.path] if r.ts > min_ts]
 
 
 def tick(ts: int) -> bytes:
