@@ -21,7 +21,7 @@ identity prefix (``<namespace>:ingest:pk:<prefix>``) so a repeat routes its rows
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,10 +106,11 @@ class InsertPipeline:
             )
         return kept_first
 
-    async def publish(self, more: PublishMore | None = None) -> int:
-        """Publish the events (and ``more(ts)``'s records); the timestamp, once all are acknowledged."""
+    async def publish(self, more: PublishMore | None = None, extra_pchannels: Sequence[str] = ()) -> int:
+        """Publish the events (and ``more(ts)``'s records, on ``extra_pchannels`` too if they are
+        dml records); the timestamp, once all are acknowledged."""
         host = self.host
-        pchannels = sorted({self.info.pchannels[s] for s, _ in self.groups})
+        pchannels = sorted({self.info.pchannels[s] for s, _ in self.groups} | set(extra_pchannels))
         stats = host.dm_stats
         self.ts = await stats.enter(pchannels)
         try:

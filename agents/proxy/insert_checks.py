@@ -26,8 +26,12 @@ RULE_AUTO_ID_GIVEN = "must not be given: the primary key is auto_id and assigned
 Columns = dict[str, Any]
 
 
-def columns_of(data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: CollectionSchema) -> tuple[Columns, int]:
-    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON) and the row count."""
+def columns_of(
+    data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: CollectionSchema, pk_given: bool = False
+) -> tuple[Columns, int]:
+    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON) and the row
+    count. ``pk_given``: an auto_id primary key must be given too (an upsert names the rows it
+    replaces), and is checked like any field."""
     raw, n = _as_columns(data, schema)
     if n == 0:
         raise InvalidParameter("data", "must hold at least one row", 0)
@@ -35,7 +39,7 @@ def columns_of(data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: Co
     for f in schema.fields:
         if f.is_dynamic:
             continue
-        if f.auto_id:
+        if f.auto_id and not pk_given:
             if f.name in raw:
                 raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
             continue

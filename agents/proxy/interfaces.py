@@ -61,6 +61,15 @@ class InsertHost(Protocol):
     def dm_stats(self) -> DmTaskStats: ...
 
 
+class DeleteHost(InsertHost, Protocol):
+    """What a DeleteTask uses besides the insert path's members: a query at a timestamp (a
+    delete by filter resolves its keys with one)."""
+
+    def request_tick(self) -> None: ...
+
+    async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]: ...
+
+
 class FlushHost(Protocol):
     """What a FlushTask uses: meta, the segment allocator (to seal) and the segment meta (to wait)."""
 

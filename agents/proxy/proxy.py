@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -20,6 +21,7 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from agents.proxy.ddl_task import DdlTask
+from agents.proxy.delete import DeleteTask
 from agents.proxy.flush import FlushTask
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
@@ -28,11 +30,12 @@ from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
+from agents.proxy.upsert import UpsertTask
 from agents.service import Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
-from schemas.dml import InsertResult, ProxyTimeTick
+from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
 from schemas.errors import CollectionNotLoaded, PartitionNotFound, RequestTimeout
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
@@ -164,6 +167,30 @@ class Proxy(Service):
         """Run an insert through the dm queue: its primary keys and timestamp once every event
         was acknowledged by the broker, or its error (nothing published on a failed check)."""
         task = InsertTask(self, collection_name, data, partition_name)
+        await self.dm_queue.enqueue(task)
+        result = await task.wait_to_finish()
+        self.last_write_ts = max(self.last_write_ts, result.timestamp)
+        return result
+
+    async def delete(
+        self,
+        collection_name: str,
+        ids: Sequence[Any] | None = None,
+        filter: str = "",
+        partition_name: str = "",
+    ) -> DeleteResult:
+        """Run a delete through the dm queue (``agents/proxy/delete.py``): the keys deleted and the
+        delete's timestamp once every event was acknowledged; reads at or after it never see them."""
+        task = DeleteTask(self, collection_name, ids, filter, partition_name)
+        await self.dm_queue.enqueue(task)
+        result = await task.wait_to_finish()
+        self.last_write_ts = max(self.last_write_ts, result.timestamp)
+        return result
+
+    async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
+        """Run an upsert through the dm queue (``agents/proxy/upsert.py``): the rows' keys (new
+        ones for auto_id) and the timestamp of the write and of the old versions' end."""
+        task = UpsertTask(self, collection_name, data, partition_name)
         await self.dm_queue.enqueue(task)
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
