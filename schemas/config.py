@@ -127,6 +127,20 @@ class OspreyConfig(BaseModel):
         description="a data node deletes dml records behind a pchannel checkpoint once the checkpoint is this old "
         "(query nodes a little behind still read them)",
     )
+    compaction_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="how often a data node looks for flushed segments to compact (0: only when asked, by Compact)",
+    )
+    compaction_deleted_ratio: float = Field(
+        0.2, gt=0, le=1, description="a flushed segment with this share of deleted rows is rewritten without them"
+    )
+    compaction_small_ratio: float = Field(
+        0.5, gt=0, le=1, description="flushed segments below this share of the segment size are merged"
+    )
+    compaction_file_grace_s: float = Field(
+        60.0, ge=0, description="files of segments replaced by a compaction are removed this long after it"
+    )
     delete_buffer_bytes: int = Field(
         64 << 20,
         ge=0,

@@ -141,6 +141,9 @@ class SegmentFlushed(SegmentKey):
     and its meta is recorded (with the vchannel's checkpoint: ``state/meta/segment_meta.py``)."""
 
     kind: Literal["Flushed"] = "Flushed"
+    compacted_from: list[int] = Field(
+        default_factory=list, description="a compaction result: the segments it replaces, in one step"
+    )
     path: str
     num_rows: int = Field(ge=1)
     start_offset: int = Field(ge=0)
@@ -153,6 +156,7 @@ class SegmentFlushed(SegmentKey):
 
 class SegmentDropped(SegmentKey):
     kind: Literal["Dropped"] = "Dropped"
+    compacted_into: int = Field(0, description="replaced by this compaction result (0: not compacted)")
     reason: str
     ts: int = Field(ge=1)
 
@@ -204,6 +208,9 @@ class SegmentInfo(SegmentKey):
     digest: str = ""
     flushed_ts: int = 0
     dropped_reason: str = ""
+    compacted_from: list[int] = Field(default_factory=list)  # a compaction result: the segments it replaced
+    compacted_into: int = 0  # Dropped by compaction: the segment its live rows are in
+    dropped_ts: int = 0
 
     @property
     def done(self) -> bool:
@@ -236,6 +243,15 @@ class CollectionStats(_Model):
     flushed_rows: int
     buffered_rows: int
     flushed_segments: int
+
+
+class CompactionState(_Model):
+    """Compact / GetCompactionState: ``compaction_id`` is the request's timestamp; ``Completed``
+    once the data nodes owning the collection's vchannels have each run a compaction round for it."""
+
+    collection_name: str
+    compaction_id: int
+    state: Literal["Executing", "Completed"]
 
 
 class FlushState(_Model):

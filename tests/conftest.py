@@ -91,6 +91,8 @@ def make_config(
         "data_dir": data_dir,
         "dml_partitions": 4,
         "ddl_timeout_s": 30.0,
+        # scheduled compaction off: tests that count segments would race it (compaction tests ask)
+        "compaction_interval_s": 0.0,
     }
     values.update(overrides)
     return OspreyConfig(**values)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from typing import Any
 
 import faust
 
+from agents.datanode.compactor import Compactor
 from agents.datanode.flusher import SegmentFlusher
 from agents.datanode.node import DataNode
 from agents.datanode.truncator import LogTruncator
@@ -88,6 +89,18 @@ class DataNodeRuntime(Service):
         self.truncator = LogTruncator(config, self.topics.dml, self.meta, owned=lambda: list(node.channels))
         await self.truncator.start()
         self.on_close(self.truncator.stop, "dml truncator")
+        self.compactor = Compactor(
+            config,
+            redis,
+            self.meta,
+            MetaCache(store),
+            tso,
+            producer,
+            self.topics.segment_events,
+            owned=lambda: list(node.channels),
+        )
+        await self.compactor.start()
+        self.on_close(self.compactor.stop, "compactor")
         self.status = StatusBoard(redis, ns)
         self.registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
         self.on_close(self._remove_status, "status")
@@ -134,6 +147,7 @@ class DataNodeRuntime(Service):
             **self.node.health(),
             "segment_events": self.reader.health(),
             "truncator": self.truncator.health(),
+            "compactor": self.compactor.health(),
         }
 
 

@@ -282,7 +282,11 @@ class ShardDelegator:
         return not self.deletes.reaches(min_ts)
 
     def add_sealed(
-        self, segment: SealedSegment, durable_deletes: Sequence[DeleteRecord] = (), resolve: bool = True
+        self,
+        segment: SealedSegment,
+        durable_deletes: Sequence[DeleteRecord] = (),
+        resolve: bool = True,
+        replaces: Sequence[int] = (),
     ) -> bool:
         """Serve ``segment`` (flushed, loaded) in place of its growing copy (see the class doc);
         False if it is served sealed already. Its dead timestamps: its growing copy's when that
@@ -290,6 +294,8 @@ class ShardDelegator:
         (the buffer's, plus ``durable_deletes`` read from the delete logs when
         :meth:`needs_durable_deletes`) and the versions of its keys in the other segments.
         ``resolve=False``: the caller resolves several segments at once (:meth:`resolve_sealed`).
+        ``replaces``: a compaction result takes the place of these segments (copies of its live
+        rows), in the same step: they are not versions of its rows, and stop being served.
         A segment of another vchannel or collection is a routing bug: InvalidParameter."""
         if segment.vchannel != self.vchannel or segment.collection_id != self.collection.collection_id:
             raise InvalidParameter(
@@ -305,16 +311,19 @@ class ShardDelegator:
         if growing is not None and _same_rows(growing, segment):
             segment.set_dead(growing.dead_view())
         elif resolve:
-            self._resolve_one(segment, durable_deletes)
+            self._resolve_one(segment, durable_deletes, exclude={sid, *replaces})
         self.worker.load_collection(self.collection)
         self.worker.put_sealed(segment)
         self.oracle.add_sealed(segment, segment.bloom())
+        if replaces:
+            self.release_segments(list(replaces))
+            self._sealed.update(replaces)
         self._distribution[sid] = SegmentEntry(sid, segment.partition_id, self.worker, SEGMENT_SEALED)
         self._sealed.add(sid)
         self._identities = {i: s for i, s in self._identities.items() if s != sid}
         return True
 
-    def _resolve_one(self, segment: SealedSegment, durable_deletes: Sequence[DeleteRecord]) -> None:
+    def _resolve_one(self, segment: SealedSegment, durable_deletes: Sequence[DeleteRecord], exclude: set[int]) -> None:
         """Dead timestamps of a segment joining without a growing copy (see :meth:`add_sealed`)."""
         min_ts = int(segment.timestamps_view().min())
         deletes = [*durable_deletes, *self.deletes.since(min_ts)]
@@ -322,7 +331,7 @@ class ShardDelegator:
         pks = segment.pks_view()
         row_ts = segment.timestamps_view()
         sid = segment.segment_id
-        for other, positions in self.oracle.candidates(np.asarray(pks), exclude=sid):
+        for other, positions in self.oracle.candidates(np.asarray(pks), exclude=exclude):
             keys, stamps = pks[positions], row_ts[positions]
             # a tie (one request's rows in two segments) goes to the later segment
             self.superseded_rows += other.hide(keys, stamps, inclusive=other.segment_id < sid)

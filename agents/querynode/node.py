@@ -369,6 +369,8 @@ class QueryNode:
         if state is None:
             return  # not ours: its owner loads it (or recovers it from the meta when it gains it)
         if isinstance(event, SegmentDropped):
+            if event.compacted_into:
+                return  # replaced by a compaction result: swapped out when the result is loaded
             delegator = await self._delegator(state, event.collection_id, event.vchannel)
             if delegator is not None:
                 delegator.drop_segment(event.segment_id)
@@ -387,6 +389,7 @@ class QueryNode:
             max_ts=event.max_ts,
             digest=event.digest,
             flushed_ts=event.flushed_ts,
+            compacted_from=event.compacted_from,
         )
         await self._load_sealed(record)
 
@@ -432,7 +435,7 @@ class QueryNode:
             durable = await self.loader.read_deltas(logs, info.collection_schema, record.min_ts - 1)
         if self.pchannels.get(state.pchannel) is not state:
             return False  # the pchannel was taken away while the segment loaded
-        return delegator.add_sealed(segment, durable)
+        return delegator.add_sealed(segment, durable, replaces=record.compacted_from)
 
     # ------------------------------------------------------------------ consumption
 

@@ -128,6 +128,19 @@ class SegmentMeta:
             kvs[key] = info.model_dump_json()
         return await self.store.multi_save(kvs) if kvs else 0
 
+    async def record_compaction(self, result: SegmentInfo | None, replaced: Iterable[SegmentInfo]) -> int:
+        """One write: the compaction ``result`` (Flushed; None when no row survived) and the
+        segments it replaces, Dropped. A recovery view sees the old segments or the new one,
+        never both or neither."""
+        kvs: dict[str, str] = {}
+        if result is not None:
+            _check_state(result, FLUSHED_STATES)
+            kvs[self.segment_key(result.collection_id, result.segment_id)] = result.model_dump_json()
+        for info in replaced:
+            _check_state(info, (SegmentState.DROPPED,))
+            kvs[self.segment_key(info.collection_id, info.segment_id)] = info.model_dump_json()
+        return await self.store.multi_save(kvs) if kvs else 0
+
     async def record_dropped(self, info: SegmentInfo) -> int:
         """Record the segment Dropped (final, whatever it was); the write ts."""
         _check_state(info, (SegmentState.DROPPED,))

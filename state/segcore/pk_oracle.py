@@ -15,7 +15,7 @@ changes nothing. Pure logic; one owner (the delegator's event loop).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,15 +59,15 @@ class PkOracle:
         return segment_id in self._entries
 
     def candidates(
-        self, pks: np.ndarray, partition_id: int = ALL_PARTITIONS, exclude: int | None = None
+        self, pks: np.ndarray, partition_id: int = ALL_PARTITIONS, exclude: Collection[int] = ()
     ) -> list[tuple[GrowingSegment, np.ndarray]]:
         """(segment, positions of ``pks`` it may hold) for every segment (of ``partition_id``
-        unless ALL_PARTITIONS; never ``exclude``) that may hold at least one of the keys."""
+        unless ALL_PARTITIONS; none in ``exclude``) that may hold at least one of the keys."""
         out: list[tuple[GrowingSegment, np.ndarray]] = []
         if len(pks) == 0:
             return out
         for entry in self._entries.values():
-            if entry.segment_id == exclude:
+            if entry.segment_id in exclude:
                 continue
             if partition_id != ALL_PARTITIONS and entry.partition_id != partition_id:
                 continue

@@ -80,8 +80,10 @@ __all__ = [
     "load_segment_columns",
     "read_manifest",
     "read_pk_bloom",
+    "read_pk_ts",
     "read_segment",
     "remove_partial",
+    "remove_segment",
     "segment_columns",
     "segment_path",
     "verify_files",
@@ -593,6 +595,32 @@ def read_segment(root: Path | str, path: str, verify: bool = False) -> tuple[Seg
     if table.column_names != names:
         raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has columns {table.column_names}, the manifest says {names}")
     return manifest, table
+
+
+def read_pk_ts(root: Path | str, path: str, schema: CollectionSchema) -> tuple[np.ndarray, np.ndarray]:
+    """(primary keys, insert timestamps) of the segment at ``path``, in log order, read from its
+    insert log's two columns only (int64 array, or an object array of str; uint64)."""
+    pk = schema.primary_field
+    table = pq.read_table(_segment_dir(root, path) / INSERT_LOG_FILE, columns=[pk.name, ROW_TS_COLUMN])
+    if pk.dtype is DataType.VARCHAR:
+        pks = np.asarray(table.column(pk.name).to_pylist(), dtype=object)
+    else:
+        pks = table.column(pk.name).to_numpy().astype(np.int64, copy=False)
+    return pks, table.column(ROW_TS_COLUMN).to_numpy().astype(np.uint64, copy=False)
+
+
+def remove_segment(root: Path | str, path: str) -> bool:
+    """Remove a segment's directory (a compacted one past its grace period); False if absent.
+    Renamed aside first (``.old-``), so a crash mid-removal leaves a partial directory that
+    :func:`remove_partial` clears, never a half segment under its name."""
+    directory = _segment_dir(root, path)
+    if not directory.is_dir():
+        return False
+    aside = directory.with_name(f".{directory.name}{OLD_INFIX}{uuid.uuid4().hex}")
+    directory.rename(aside)
+    _fsync_dir(directory.parent)
+    shutil.rmtree(aside)
+    return True
 
 
 def read_pk_bloom(root: Path | str, path: str, manifest: SegmentManifest) -> PkBloom:

@@ -21,13 +21,55 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS
 from state.segcore.delete_buffer import DeleteRecord
-from state.segcore.segment import GrowingSegment
+from state.segcore.segment import MAX_TIMESTAMP, GrowingSegment
 
-__all__ = ["resolve_versions"]
+__all__ = ["dead_timestamps", "resolve_versions"]
 
 _DELETE, _ROW = 0, 1
+
+
+def dead_timestamps(
+    keys: Sequence[np.ndarray], stamps: Sequence[np.ndarray], deletes: Sequence[DeleteRecord], varchar: bool
+) -> list[np.ndarray]:
+    """Per segment ``i`` (keys ``keys[i]``, insert timestamps ``stamps[i]``, in log order): each
+    row's dead timestamp per the module doc (MAX_TIMESTAMP: live), from the other rows and the
+    deletes of every partition in ``deletes`` (partition-scoped deletes are the caller's)."""
+    everywhere = [d for d in deletes if d.partition_id == ALL_PARTITIONS]
+    dtype = object if varchar else np.int64
+    key_parts = [np.asarray(k, dtype=dtype) for k in keys] + [np.asarray(d.pks, dtype=dtype) for d in everywhere]
+    ts_parts = [np.asarray(t, dtype=np.uint64) for t in stamps] + [
+        np.full(len(d.pks), d.ts, np.uint64) for d in everywhere
+    ]
+    kind_parts = [np.full(len(k), _ROW, np.int8) for k in keys] + [
+        np.full(len(d.pks), _DELETE, np.int8) for d in everywhere
+    ]
+    seg_parts = [np.full(len(k), i, np.int64) for i, k in enumerate(keys)] + [
+        np.full(len(d.pks), -1, np.int64) for d in everywhere
+    ]
+    off_parts = [np.arange(len(k), dtype=np.int64) for k in keys] + [np.zeros(len(d.pks), np.int64) for d in everywhere]
+    out = [np.full(len(k), MAX_TIMESTAMP, np.uint64) for k in keys]
+    if not key_parts or sum(len(k) for k in key_parts) == 0:
+        return out
+    all_keys = np.concatenate(key_parts)
+    if varchar:  # lexsort wants numbers: the rank of each string
+        _, all_keys = np.unique(all_keys.astype(str), return_inverse=True)
+    ts = np.concatenate(ts_parts)
+    kinds = np.concatenate(kind_parts)
+    segs = np.concatenate(seg_parts)
+    offs = np.concatenate(off_parts)
+    order = np.lexsort((offs, segs, kinds, ts, all_keys))
+    all_keys, ts, kinds, segs, offs = all_keys[order], ts[order], kinds[order], segs[order], offs[order]
+    has_next = np.zeros(len(all_keys), bool)
+    has_next[:-1] = all_keys[1:] == all_keys[:-1]
+    rows = np.flatnonzero(has_next & (kinds == _ROW))
+    dead = ts[rows + 1]
+    for i in range(len(keys)):
+        mine = segs[rows] == i
+        out[i][offs[rows[mine]]] = dead[mine]
+    return out
 
 
 def resolve_versions(segments: Sequence[GrowingSegment], deletes: Sequence[DeleteRecord] = ()) -> int:
@@ -35,44 +77,12 @@ def resolve_versions(segments: Sequence[GrowingSegment], deletes: Sequence[Delet
     were live before. The segments must be of one shard (one vchannel) and key type."""
     if not segments:
         return 0
-    varchar = segments[0].schema.primary_field.dtype.value == "VarChar"
-    everywhere = [d for d in deletes if d.partition_id == ALL_PARTITIONS]
-    key_parts, ts_parts, kind_parts, seg_parts, off_parts = [], [], [], [], []
-    for i, segment in enumerate(segments):
-        n = segment.row_count
-        if n == 0:
-            continue
-        key_parts.append(np.asarray(segment.pks_view(), dtype=object if varchar else np.int64))
-        ts_parts.append(segment.timestamps_view())
-        kind_parts.append(np.full(n, _ROW, np.int8))
-        seg_parts.append(np.full(n, i, np.int64))
-        off_parts.append(np.arange(n, dtype=np.int64))
-    for record in everywhere:
-        k = len(record.pks)
-        key_parts.append(np.asarray(record.pks, dtype=object if varchar else np.int64))
-        ts_parts.append(np.full(k, record.ts, np.uint64))
-        kind_parts.append(np.full(k, _DELETE, np.int8))
-        seg_parts.append(np.full(k, -1, np.int64))
-        off_parts.append(np.zeros(k, np.int64))
+    varchar = segments[0].schema.primary_field.dtype is DataType.VARCHAR
+    dead = dead_timestamps([s.pks_view() for s in segments], [s.timestamps_view() for s in segments], deletes, varchar)
     hidden = 0
-    if key_parts:
-        keys = np.concatenate(key_parts)
-        if varchar:  # lexsort wants numbers: the rank of each string
-            _, keys = np.unique(keys.astype(str), return_inverse=True)
-        ts = np.concatenate(ts_parts)
-        kinds = np.concatenate(kind_parts)
-        segs = np.concatenate(seg_parts)
-        offs = np.concatenate(off_parts)
-        order = np.lexsort((offs, segs, kinds, ts, keys))
-        keys, ts, kinds, segs, offs = keys[order], ts[order], kinds[order], segs[order], offs[order]
-        has_next = np.zeros(len(keys), bool)
-        has_next[:-1] = keys[1:] == keys[:-1]
-        rows = np.flatnonzero(has_next & (kinds == _ROW))
-        dead = ts[rows + 1]
-        for i, segment in enumerate(segments):
-            mine = segs[rows] == i
-            if mine.any():
-                hidden += segment.lower_dead(offs[rows[mine]], dead[mine])
+    for segment, values in zip(segments, dead, strict=True):
+        rows = np.flatnonzero(values != np.uint64(MAX_TIMESTAMP))
+        hidden += segment.lower_dead(rows, values[rows])
     for record in deletes:
         if record.partition_id == ALL_PARTITIONS:
             continue
