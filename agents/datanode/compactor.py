@@ -140,10 +140,13 @@ class Compactor(Service):
         done = 0
         owned = set(self.owned())
         for info in view.collections.values():
+            marks = await self.requests.marks(info.collection_id) if info.collection_id in requests else {}
             for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
                 if pchannel not in owned:
                     continue
                 asked = requests.get(info.collection_id)
+                if asked is not None and marks.get(vchannel, 0) >= asked:
+                    asked = None  # honoured already
                 if asked is None and not scheduled:
                     continue
                 done += await self._compact_vchannel(info, vchannel, pchannel, forced=asked is not None)

@@ -40,7 +40,8 @@ from schemas.dq import DQ_RESULT
 from schemas.errors import CollectionNotLoaded, PartitionNotFound, RequestTimeout
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import LoadInfo, LoadProgress, LoadState
-from schemas.segment import CollectionStats, FlushResult, FlushState, SegmentState
+from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
+from state.meta.compaction_requests import CompactionRequests
 from state.meta.idalloc import IdAllocator
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
@@ -146,6 +147,7 @@ class Proxy(Service):
         self.dq_router = DqRouter(config, self.topics, self.producer, self.shard_owners, self.direct, self.proxy_id)
         self.status_board = StatusBoard(self.redis, ns)
         self.ingest_log = IngestLog(self.redis, ns)
+        self.compaction_requests = CompactionRequests(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
         self.on_close(self.lease.stop, "node lease")
 
@@ -259,6 +261,35 @@ class Proxy(Service):
         task = FlushTask(self, collection_name)
         await self.dm_queue.enqueue(task)
         return await task.wait_to_finish()
+
+    async def compact(self, collection_name: str, wait: bool = True, timeout_s: float | None = None) -> CompactionState:
+        """Ask the data nodes to compact the collection now (``agents/datanode/compactor.py``): its
+        flushed segments with enough deleted rows are rewritten and small ones merged. ``wait``:
+        until every vchannel's owner ran a round for it (RequestTimeout after ``timeout_s``,
+        default ``flush_timeout_s``)."""
+        desc = await self.cache.get(collection_name)
+        compaction_id = await self.tso.alloc()
+        await self.compaction_requests.request(desc.info.collection_id, compaction_id)
+        state = await self.compaction_state(collection_name, compaction_id)
+        deadline = time.monotonic() + (timeout_s or self.config.flush_timeout_s)
+        while wait and state.state != "Completed":
+            if time.monotonic() >= deadline:
+                raise RequestTimeout(
+                    f"compaction {compaction_id} of {collection_name} not completed after "
+                    f"{timeout_s or self.config.flush_timeout_s:g} s; is a data node running?"
+                )
+            await asyncio.sleep(LOAD_POLL_S)
+            state = await self.compaction_state(collection_name, compaction_id)
+        return state
+
+    async def compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
+        """Milvus's GetCompactionState for a :meth:`compact` request."""
+        desc = await self.cache.get(collection_name)
+        info = desc.info
+        done = await self.compaction_requests.completed(info.collection_id, info.vchannels, compaction_id)
+        return CompactionState(
+            collection_name=collection_name, compaction_id=compaction_id, state="Completed" if done else "Executing"
+        )
 
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
         """Resolve a stream writer's collection and check its Arrow schema (see agents/proxy/ingest.py)."""

@@ -32,7 +32,11 @@ class CompactionRequests:
     async def done(self, collection_id: int, vchannel: str, ts: int) -> None:
         await self._redis.hset(f"{self.done_prefix}{collection_id}", vchannel, str(ts))
 
-    async def completed(self, collection_id: int, vchannels: Sequence[str], ts: int) -> bool:
+    async def marks(self, collection_id: int) -> dict[str, int]:
+        """vchannel -> the newest request timestamp honoured for it."""
         raw = await self._redis.hgetall(f"{self.done_prefix}{collection_id}")
-        marks = {k if isinstance(k, str) else k.decode(): int(v) for k, v in raw.items()}
+        return {k if isinstance(k, str) else k.decode(): int(v) for k, v in raw.items()}
+
+    async def completed(self, collection_id: int, vchannels: Sequence[str], ts: int) -> bool:
+        marks = await self.marks(collection_id)
         return all(marks.get(v, 0) >= ts for v in vchannels)
