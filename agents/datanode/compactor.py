@@ -119,7 +119,7 @@ class Compactor(Service):
         since = 0.0
         while True:
             try:
-                pending = await self.requests.pending()
+                pending = await self._unhonoured(await self.requests.pending())
                 due = interval > 0 and since >= interval
                 if pending or due:
                     await self.run_once(pending, scheduled=due)
@@ -130,6 +130,20 @@ class Compactor(Service):
                 await asyncio.sleep(ERROR_PAUSE_S)
             await asyncio.sleep(REQUEST_POLL_S)
             since += REQUEST_POLL_S
+
+    async def _unhonoured(self, requests: dict[int, int]) -> dict[int, int]:
+        """The requests some owned vchannel of their collection has not honoured yet."""
+        owned = set(self.owned())
+        out = {}
+        for cid, ts in requests.items():
+            info = await self.cache.collection(cid)
+            if info is None:
+                continue
+            mine = [v for v, p in zip(info.vchannels, info.pchannels, strict=True) if p in owned]
+            marks = await self.requests.marks(cid)
+            if any(marks.get(v, 0) < ts for v in mine):
+                out[cid] = ts
+        return out
 
     async def run_once(self, requests: dict[int, int] | None = None, scheduled: bool = True) -> int:
         """One round over the owned vchannels (every changed one when ``scheduled``; those of the
