@@ -102,7 +102,15 @@ async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView
                 "seal_reason": None if record.seal_reason is None else record.seal_reason.value,
                 "path": record.path or None,
                 "offsets": [record.start_offset, record.end_offset] if record.path else None,
+                **({"compacted_from": record.compacted_from} if record.compacted_from else {}),
+                **({"compacted_into": record.compacted_into} if record.compacted_into else {}),
             }
+    for delta in await meta.deltas():
+        entry = out.get(delta.vchannel)
+        if entry is not None:
+            logs = entry.setdefault("delete_logs", {"logs": 0, "deletes": 0})
+            logs["logs"] += 1
+            logs["deletes"] += delta.num_deletes
     for seg in await assigner.growing():
         entry = out.get(str(seg.get("vchannel")))
         if entry is not None:
@@ -115,7 +123,9 @@ async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView
 def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
     """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
     nodes publish these documents every second, so the age includes up to a second of staleness),
-    and its growing segments with row counts and how many of their rows the interim index holds."""
+    and its segments with row counts, how many of their rows the interim index holds, the delete
+    keys forwarded to each (the PK oracle named it) and the rows hidden in each (deleted or
+    superseded), and the delegator's delete counters, delete buffer and PK oracle."""
     out: dict[str, Any] = {}
     for node_id, doc in querynodes.items():
         for pchannel in doc.get("pchannels", {}).values():
@@ -128,5 +138,16 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
                     "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
                     "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
                     "indexed_rows": {sid: seg.get("indexed_rows") for sid, seg in d.get("segments", {}).items()},
+                    "forwarded_deletes": {
+                        sid: seg.get("forwarded_deletes", 0) for sid, seg in d.get("segments", {}).items()
+                    },
+                    "hidden_rows": {sid: seg.get("hidden_rows", 0) for sid, seg in d.get("segments", {}).items()},
+                    "deletes": {
+                        "events": d.get("delete_events", 0),
+                        "deleted_rows": d.get("deleted_rows", 0),
+                        "superseded_rows": d.get("superseded_rows", 0),
+                        "buffer": d.get("delete_buffer", {}),
+                        "pk_oracle": d.get("pk_oracle", {}),
+                    },
                 }
     return dict(sorted(out.items()))

@@ -22,6 +22,7 @@ from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import RedisServer, WorkerProcess
 from frontends.inprocess import InProcessClient
+from frontends.status import status
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, RequestTimeout, ServiceUnavailable
 from tests.conftest import make_config
@@ -138,7 +139,7 @@ async def check_reads(client: InProcessClient, coll: str, ref: Reference, rng: n
         assert [int(h["id"]) for h in hits[0]] == ref.top(query), "a deleted or stale row took a top-k slot"
 
 
-async def test_deleted_rows_vanish_at_the_delete_timestamp(client: InProcessClient) -> None:
+async def test_deleted_rows_vanish_at_the_delete_timestamp(client: InProcessClient, del_config: OspreyConfig) -> None:
     coll = name("del")
     await client.create_collection(coll, schema(), shards_num=2)
     ref, rng = Reference(), np.random.default_rng(3)
@@ -174,6 +175,17 @@ async def test_deleted_rows_vanish_at_the_delete_timestamp(client: InProcessClie
     await flushing
     await check_reads(client, coll, ref, rng)
     assert during.delete_count == 3
+
+    # ./osprey status counts the delete keys forwarded to each segment
+    info = (await client.describe_collection(coll)).info
+    deadline = time.monotonic() + 30
+    while True:
+        vchannels = (await status(del_config))["vchannels"]
+        forwarded = sum(sum(vchannels.get(v, {}).get("forwarded_deletes", {}).values()) for v in info.vchannels)
+        if forwarded >= len(by_ids) - 1:  # the absent key is forwarded nowhere
+            break
+        assert time.monotonic() < deadline, vchannels
+        await asyncio.sleep(0.3)
 
     with pytest.raises(InvalidParameter):
         await client.delete(coll)  # neither ids nor filter
