@@ -2,16 +2,18 @@
 
 Global flags (``--kafka``, ``--redis``, ``--cluster``, ``--data-dir``) override ``OSPREY_*``
 variables, so every command runs against the embedded stack or an external Kafka and Redis. The
-DDL commands (collection, partition, alias) talk to the running proxy at ``OSPREY_PROXY_HTTP``
-through the thin client (:mod:`frontends.client`).
+DDL commands (collection, partition, alias) and the entity commands (insert, upsert, delete) talk
+to the running proxy at ``OSPREY_PROXY_HTTP`` through the thin client (:mod:`frontends.client`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,11 +27,14 @@ from schemas.errors import InvalidParameter, OspreyError
 from schemas.validation import invalid_from_validation_error
 
 ROOT = Path(__file__).resolve().parent.parent
+INT_KEY = re.compile(r"-?[0-9]+")  # an --ids item read as an INT64 key (anything else is a VARCHAR key)
 
 
 def _print(value: Any) -> None:
     if value is None:
         value = "ok"
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # InsertResult, DeleteResult, ...
+        value = dataclasses.asdict(value)
     elif hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
     elif isinstance(value, list):
@@ -61,8 +66,64 @@ def _simple_schema(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def read_data(value: str) -> Any:
+    """``--data``: JSON text, or ``@PATH`` of a file holding it: a list of row objects (or an
+    object of columns, field -> list of values). InvalidParameter naming ``--data`` otherwise."""
+    text = value
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text()
+        except OSError as err:
+            raise InvalidParameter("--data", f"must name a readable file ({err.strerror})", value[1:]) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidParameter("--data", f"must be JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if isinstance(data, dict):
+        return data
+    if not isinstance(data, list):
+        raise InvalidParameter("--data", "must be a JSON list of row objects (or an object of columns)", data)
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise InvalidParameter(f"--data[{i}]", "must be a row object", row)
+    return data
+
+
+def parse_ids(value: str) -> list[Any]:
+    """``--ids``: comma-separated primary keys (``1,2,3``: integers are INT64 keys, anything else
+    VARCHAR keys) or a JSON list (``'["1","2"]'`` for VARCHAR keys that look like numbers)."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            keys = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidParameter("--ids", f"must be a JSON list ({exc.msg})", value) from None
+        if not isinstance(keys, list):
+            raise InvalidParameter("--ids", "must be a JSON list", value)
+        return keys
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise InvalidParameter("--ids", "must be comma-separated primary keys (1,2,3) or a JSON list", value)
+    return [int(part) if INT_KEY.fullmatch(part) else part for part in parts]
+
+
+def _entity_call(args: argparse.Namespace) -> Callable[[Any], Awaitable[Any]]:
+    """The thin-client call of an ``osprey entity`` command; its ``--data``/``--ids`` are read
+    first, so a bad one fails before the proxy is dialled."""
+    name, partition = args.collection, args.partition
+    if args.op == "delete":
+        ids = None if args.ids is None else parse_ids(args.ids)
+        return lambda c: c.delete(name, ids=ids, filter=args.filter or "", partition_name=partition)
+    data = read_data(args.data)
+    if args.op == "upsert":
+        return lambda c: c.upsert(name, data, partition_name=partition)
+    return lambda c: c.insert(name, data, partition_name=partition)
+
+
 def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
     group, op = args.command, args.op
+    if group == "entity":
+        return _with_client(config, _entity_call(args))
     as_of = getattr(args, "as_of", 0) or 0
     calls: dict[tuple[str, str], Callable[[Any], Awaitable[Any]]] = {
         ("collection", "create"): lambda c: c.create_collection(
@@ -183,6 +244,24 @@ def _parser() -> argparse.ArgumentParser:
     q = al.add_parser("list")
     q.add_argument("collection", nargs="?")
     as_of(q)
+
+    ent = sub.add_parser("entity", help="rows: insert, upsert, delete").add_subparsers(dest="op", required=True)
+    for op, what in (
+        ("insert", "insert rows"),
+        ("upsert", "insert rows, replacing the rows with the same primary keys (auto_id: new keys)"),
+    ):
+        q = ent.add_parser(op, help=what)
+        q.add_argument("collection")
+        q.add_argument(
+            "--data", required=True, metavar="JSON", help="a JSON list of row objects, or @FILE to read it from a file"
+        )
+        q.add_argument("--partition", default="", metavar="NAME", help="the partition (default: _default)")
+    q = ent.add_parser("delete", help="delete rows by primary key or by filter")
+    q.add_argument("collection")
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ids", metavar="1,2,3", help='primary keys, comma-separated or a JSON list (\'["a","b"]\')')
+    which.add_argument("--filter", metavar="EXPR", help="delete the rows matching this boolean expression")
+    q.add_argument("--partition", default="", metavar="NAME", help="only in this partition (default: every partition)")
     return p
 
 

@@ -3,10 +3,11 @@
 The contract:
 
 - Same method names, arguments and return types as :class:`frontends.inprocess.InProcessClient`
-  for collections, partitions, aliases and data (insert, search, query, get, count): the same
-  schema models (``CollectionDescription``, ``PartitionInfo``, ``AliasDescription``, ...) and
-  ``InsertResult``, rebuilt from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a
-  TSO timestamp) reads the meta as it was then, 0 the latest. Not here: ``now``, ``health`` and
+  for collections, partitions, aliases and data (insert, upsert, delete, search, query, get,
+  count): the same schema models (``CollectionDescription``, ``PartitionInfo``,
+  ``AliasDescription``, ...) and ``InsertResult``, ``UpsertResult``, ``DeleteResult``, rebuilt
+  from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a TSO timestamp) reads the
+  meta as it was then, 0 the latest. Not here: ``now``, ``health`` and
   the stream writers' routes (see :mod:`spark_streaming.ingest_client`).
 - One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
   or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
@@ -43,7 +44,7 @@ from pydantic import BaseModel
 
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
-from schemas.dml import InsertResult
+from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import (
     CollectionNotLoaded,
     InvalidParameter,
@@ -482,6 +483,50 @@ class Client:
             )
 
         return await self._call("entities/insert", body, result)
+
+    async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
+        """Insert or replace rows (the same ``data`` as :meth:`insert`), Milvus's override mode:
+        the rows are written and any older version of each primary key is deleted, both at one
+        timestamp. For an auto_id collection the given keys are deleted and the rows get new
+        keys, returned in ``primary_keys``. As :meth:`insert`, a row breaking a rule fails the
+        whole request and nothing of it is published."""
+        body = {
+            "collectionName": collection_name,
+            "data": dict(data) if isinstance(data, Mapping) else data,
+            "partitionName": partition_name,
+        }
+
+        def result(answer: Answer) -> UpsertResult:
+            d = answer["data"]
+            return UpsertResult(
+                primary_keys=list(d["upsertIds"]), upsert_count=int(d["upsertCount"]), timestamp=int(d["timestamp"])
+            )
+
+        return await self._call("entities/upsert", body, result)
+
+    async def delete(
+        self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
+    ) -> DeleteResult:
+        """Delete the rows with these primary keys (``ids``), or the rows matching ``filter`` at
+        the delete's timestamp: exactly one of the two (InvalidParameter otherwise). In
+        ``partition_name``, or in every partition when it is empty. Returns the keys named (for a
+        filter, the ones it matched), their count and the delete's timestamp: those rows are
+        invisible to every read at or after it, still visible to reads before it."""
+        body: dict[str, Any] = {
+            "collectionName": collection_name,
+            "filter": filter,
+            "partitionName": partition_name,
+        }
+        if ids is not None:
+            body["ids"] = list(ids)
+
+        def result(answer: Answer) -> DeleteResult:
+            d = answer["data"]
+            return DeleteResult(
+                primary_keys=list(d["deleteIds"]), delete_count=int(d["deleteCount"]), timestamp=int(d["timestamp"])
+            )
+
+        return await self._call("entities/delete", body, result)
 
     # -- load and release
     async def load_collection(

@@ -18,7 +18,7 @@ from agents.proxy.proxy import Proxy
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
-from schemas.dml import InsertResult
+from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
 from schemas.segment import CollectionStats, FlushResult, FlushState
@@ -138,6 +138,30 @@ class InProcessClient:
         broker acknowledged every event. A row breaking a rule fails the whole request, naming the
         field, the rule and the row, and nothing of it is published."""
         return await self.proxy.insert(collection_name, data, partition_name)
+
+    async def delete(
+        self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
+    ) -> DeleteResult:
+        """Delete the rows with these primary keys (``ids``), or the rows matching ``filter`` at
+        the delete's timestamp: exactly one of the two (InvalidParameter otherwise). In
+        ``partition_name``, or in every partition when it is empty.
+
+        Returns the primary keys named (for a filter, the ones it matched), their count and the
+        delete's timestamp, once the broker acknowledged every event: those rows are invisible to
+        every read at or after that timestamp, and still visible to reads before it (a
+        ``guarantee_timestamp`` below it). Keys that name no row are no error."""
+        return await self.proxy.delete(collection_name, ids=ids, filter=filter, partition_name=partition_name)
+
+    async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
+        """Insert or replace rows (the same ``data`` as :meth:`insert`), Milvus's override mode:
+        the rows are written (to ``partition_name``, default ``_default``) and any older version of
+        each primary key is deleted, both at one timestamp, so a read sees one version of each
+        key: the old one before that timestamp, the new one from it on. For an auto_id collection
+        the given keys are deleted and the rows get new keys, returned in ``primary_keys``.
+
+        Returns the keys written, the row count and the timestamp, once the broker acknowledged
+        every event; a row breaking a rule fails the whole request and nothing of it is published."""
+        return await self.proxy.upsert(collection_name, data, partition_name)
 
     # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
     async def load_collection(

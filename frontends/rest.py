@@ -31,9 +31,14 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - An error whose field the REST request names differently also has ``pythonMessage`` and
   ``pythonField``: message and field as the Python API's keyword names it (``collection_name``,
   not ``collectionName``).
-- ``entities/insert`` also takes ``data`` as an object of columns (field -> list of values);
-  ``entities/query`` takes ``id`` (primary keys, as ``entities/get``); search, query and get take
-  ``timeout`` (seconds the read may wait for the shards).
+- ``entities/insert`` and ``entities/upsert`` also take ``data`` as an object of columns (field ->
+  list of values); ``entities/query`` takes ``id`` (primary keys, as ``entities/get``); search,
+  query and get take ``timeout`` (seconds the read may wait for the shards).
+- ``entities/delete`` also takes ``ids`` (a list of primary keys, the Python API's keyword) beside
+  Milvus's ``filter`` and ``id``; exactly one of ``filter`` and the keys. Its ``data`` has
+  ``deleteIds`` (the keys named, or those the filter matched) beside Milvus's ``deleteCount``.
+- ``entities/insert``, ``entities/upsert`` and ``entities/delete`` answer ``timestamp`` too: the
+  write's TSO timestamp (reads with a ``guaranteeTimestamp`` below it do not see it).
 
 The endpoints are one table, :data:`ENDPOINTS`: InProcessClient method, body arguments, rendering.
 """
@@ -53,6 +58,7 @@ from agents.service import Service
 from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
+from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
@@ -523,7 +529,7 @@ def _alias(desc: AliasDescription) -> dict[str, Any]:
     }
 
 
-# -- entities (Milvus RESTful v2: entities/insert, search, query, get)
+# -- entities (Milvus RESTful v2: entities/insert, upsert, delete, search, query, get)
 def _list(body: Body, key: str, default: list[Any] | None = None) -> list[Any]:
     value = body.raw(key)
     if value is None:
@@ -562,6 +568,30 @@ def _parse_insert(body: Body) -> Parsed:
             "partition_name": body.string("partitionName", default=""),
         }
     )
+
+
+_parse_upsert = _parse_insert  # entities/upsert takes what entities/insert takes
+
+
+def _parse_delete(body: Body) -> Parsed:
+    """Milvus's ``filter``, or primary keys: ``id`` (what Milvus reads when the filter is empty:
+    a key or a list of keys, as ``entities/get``) or ``ids`` (Osprey extension: a list). That
+    exactly one of filter and keys is given is the proxy's check (the same error as in-process)."""
+    kwargs: dict[str, Any] = {
+        "collection_name": body.string("collectionName"),
+        "filter": body.string("filter", default=""),
+        "partition_name": body.string("partitionName", default=""),
+    }
+    fields = {"expr": "filter"}
+    ids, id_ = body.raw("ids"), body.raw("id")
+    if ids is not None and id_ is not None:
+        raise InvalidParameter(body.path("ids"), "conflicts with id: give the primary keys once", ids)
+    if ids is not None:
+        kwargs["ids"] = _list(body, "ids")
+    elif id_ is not None:
+        kwargs["ids"] = id_ if isinstance(id_, list) else [id_]
+        fields["ids"] = "id"
+    return Parsed(kwargs, fields)
 
 
 def _parse_search(body: Body) -> Parsed:
@@ -608,8 +638,18 @@ def _parse_get(body: Body) -> Parsed:
     )
 
 
-def _inserted(result: Any) -> dict[str, Any]:
+def _inserted(result: InsertResult) -> dict[str, Any]:
     return {"insertCount": result.insert_count, "insertIds": result.primary_keys, "timestamp": result.timestamp}
+
+
+def _upserted(result: UpsertResult) -> dict[str, Any]:
+    """Milvus's ``upsertCount`` and ``upsertIds`` (new keys for auto_id), and the timestamp."""
+    return {"upsertCount": result.upsert_count, "upsertIds": result.primary_keys, "timestamp": result.timestamp}
+
+
+def _deleted(result: DeleteResult) -> dict[str, Any]:
+    """Milvus's ``deleteCount``, and (Osprey) the keys deleted and the timestamp."""
+    return {"deleteCount": result.delete_count, "deleteIds": result.primary_keys, "timestamp": result.timestamp}
 
 
 def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -674,6 +714,8 @@ ENDPOINTS: dict[str, Endpoint] = {
     "aliases/describe": Endpoint("describe_alias", (ALIAS, AS_OF), _alias),
     "aliases/list": Endpoint("list_aliases", (ANY_COLLECTION, AS_OF), _same),
     "entities/insert": Endpoint("insert", render=_inserted, parse=_parse_insert),
+    "entities/upsert": Endpoint("upsert", render=_upserted, parse=_parse_upsert),
+    "entities/delete": Endpoint("delete", render=_deleted, parse=_parse_delete),
     "entities/search": Endpoint("search", render=_hits, parse=_parse_search),
     "entities/query": Endpoint("query", render=_same, parse=_parse_query),
     "entities/get": Endpoint("get", render=_same, parse=_parse_get),

@@ -1,6 +1,7 @@
 """The thin client (frontends/client.py) against a real proxy process, on a real broker, redis-server,
-rootcoord and querynode worker: a DDL round trip with time travel, insert and Strong reads, and
-errors. Its answers are compared with what the InProcessClient returns for the same requests."""
+rootcoord and querynode worker: a DDL round trip with time travel, insert, delete and upsert with
+Strong and time-travel reads, and errors. Its answers are compared with what the InProcessClient
+returns for the same requests."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import (
     AliasNotFound,
     CollectionNotFound,
@@ -183,6 +185,80 @@ async def test_insert_then_strong_reads(thin: Client, client: InProcessClient) -
     assert hits[0][0]["entity"] == {"tag": "t1", "color": "red"} and hits[0][0]["distance"] == 0.0
     one = await thin.search(coll, [vectors[5].tolist()], limit=2, filter="id != 25", **strong)
     assert len(one) == 1 and len(one[0]) == 2 and one[0][0]["id"] != 25 and one[0][0]["entity"] == {}
+
+
+async def test_delete_and_upsert_then_strong_and_earlier_reads(thin: Client, client: InProcessClient) -> None:
+    coll = name("dml")
+    await thin.create_collection(coll, schema(), shards_num=2)
+    inserted = await thin.insert(coll, rows(range(20), seed=11))
+    strong: dict[str, Any] = {"consistency_level": "Strong"}
+    assert await thin.count(coll, **strong) == 20
+
+    by_ids = await thin.delete(coll, ids=[1, 2, 3])
+    assert isinstance(by_ids, DeleteResult) and sorted(by_ids.primary_keys) == [1, 2, 3]
+    assert by_ids.delete_count == 3 and by_ids.timestamp > inserted.timestamp
+    by_filter = await thin.delete(coll, filter="score >= 7.5")  # score = id / 2: ids 15..19
+    assert sorted(by_filter.primary_keys) == [15, 16, 17, 18, 19] and by_filter.delete_count == 5
+    assert by_filter.timestamp > by_ids.timestamp
+
+    kept = [i for i in range(20) if i not in (1, 2, 3) and i < 15]
+    assert await thin.count(coll, **strong) == len(kept) == 12
+    got = await thin.query(coll, filter="id >= 0", output_fields=["tag"], **strong)
+    assert [r["id"] for r in got] == kept
+    assert got == await client.query(coll, filter="id >= 0", output_fields=["tag"], **strong)
+    assert await thin.get(coll, [0, 2, 4, 16], **strong) == [{"id": 0}, {"id": 4}]
+    # reads before a delete's timestamp still see its rows
+    assert await thin.count(coll, guarantee_timestamp=by_ids.timestamp - 1) == 20
+    assert await thin.count(coll, guarantee_timestamp=by_filter.timestamp - 1) == 17
+    assert await thin.get(coll, [2, 16], guarantee_timestamp=inserted.timestamp) == [{"id": 2}, {"id": 16}]
+
+    # upsert: the new version of key 4, once; the old one before the upsert's timestamp
+    new = rows(range(4, 5), seed=12)[0] | {"tag": "new", "score": 99.0}
+    upserted = await thin.upsert(coll, [new])
+    assert isinstance(upserted, UpsertResult) and upserted.primary_keys == [4] and upserted.upsert_count == 1
+    assert upserted.timestamp > by_filter.timestamp
+    fields = ["tag", "score", "vector", "color"]
+    got = await thin.get(coll, [4], output_fields=fields, **strong)
+    assert len(got) == 1 and got[0]["tag"] == "new" and got[0]["score"] == 99.0
+    assert np.array_equal(np.array(got[0]["vector"], dtype=np.float32), np.array(new["vector"], dtype=np.float32))
+    assert got == await client.get(coll, [4], output_fields=fields, **strong)
+    assert await thin.count(coll, **strong) == 12
+    before = await thin.get(coll, [4], output_fields=["tag"], guarantee_timestamp=upserted.timestamp - 1)
+    assert before == [{"id": 4, "tag": "t1"}]
+
+
+async def test_upsert_on_an_auto_id_collection_assigns_new_keys(thin: Client) -> None:
+    coll = name("auto")
+    auto = schema(dynamic=False)
+    auto["fields"][0]["auto_id"] = True
+    await thin.create_collection(coll, auto)
+    data = [{k: v for k, v in r.items() if k not in ("id", "color")} for r in rows(range(3), seed=13)]
+    keys = (await thin.insert(coll, data)).primary_keys
+    upserted = await thin.upsert(coll, [data[1] | {"id": keys[1], "tag": "moved"}])
+    assert upserted.upsert_count == 1 and len(upserted.primary_keys) == 1
+    new_key = upserted.primary_keys[0]
+    assert new_key not in keys
+    strong: dict[str, Any] = {"consistency_level": "Strong"}
+    assert await thin.get(coll, [keys[1]], **strong) == []
+    assert await thin.get(coll, [new_key], output_fields=["tag"], **strong) == [{"id": new_key, "tag": "moved"}]
+    assert await thin.count(coll, **strong) == 3
+
+
+async def test_a_delete_needs_exactly_one_of_ids_and_filter(thin: Client, client: InProcessClient) -> None:
+    coll = name("del")
+    await thin.create_collection(coll, schema())
+    for kwargs in ({}, {"ids": [1], "filter": "id > 0"}):
+        with pytest.raises(InvalidParameter) as remote:
+            await thin.delete(coll, **kwargs)
+        with pytest.raises(InvalidParameter) as local:
+            await client.delete(coll, **kwargs)
+        assert (remote.value.field, remote.value.reason) == (local.value.field, local.value.reason)
+    with pytest.raises(CollectionNotFound):
+        await thin.delete(name("missing"), ids=[1])
+    with pytest.raises(PartitionNotFound):
+        await thin.delete(coll, ids=[1], partition_name="nope")
+    with pytest.raises(CollectionNotFound):
+        await thin.upsert(name("missing"), rows(range(1), seed=14))
 
 
 # -- errors

@@ -1,19 +1,25 @@
 """The REST front end (Milvus RESTful v2 style) over HTTP, on a real broker, redis-server and
-rootcoord worker: collections, partitions, aliases with the hot reload, errors, time travel."""
+rootcoord worker: collections, partitions, aliases with the hot reload, errors, time travel; and,
+with a querynode worker too, deletes and upserts checked by Strong and time-travel reads."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
-from frontends.rest import API_PREFIX, RestFrontEnd
+from frontends.rest import API_PREFIX, ENDPOINTS, Body, RestFrontEnd, _deleted, _upserted
 from schemas.config import OspreyConfig
+from schemas.dml import DeleteResult, UpsertResult
+from schemas.errors import InvalidParameter
 from tests.integration.ddl_helpers import DIM, name
 
 pytestmark = pytest.mark.integration
@@ -300,6 +306,14 @@ BAD_REQUESTS = [
         "Strong",
     ),
     ("collections/create", {"collectionName": "ok", "schema": {"fields": "id"}}, "schema.fields", "must be a list"),
+    ("entities/delete", {"filter": "id > 0"}, "collectionName", "is required"),
+    ("entities/delete", {"collectionName": "c", "filter": 3}, "filter", "must be a string"),
+    ("entities/delete", {"collectionName": "c", "ids": 5}, "ids", "must be a list"),
+    ("entities/delete", {"collectionName": "c", "ids": [1], "id": [1]}, "ids", "conflicts with id"),
+    ("entities/delete", {"collectionName": "c", "ids": [1], "partitionName": 2}, "partitionName", "must be a string"),
+    ("entities/upsert", {"collectionName": "c"}, "data", "is required"),
+    ("entities/upsert", {"collectionName": "c", "data": "rows"}, "data", "must be a list"),
+    ("entities/upsert", {"data": [{"id": 1}]}, "collectionName", "is required"),
     (
         "collections/create",
         {
@@ -405,3 +419,226 @@ async def test_load_release_stats_and_flush_state_routes(rest: Rest) -> None:
         "collections/create", {"collectionName": coll + "_cold", "dimension": 4, "load": 1}
     )
     assert code == 1100 and "load" in message
+
+
+# -- entities/delete and entities/upsert: reading the body and rendering the answer (no server)
+def test_delete_and_upsert_routes_are_registered() -> None:
+    assert ENDPOINTS["entities/delete"].method == "delete"
+    assert ENDPOINTS["entities/upsert"].method == "upsert"
+
+
+@pytest.mark.parametrize(
+    ("body", "kwargs", "fields"),
+    [
+        (  # Milvus's form: a filter
+            {"collectionName": "c", "filter": "score > 1", "partitionName": "p1"},
+            {"collection_name": "c", "filter": "score > 1", "partition_name": "p1"},
+            {"expr": "filter"},
+        ),
+        (  # Osprey extension: ids, the Python API's keyword
+            {"collectionName": "c", "ids": [1, 2]},
+            {"collection_name": "c", "filter": "", "partition_name": "", "ids": [1, 2]},
+            {"expr": "filter"},
+        ),
+        (  # what Milvus reads without a filter: id, one key or a list
+            {"collectionName": "c", "id": "k1"},
+            {"collection_name": "c", "filter": "", "partition_name": "", "ids": ["k1"]},
+            {"expr": "filter", "ids": "id"},
+        ),
+        (  # neither, or both: passed on, the proxy's rule refuses it
+            {"collectionName": "c", "filter": "id > 0", "ids": [], "dbName": "default"},
+            {"collection_name": "c", "filter": "id > 0", "partition_name": "", "ids": []},
+            {"expr": "filter"},
+        ),
+    ],
+)
+def test_delete_body(body: dict[str, Any], kwargs: dict[str, Any], fields: dict[str, str]) -> None:
+    parsed = ENDPOINTS["entities/delete"].read(Body(body))
+    assert parsed.kwargs == kwargs and dict(parsed.fields) == fields
+
+
+def test_upsert_body_is_the_insert_body() -> None:
+    rows = {"collectionName": "c", "data": [{"id": 1, "vector": [0.0, 1.0]}], "partitionName": "p1"}
+    expected = {"collection_name": "c", "data": [{"id": 1, "vector": [0.0, 1.0]}], "partition_name": "p1"}
+    assert ENDPOINTS["entities/upsert"].read(Body(rows)).kwargs == expected
+    columns = {"collectionName": "c", "data": {"id": [1, 2]}}
+    assert ENDPOINTS["entities/upsert"].read(Body(columns)).kwargs == {
+        "collection_name": "c",
+        "data": {"id": [1, 2]},
+        "partition_name": "",
+    }
+    with pytest.raises(InvalidParameter, match=r"\[field=data\]"):
+        ENDPOINTS["entities/upsert"].read(Body({"collectionName": "c", "data": 3}))
+
+
+def test_delete_and_upsert_answers() -> None:
+    """Milvus's keys (deleteCount; upsertCount, upsertIds) and Osprey's (deleteIds, timestamp)."""
+    assert _deleted(DeleteResult(primary_keys=[3, 1], delete_count=2, timestamp=77)) == {
+        "deleteCount": 2,
+        "deleteIds": [3, 1],
+        "timestamp": 77,
+    }
+    assert _upserted(UpsertResult(primary_keys=["a"], upsert_count=1, timestamp=78)) == {
+        "upsertCount": 1,
+        "upsertIds": ["a"],
+        "timestamp": 78,
+    }
+
+
+# -- entities/delete and entities/upsert on a real querynode (Strong reads and time travel)
+SERVED_BUDGET_S = 60.0  # a querynode started for the first data test takes a while to own its shards
+STRONG = {"consistencyLevel": "Strong"}
+
+
+def data_schema(auto_id: bool = False) -> dict[str, Any]:
+    return {**full_schema(), "autoID": auto_id, "enableDynamicField": False}
+
+
+def data_rows(ids: range | list[int], seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "id": i,
+            "title": f"t{i % 3}",
+            "score": float(i),
+            "embedding": rng.standard_normal(DIM).astype(np.float32).tolist(),
+        }
+        for i in ids
+    ]
+
+
+async def create_served(rest: Rest, auto_id: bool = False) -> str:
+    """A new collection, once a Strong count of it answers 0 (the querynode serves every shard)."""
+    coll = name("dml")
+    await rest.ok("collections/create", {"collectionName": coll, "schema": data_schema(auto_id)})
+    deadline = time.monotonic() + SERVED_BUDGET_S
+    while True:
+        answer = await rest.call("entities/query", {"collectionName": coll, "outputFields": ["count(*)"], **STRONG})
+        if answer["code"] == 0 and answer["data"] == [{"count(*)": 0}]:
+            return coll
+        assert time.monotonic() < deadline, f"{coll} not served within {SERVED_BUDGET_S} s: {answer}"
+        await asyncio.sleep(0.2)
+
+
+async def count(rest: Rest, coll: str, **read: Any) -> int:
+    """count(*): Strong, or as of ``guaranteeTimestamp=...``."""
+    body = {"collectionName": coll, "outputFields": ["count(*)"], **(read or STRONG)}
+    return int((await rest.ok("entities/query", body))[0]["count(*)"])
+
+
+async def ids_of(rest: Rest, coll: str, **read: Any) -> list[int]:
+    rows = await rest.ok("entities/query", {"collectionName": coll, "filter": "id >= 0", **(read or STRONG)})
+    return [r["id"] for r in rows]
+
+
+async def test_delete_by_ids_and_by_filter(rest: Rest, querynode: WorkerProcess) -> None:
+    coll = await create_served(rest)
+    inserted = await rest.ok("entities/insert", {"collectionName": coll, "data": data_rows(range(20), seed=1)})
+    assert inserted["insertCount"] == 20
+    assert await count(rest, coll) == 20
+
+    by_ids = await rest.ok("entities/delete", {"collectionName": coll, "ids": [1, 2, 3, 999]})
+    assert sorted(by_ids["deleteIds"]) == [1, 2, 3, 999] and by_ids["deleteCount"] == 4  # as Milvus: keys named
+    assert by_ids["timestamp"] > inserted["timestamp"]
+    by_filter = await rest.ok("entities/delete", {"collectionName": coll, "filter": "score >= 15"})
+    assert sorted(by_filter["deleteIds"]) == [15, 16, 17, 18, 19] and by_filter["deleteCount"] == 5
+    assert by_filter["timestamp"] > by_ids["timestamp"]
+
+    # Strong: exactly those rows are gone, from query, get and count
+    kept = [i for i in range(20) if i not in (1, 2, 3) and i < 15]
+    assert await ids_of(rest, coll) == kept
+    assert await count(rest, coll) == len(kept) == 12
+    got = await rest.ok("entities/get", {"collectionName": coll, "id": [0, 1, 3, 4, 15, 19], **STRONG})
+    assert [r["id"] for r in got] == [0, 4]
+    assert await count(rest, coll, filter="score >= 15", **STRONG) == 0
+
+    # reads before a delete's timestamp still see its rows; at it they do not
+    assert await ids_of(rest, coll, guaranteeTimestamp=by_ids["timestamp"] - 1) == list(range(20))
+    assert await count(rest, coll, guaranteeTimestamp=by_filter["timestamp"] - 1) == 17
+    assert await count(rest, coll, guaranteeTimestamp=by_filter["timestamp"]) == 12
+    got = await rest.ok(
+        "entities/get", {"collectionName": coll, "id": [2, 16], "guaranteeTimestamp": inserted["timestamp"]}
+    )
+    assert [r["id"] for r in got] == [2, 16]
+
+    # Milvus's own way to name keys without a filter: id
+    by_id = await rest.ok("entities/delete", {"collectionName": coll, "id": 0})
+    assert by_id["deleteIds"] == [0] and by_id["deleteCount"] == 1
+    assert await count(rest, coll) == 11
+
+
+async def test_delete_in_one_partition(rest: Rest, querynode: WorkerProcess) -> None:
+    coll = await create_served(rest)
+    await rest.ok("partitions/create", {"collectionName": coll, "partitionName": "p1"})
+    await rest.ok("entities/insert", {"collectionName": coll, "data": data_rows([1, 2], seed=2), "partitionName": "p1"})
+    await rest.ok("entities/insert", {"collectionName": coll, "data": data_rows([3, 4], seed=3)})
+    deleted = await rest.ok("entities/delete", {"collectionName": coll, "ids": [1, 3], "partitionName": "p1"})
+    assert sorted(deleted["deleteIds"]) == [1, 3]
+    assert await ids_of(rest, coll) == [2, 3, 4]  # key 3 is in _default: untouched
+    deleted = await rest.ok("entities/delete", {"collectionName": coll, "filter": "id >= 0", "partitionName": "p1"})
+    assert deleted["deleteIds"] == [2]
+    assert await ids_of(rest, coll) == [3, 4]
+    await rest.ok("entities/delete", {"collectionName": coll, "ids": [3]})  # every partition
+    assert await ids_of(rest, coll) == [4]
+
+
+async def test_delete_errors(rest: Rest, querynode: WorkerProcess) -> None:
+    coll = await create_served(rest)
+    for body in ({}, {"ids": [1], "filter": "id > 0"}):  # exactly one of the keys and a filter
+        code, message = await rest.error("entities/delete", {"collectionName": coll, **body})
+        assert code == 1100, message
+    code, message = await rest.error("entities/delete", {"collectionName": name("missing"), "ids": [1]})
+    assert code == 100 and "collection not found" in message
+    code, message = await rest.error("entities/delete", {"collectionName": coll, "ids": [1], "partitionName": "nope"})
+    assert code == 200 and "partition not found" in message
+
+
+async def test_upsert_replaces_a_row_once(rest: Rest, querynode: WorkerProcess) -> None:
+    coll = await create_served(rest)
+    inserted = await rest.ok("entities/insert", {"collectionName": coll, "data": data_rows(range(5), seed=4)})
+    new = {**data_rows([2], seed=5)[0], "title": "new", "score": 99.0}
+    upserted = await rest.ok("entities/upsert", {"collectionName": coll, "data": [new]})
+    assert upserted["upsertCount"] == 1 and upserted["upsertIds"] == [2]
+    assert upserted["timestamp"] > inserted["timestamp"]
+
+    fields = ["title", "score", "embedding"]
+    got = await rest.ok("entities/get", {"collectionName": coll, "id": [2], "outputFields": fields, **STRONG})
+    assert len(got) == 1 and got[0]["title"] == "new" and got[0]["score"] == 99.0  # the new version, once
+    assert np.array_equal(np.array(got[0]["embedding"], dtype=np.float32), np.array(new["embedding"], np.float32))
+    assert await count(rest, coll) == 5
+    assert await count(rest, coll, filter='title == "new"', **STRONG) == 1
+    before = {"guaranteeTimestamp": upserted["timestamp"] - 1}
+    old = await rest.ok("entities/get", {"collectionName": coll, "id": [2], "outputFields": ["title"], **before})
+    assert old == [{"id": 2, "title": "t2"}]  # the old version before the upsert's timestamp
+    assert await count(rest, coll, filter='title == "new"', **before) == 0
+
+    # a key nobody wrote yet: an insert; columns work as for insert
+    columns = {
+        "id": [7],
+        "title": ["seven"],
+        "score": [7.0],
+        "embedding": [np.ones(DIM, dtype=np.float32).tolist()],
+    }
+    upserted = await rest.ok("entities/upsert", {"collectionName": coll, "data": columns})
+    assert upserted["upsertIds"] == [7] and upserted["upsertCount"] == 1
+    assert await ids_of(rest, coll) == [0, 1, 2, 3, 4, 7]
+
+
+async def test_upsert_on_an_auto_id_collection_assigns_new_keys(rest: Rest, querynode: WorkerProcess) -> None:
+    coll = await create_served(rest, auto_id=True)
+    rows = [{k: v for k, v in r.items() if k != "id"} for r in data_rows(range(3), seed=6)]
+    inserted = await rest.ok("entities/insert", {"collectionName": coll, "data": rows})
+    keys = inserted["insertIds"]
+    assert len(keys) == 3
+    old_key = keys[1]
+    upserted = await rest.ok(
+        "entities/upsert", {"collectionName": coll, "data": [{**rows[1], "id": old_key, "title": "moved"}]}
+    )
+    assert upserted["upsertCount"] == 1 and len(upserted["upsertIds"]) == 1
+    new_key = upserted["upsertIds"][0]
+    assert new_key not in keys
+    assert await rest.ok("entities/get", {"collectionName": coll, "id": [old_key], **STRONG}) == []
+    got = await rest.ok("entities/get", {"collectionName": coll, "id": [new_key], "outputFields": ["title"], **STRONG})
+    assert got == [{"id": new_key, "title": "moved"}]
+    assert await count(rest, coll) == 3
+    assert sorted(await ids_of(rest, coll)) == sorted([keys[0], keys[2], new_key])

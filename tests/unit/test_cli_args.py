@@ -1,8 +1,17 @@
-"""How the osprey command line splits its arguments."""
+"""How the osprey command line splits and reads its arguments (the entity commands' --data and --ids too)."""
 
 from __future__ import annotations
 
-from frontends.cli import _split_test_args
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from frontends.cli import _entity_call, _parser, _print, _split_test_args, parse_ids, read_data
+from schemas.dml import DeleteResult, InsertResult, UpsertResult
+from schemas.errors import InvalidParameter
 
 
 def test_cli_passes_everything_after_test_to_pytest() -> None:
@@ -33,3 +42,99 @@ def test_ingest_job_arguments_and_defaults(tmp_path: object) -> None:
     directory.mkdir()
     (directory / "a.json").write_text("{}\n")
     assert detect_format(directory) == "json"
+
+
+# -- osprey entity insert | upsert | delete
+def test_entity_delete_takes_ids_or_a_filter_and_a_partition() -> None:
+    args = _parser().parse_args(["entity", "delete", "docs", "--ids", "1,2,3", "--partition", "p1"])
+    assert (args.command, args.op, args.collection, args.ids, args.filter, args.partition) == (
+        "entity",
+        "delete",
+        "docs",
+        "1,2,3",
+        None,
+        "p1",
+    )
+    args = _parser().parse_args(["entity", "delete", "docs", "--filter", "age > 3"])
+    assert (args.ids, args.filter, args.partition) == (None, "age > 3", "")
+    for argv in (["entity", "delete", "docs"], ["entity", "delete", "docs", "--ids", "1", "--filter", "id > 0"]):
+        with pytest.raises(SystemExit) as exited:  # exactly one of --ids and --filter
+            _parser().parse_args(argv)
+        assert exited.value.code == 2
+
+
+def test_entity_insert_and_upsert_take_data_and_a_partition() -> None:
+    for op in ("insert", "upsert"):
+        args = _parser().parse_args(["entity", op, "docs", "--data", '[{"id": 1}]', "--partition", "p1"])
+        assert (args.op, args.collection, args.data, args.partition) == (op, "docs", '[{"id": 1}]', "p1")
+        assert _parser().parse_args(["entity", op, "docs", "--data", "@rows.json"]).partition == ""
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["entity", op, "docs"])  # --data is required
+
+
+def test_parse_ids() -> None:
+    assert parse_ids("1,2,3") == [1, 2, 3]
+    assert parse_ids(" -4 , 5") == [-4, 5]
+    assert parse_ids("a,b1,7") == ["a", "b1", 7]  # integers are INT64 keys, the rest VARCHAR keys
+    assert parse_ids('["1", "2"]') == ["1", "2"]  # VARCHAR keys that look like numbers
+    assert parse_ids("[3]") == [3]
+    for bad in ("", "1,,2", "1,", "[1", '["a"'):
+        with pytest.raises(InvalidParameter) as err:
+            parse_ids(bad)
+        assert err.value.field == "--ids"
+
+
+def test_read_data_from_text_or_a_file(tmp_path: Path) -> None:
+    rows = [{"id": 1, "vector": [0.5, 1.0]}, {"id": 2, "vector": [0.0, 0.0], "color": "red"}]
+    assert read_data('[{"id": 1, "vector": [0.5, 1.0]}, {"id": 2, "vector": [0.0, 0.0], "color": "red"}]') == rows
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    assert read_data(f"@{path}") == rows
+    assert read_data('{"id": [1, 2]}') == {"id": [1, 2]}  # columns, as insert takes them
+    cases = [
+        ("[{", "--data", "must be JSON"),
+        ("3", "--data", "list of row objects"),
+        ('[{"id": 1}, 2]', "--data[1]", "must be a row object"),
+        (f"@{path}.missing", "--data", "readable file"),
+    ]
+    for text, field, rule in cases:
+        with pytest.raises(InvalidParameter) as err:
+            read_data(text)
+        assert err.value.field == field and rule in err.value.reason, err.value.reason
+
+
+def test_entity_commands_call_the_client_and_print_the_result(capsys: pytest.CaptureFixture[str]) -> None:
+    class FakeClient:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+        async def insert(self, *args: Any, **kwargs: Any) -> InsertResult:
+            self.calls.append(("insert", args, kwargs))
+            return InsertResult([1], 1, 10)
+
+        async def upsert(self, *args: Any, **kwargs: Any) -> UpsertResult:
+            self.calls.append(("upsert", args, kwargs))
+            return UpsertResult([1], 1, 11)
+
+        async def delete(self, *args: Any, **kwargs: Any) -> DeleteResult:
+            self.calls.append(("delete", args, kwargs))
+            return DeleteResult([1, 2], 2, 12)
+
+    fake = FakeClient()
+
+    def run(*argv: str) -> Any:
+        return asyncio.run(_entity_call(_parser().parse_args(["entity", *argv]))(fake))
+
+    run("insert", "docs", "--data", '[{"id": 1}]')
+    run("upsert", "docs", "--data", '[{"id": 1}]', "--partition", "p1")
+    run("delete", "docs", "--ids", "1,2")
+    result = run("delete", "docs", "--filter", "id < 3", "--partition", "p1")
+    assert fake.calls == [
+        ("insert", ("docs", [{"id": 1}]), {"partition_name": ""}),
+        ("upsert", ("docs", [{"id": 1}]), {"partition_name": "p1"}),
+        ("delete", ("docs",), {"ids": [1, 2], "filter": "", "partition_name": ""}),
+        ("delete", ("docs",), {"ids": None, "filter": "id < 3", "partition_name": "p1"}),
+    ]
+    _print(result)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {"primary_keys": [1, 2], "delete_count": 2, "timestamp": 12}
