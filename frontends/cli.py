@@ -134,6 +134,7 @@ def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
         ("collection", "list"): lambda c: c.show_collections(as_of=as_of),
         ("collection", "drop"): lambda c: c.drop_collection(args.name),
         ("collection", "flush"): lambda c: c.flush(args.name),
+        ("collection", "compact"): lambda c: c.compact(args.name),
         ("collection", "load"): lambda c: c.load_collection(args.name),
         ("collection", "release"): lambda c: c.release_collection(args.name),
         ("collection", "load-state"): lambda c: c.get_load_state(args.name),
@@ -213,6 +214,9 @@ def _parser() -> argparse.ArgumentParser:
         if op in ("describe", "has"):
             as_of(q)
     as_of(col.add_parser("list"))
+    col.add_parser(
+        "compact", help="rewrite flushed segments without their deleted rows, merge small ones; wait until done"
+    ).add_argument("name")
     q = col.add_parser("flush-state", help="whether these segments (a flush's segment_ids) are all flushed")
     q.add_argument("name")
     q.add_argument("segment", type=int, nargs="+")

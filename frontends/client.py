@@ -63,7 +63,7 @@ from schemas.meta import (
     LoadState,
     PartitionInfo,
 )
-from schemas.segment import CollectionStats, FlushResult, FlushState, SegmentState
+from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
 
 __all__ = ["Client"]
 
@@ -615,6 +615,15 @@ class Client:
 
         return await self._call("collections/flush", {"collectionName": collection_name}, result, timeout)
 
+    async def compact(self, collection_name: str, wait: bool = True, timeout: float = FLUSH_WAIT_S) -> CompactionState:
+        """Milvus's Compact (see :meth:`InProcessClient.compact`); ``timeout`` seconds here at most."""
+        body = {"collectionName": collection_name, "wait": wait}
+        return await self._call("collections/compact", body, _compaction_state(collection_name), timeout)
+
+    async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
+        body = {"collectionName": collection_name, "compactionID": compaction_id}
+        return await self._call("collections/get_compaction_state", body, _compaction_state(collection_name))
+
     async def search(
         self,
         collection_name: str,
@@ -684,3 +693,11 @@ class Client:
         """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
         rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
         return int(rows[0]["count(*)"])
+
+
+def _compaction_state(collection_name: str) -> Callable[[Answer], CompactionState]:
+    def result(answer: Answer) -> CompactionState:
+        d = answer["data"]
+        return CompactionState(collection_name=collection_name, compaction_id=int(d["compactionID"]), state=d["state"])
+
+    return result

@@ -21,7 +21,7 @@ from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
-from schemas.segment import CollectionStats, FlushResult, FlushState
+from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 
 class InProcessClient:
@@ -214,6 +214,17 @@ class InProcessClient:
         sealed segment of it: every insert acknowledged before the call is then in a flushed
         segment. ServiceUnavailable after ``flush_timeout_s`` (no data node running)."""
         return await self.proxy.flush(collection_name)
+
+    async def compact(self, collection_name: str, wait: bool = True, timeout: float | None = None) -> CompactionState:
+        """Milvus's Compact: the data nodes rewrite the collection's flushed segments whose deleted
+        share passes ``compaction_deleted_ratio`` without their deleted rows and merge small ones.
+        ``wait`` (default): return once every vchannel was compacted (``Completed``); else at once
+        (poll :meth:`get_compaction_state` with the returned ``compaction_id``)."""
+        return await self.proxy.compact(collection_name, wait, timeout)
+
+    async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
+        """Milvus's GetCompactionState: ``Executing`` or ``Completed``."""
+        return await self.proxy.compaction_state(collection_name, compaction_id)
 
     # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:

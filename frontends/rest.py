@@ -24,6 +24,9 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
   ``collections/get_load_state`` also has the vchannels served.
 - ``collections/get_flush_state`` (Milvus's GetFlushState, ``segmentIDs``): ``flushed`` and each
   segment's state.
+- ``collections/compact`` (Milvus's Compact; ``wait``, default true) and
+  ``collections/get_compaction_state`` (``compactionID``): ``compactionID`` and ``state``
+  (``Executing`` or ``Completed``).
 - ``collections/flush`` (Milvus's Flush; its REST v2 has no such route) seals the collection's
   growing segments, waits until they are flushed, and answers the segments and the flush timestamp.
 - ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
@@ -62,7 +65,7 @@ from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
-from schemas.segment import CollectionStats, FlushResult, FlushState
+from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 log = logging.getLogger(__name__)
 
@@ -456,6 +459,26 @@ def _flushed(result: FlushResult) -> dict[str, Any]:
     }
 
 
+def _parse_compact(body: Body) -> Parsed:
+    wait = body.raw("wait", True)
+    if not isinstance(wait, bool):
+        raise InvalidParameter(body.path("wait"), "must be true or false", wait)
+    return Parsed({"collection_name": body.string("collectionName"), "wait": wait})
+
+
+def _parse_compaction_state(body: Body) -> Parsed:
+    cid = body.raw("compactionID")
+    if isinstance(cid, bool) or not isinstance(cid, int) or cid < 1:
+        raise InvalidParameter(body.path("compactionID"), "must be a compaction id (an integer >= 1)", cid)
+    return Parsed(
+        {"collection_name": body.string("collectionName"), "compaction_id": cid}, {"compaction_id": "compactionID"}
+    )
+
+
+def _compaction(state: CompactionState) -> dict[str, Any]:
+    return {"compactionID": state.compaction_id, "state": state.state}
+
+
 def _partition(p: PartitionInfo) -> dict[str, Any]:
     return {
         "partitionName": p.partition_name,
@@ -692,6 +715,10 @@ ENDPOINTS: dict[str, Endpoint] = {
     "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), _has),
     "collections/drop": Endpoint("drop_collection", (COLLECTION,), beside=_collection_id),
     "collections/flush": Endpoint("flush", (COLLECTION,), _flushed),
+    "collections/compact": Endpoint("compact", render=_compaction, parse=_parse_compact),
+    "collections/get_compaction_state": Endpoint(
+        "get_compaction_state", render=_compaction, parse=_parse_compaction_state
+    ),
     "collections/get_stats": Endpoint("get_collection_stats", (COLLECTION,), _stats),
     "collections/get_flush_state": Endpoint("get_flush_state", render=_flush_state, parse=_parse_flush_state),
     "partitions/get_stats": Endpoint("get_partition_stats", (COLLECTION, PARTITION), _stats),

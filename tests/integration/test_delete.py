@@ -306,7 +306,7 @@ async def test_compaction_swaps_segments_without_a_gap(
     await node_doc(del_config, "datanode", lambda d: d.get("delta_logs", 0) >= 1)
     before = {s.segment_id for s in await client.proxy.segment_meta.segments(cid) if s.state.value == "Flushed"}
 
-    compacting = asyncio.ensure_future(client.proxy.compact(coll))
+    compacting = asyncio.ensure_future(client.compact(coll))
     late = [50_400, 51_450]  # deleted while the compaction runs
     await client.delete(coll, ids=late)
     ref.delete(late)

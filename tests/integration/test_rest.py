@@ -20,6 +20,7 @@ from frontends.rest import API_PREFIX, ENDPOINTS, Body, RestFrontEnd, _deleted, 
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import InvalidParameter
+from schemas.segment import CompactionState
 from tests.integration.ddl_helpers import DIM, name
 
 pytestmark = pytest.mark.integration
@@ -469,6 +470,23 @@ def test_upsert_body_is_the_insert_body() -> None:
     }
     with pytest.raises(InvalidParameter, match=r"\[field=data\]"):
         ENDPOINTS["entities/upsert"].read(Body({"collectionName": "c", "data": 3}))
+
+
+def test_compact_routes() -> None:
+    """collections/compact (wait by default) and collections/get_compaction_state: parse and answer."""
+    assert ENDPOINTS["collections/compact"].read(Body({"collectionName": "c"})).kwargs == {
+        "collection_name": "c",
+        "wait": True,
+    }
+    assert ENDPOINTS["collections/compact"].read(Body({"collectionName": "c", "wait": False})).kwargs["wait"] is False
+    with pytest.raises(InvalidParameter, match=r"\[field=wait\]"):
+        ENDPOINTS["collections/compact"].read(Body({"collectionName": "c", "wait": "no"}))
+    state = ENDPOINTS["collections/get_compaction_state"].read(Body({"collectionName": "c", "compactionID": 9}))
+    assert state.kwargs == {"collection_name": "c", "compaction_id": 9}
+    with pytest.raises(InvalidParameter, match=r"\[field=compactionID\]"):
+        ENDPOINTS["collections/get_compaction_state"].read(Body({"collectionName": "c", "compactionID": "x"}))
+    done = CompactionState(collection_name="c", compaction_id=9, state="Completed")
+    assert ENDPOINTS["collections/compact"].render(done) == {"compactionID": 9, "state": "Completed"}
 
 
 def test_delete_and_upsert_answers() -> None:

@@ -138,3 +138,8 @@ def test_entity_commands_call_the_client_and_print_the_result(capsys: pytest.Cap
     _print(result)
     printed = json.loads(capsys.readouterr().out)
     assert printed == {"primary_keys": [1, 2], "delete_count": 2, "timestamp": 12}
+
+
+def test_collection_compact_takes_a_name() -> None:
+    args = _parser().parse_args(["collection", "compact", "docs"])
+    assert (args.command, args.op, args.name) == ("collection", "compact", "docs")
