@@ -1,15 +1,18 @@
 """The upsert path (Milvus override mode): the rows are written and every older version of their
 primary keys is gone from the upsert's timestamp on; one timestamp for both.
 
-Osprey reads the latest version of a key (the query node hides a key's older rows from the
-timestamp of a newer one: ``agents/querynode/delegator.py``), so for a collection whose keys are
-given by the client the insert alone replaces the old rows, in whatever partition of the shard
-they are. For an auto_id collection the rows get new keys (Milvus: "Milvus will generate a new
-primary key for the data ... before inserting it"), so the keys the client gave are deleted
-explicitly: one :class:`~schemas.dml.DeleteEvent` per shard at the insert's timestamp, of every
-partition. Both go through one :class:`~agents.proxy.insert.InsertPipeline` publish: the pchannels
-of the deletes are entered with the inserts', and the statistics are left once every event is
-acknowledged. A key twice in one upsert is refused (which row would win is not said), as Milvus does.
+The keys the client gave are deleted explicitly, in every partition: one
+:class:`~schemas.dml.DeleteEvent` per shard at the insert's timestamp (it hides rows stamped below
+it, never the rows the upsert writes). For an auto_id collection the rows get new keys (Milvus:
+"Milvus will generate a new primary key for the data ... before inserting it") and the delete is
+what removes the old ones. For given keys the query nodes would read the new rows as the latest
+version anyway (``agents/querynode/delegator.py``), but only among the partitions they serve: the
+explicit delete also removes an old row in a partition loaded later. Both go through one
+:class:`~agents.proxy.insert.InsertPipeline` publish: the pchannels of the deletes are entered
+with the inserts', and the statistics are left once every event is acknowledged. (The Spark
+sink's upsert mode, which replays chunks, sends no delete for given keys: a replay stamped later
+would delete the rows its first attempt wrote; see ``agents/proxy/ingest.py``.)
+A key twice in one upsert is refused (which row would win is not said), as Milvus does.
 """
 
 from __future__ import annotations
@@ -56,10 +59,8 @@ class UpsertPlan:
         info = pipeline.info
         pk = info.collection_schema.primary_field
         check_unique(info, columns[pk.name])
-        old_keys = None
-        if pk.auto_id:
-            given = columns.pop(pk.name)
-            old_keys = np.asarray(given, dtype=object if pk.dtype is DataType.VARCHAR else np.int64)
+        given = columns.pop(pk.name) if pk.auto_id else columns[pk.name]
+        old_keys = np.asarray(given, dtype=object if pk.dtype is DataType.VARCHAR else np.int64)
         await pipeline.route(columns, n)
         return cls(pipeline, old_keys)
 

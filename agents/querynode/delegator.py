@@ -236,10 +236,15 @@ class ShardDelegator:
             repeated = np.zeros(len(pks), bool)
             repeated[:-1] = ordered[1:] == ordered[:-1]
             dead[order[repeated]] = ts
+        sid = event.segment_id
         for segment, positions in self.oracle.candidates(pks):
             keys = pks[positions]
-            self.superseded_rows += segment.hide(keys, ts, inclusive=True)
-            np.minimum.at(dead, positions, segment.newer_versions(keys, ts))
+            # a tie (one request's key in two rows) goes to the row in the higher segment id,
+            # within a segment to the later row: the order of versions.py, on every path
+            later = segment.segment_id > sid
+            self.superseded_rows += segment.hide(keys, ts, inclusive=not later)
+            newer = segment.newer_versions(keys, ts - 1 if later else ts)
+            np.minimum.at(dead, positions, newer)
         dead = np.minimum(dead, self.deletes.pending_for(pks, ts, event.partition_id))
         return None if bool((dead == np.uint64(MAX_TIMESTAMP)).all()) else dead
 
@@ -276,8 +281,12 @@ class ShardDelegator:
         """Whether :meth:`add_sealed` of ``segment`` needs the durable delete logs: it has no
         growing copy to take over from and the buffer does not reach back to its rows."""
         entry = self._distribution.get(segment.segment_id)
-        if entry is not None and entry.kind == SEGMENT_GROWING:
-            return False
+        if (
+            entry is not None
+            and entry.kind == SEGMENT_GROWING
+            and _same_rows(self.worker.segment(entry.segment_id), segment)
+        ):
+            return False  # a handoff: the growing copy's dead timestamps carry over
         min_ts = int(segment.timestamps_view().min()) if segment.row_count else MAX_TIMESTAMP
         return not self.deletes.reaches(min_ts)
 
@@ -335,10 +344,7 @@ class ShardDelegator:
             keys, stamps = pks[positions], row_ts[positions]
             # a tie (one request's rows in two segments) goes to the later segment
             self.superseded_rows += other.hide(keys, stamps, inclusive=other.segment_id < sid)
-            newer = other.newer_versions(keys, stamps)
-            if other.segment_id > sid:
-                same = other.newer_versions(keys, stamps - np.uint64(1)) == stamps
-                newer = np.where(same, stamps, newer)
+            newer = other.newer_versions(keys, stamps - np.uint64(1) if other.segment_id > sid else stamps)
             self.superseded_rows += segment.lower_dead(positions, newer)
 
     def resolve_sealed(self, durable_deletes: Sequence[DeleteRecord]) -> int:
@@ -348,7 +354,7 @@ class ShardDelegator:
         loaded later). Returns the rows hidden."""
         for record in durable_deletes:
             self.deletes.add(record, self._tsafe)
-        segments = [self.worker.segment(sid) for sid in self._distribution]
+        segments = [self.worker.segment(sid) for sid in sorted(self._distribution)]  # ties: segment id order
         hidden = resolve_versions(segments, [*durable_deletes, *self.deletes.since(0)])
         self.deleted_rows += hidden
         return hidden

@@ -3,9 +3,10 @@
 A delete or a newer version of a key must find every row of a segment holding that key. The
 index is log-structured: a list of *runs*, each the sorted keys of a range of rows with their row
 offsets. :meth:`PkIndex.append` adds the run of a batch of rows (one sort of the batch), then
-merges the newest runs while the last is at least as large as the one before it (a binary
-counter), so there are at most ~log2(n / batch) runs and every row is re-sorted O(log n) times
-in all (amortized O(log n) a row, vectorized). :meth:`PkIndex.lookup` is one ``searchsorted`` pair
+merges the two newest runs while the older is at most twice the newer, so run sizes at least
+double from the newest to the oldest: at most ~log2(n) runs whatever the batch sizes (shrinking
+batches included), and every row is re-sorted O(log n) times in all (amortized O(log n) a row,
+vectorized). :meth:`PkIndex.lookup` is one ``searchsorted`` pair
 per run for all keys at once. A sealed segment's index is one run (:meth:`PkIndex.of`), with no
 offsets array at all when its keys are already sorted (auto ids usually are).
 
@@ -79,7 +80,7 @@ class PkIndex:
         if len(keys) == 0:
             return
         self._add(keys, first_offset)
-        while len(self._runs) >= 2 and len(self._runs[-1]) >= len(self._runs[-2]):
+        while len(self._runs) >= 2 and len(self._runs[-2]) <= 2 * len(self._runs[-1]):
             b = self._runs.pop()
             a = self._runs.pop()
             keys = np.concatenate([a.keys, b.keys])

@@ -9,8 +9,11 @@ of the same timestamp (a duplicate key in one request: the later row wins). Sort
 segment about every other segment's keys: O(N log N) for N rows and deletes, vectorized.
 
 Ordering within a key: by timestamp; at equal timestamps deletes come before rows (an upsert's
-delete at ``T`` hides the older rows, never the row it writes at ``T``), and rows by (segment
-position, offset), the log order of one request's rows. Deletes of one partition only are
+delete at ``T`` hides the older rows, never the row it writes at ``T``), and rows by (segment,
+offset): one request's key twice (a streaming chunk may hold it twice) is won by the row in the
+higher segment id, within a segment by the later row. Callers pass segments in segment id order;
+the delegator's incremental path (``agents/querynode/delegator.py``) breaks ties the same way, so
+a live, a recovered and a compacting node agree. Deletes of one partition only are
 applied per segment afterwards (:meth:`GrowingSegment.hide`). Dead timestamps only go down, so
 resolving again, or adding rows and deletes incrementally afterwards, stays exact.
 """

@@ -305,6 +305,36 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
         assert started_at >= offset, (pchannel, state, offset)  # replayed only the tail
 
 
+def test_deletes_survive_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
+    """Deletes of rows in flushed and in growing segments, by ids and by filter, some in delete
+    logs and some only in the dml tail when every process is killed: after the stack is up
+    again, exactly the rows not deleted are served, each once."""
+    stack = segmented_stack
+    config = stack.config
+    create(config, "docs")
+    for start in range(0, 1_000, 250):
+        ok(config, "entities/insert", {"collectionName": "docs", "data": rows(range(start, start + 250), start)})
+    assert ok(config, "collections/flush", {"collectionName": "docs"})["flushedSegmentIDs"]
+    ok(config, "entities/insert", {"collectionName": "docs", "data": rows(range(1_000, 1_200), 7)})  # growing
+    live = set(range(1_200))
+    ok(config, "entities/delete", {"collectionName": "docs", "ids": [0, 1, 500, 999, 1_000, 1_199]})
+    ok(config, "entities/delete", {"collectionName": "docs", "filter": "id >= 1100 and id < 1150"})
+    live -= {0, 1, 500, 999, 1_000, 1_199, *range(1_100, 1_150)}
+    time.sleep(1.5)  # the data node writes the deletes so far to delete logs (checkpoint interval)
+    ok(config, "entities/delete", {"collectionName": "docs", "filter": "id >= 200 and id < 220"})  # maybe only in dml
+    live -= set(range(200, 220))
+    assert_exactly_once(strong_ids(config, "docs"), live, live)
+    victims = [*stack.servers, *stack.workers.values(), stack.proxy]
+    pids = [p.pid() for p in victims]
+    for pid in pids:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+    for process in victims:
+        process.kill()
+    stack.up(proxy=True)
+    assert_exactly_once(strong_ids(config, "docs"), live, live)
+
+
 def test_redis_killed_mid_stream_keeps_rows_and_ddl(stack: LocalCluster) -> None:
     config = stack.config
     create(config, "docs")
@@ -410,6 +440,12 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     spark_ingest(config, tmp_path / "in", "other", range(5_000, 8_000), tmp_path / "ckpt")  # the Spark job
     acknowledged["other"].update(range(5_000, 8_000))
 
+    # deletes (by filter, and by ids of rows in a partition) and upserts come back too
+    ok(config, "entities/delete", {"collectionName": "docs", "filter": "id < 100"})
+    ok(config, "entities/delete", {"collectionName": "docs_live", "ids": [1_000, 1_999, 123_456]})
+    acknowledged["docs"] -= {*range(100), 1_000, 1_999}
+    upserted = ok(config, "entities/upsert", {"collectionName": "docs", "data": rows(range(500, 510), 99)})
+    assert upserted["upsertCount"] == 10
     before = ddl_state(config)
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
@@ -440,4 +476,4 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
             "consistencyLevel": "Strong",
         },
     )
-    assert sorted(r["id"] for r in in_p1["data"]) == list(range(1_000, 2_000))
+    assert sorted(r["id"] for r in in_p1["data"]) == list(range(1_001, 1_999))
