@@ -71,6 +71,7 @@ from state.segcore.versions import dead_timestamps
 log = logging.getLogger(__name__)
 
 REQUEST_POLL_S = 1.0  # how often pending Compact requests are looked for
+REMOVE_INTERVAL_S = 5.0  # how often the files of replaced segments past their grace period are looked for
 LOCK_TTL_MS = 120_000  # a vchannel's compaction lock outlives a crashed holder by this much at most
 ERROR_PAUSE_S = 5.0
 
@@ -117,6 +118,7 @@ class Compactor(Service):
     async def _run(self) -> None:
         interval = self.config.compaction_interval_s
         since = 0.0
+        since_removal = REMOVE_INTERVAL_S
         while True:
             try:
                 pending = await self._unhonoured(await self.requests.pending())
@@ -124,12 +126,15 @@ class Compactor(Service):
                 if pending or due:
                     await self.run_once(pending, scheduled=due)
                     since = 0.0 if due else since
-                await self.remove_replaced()
+                if since_removal >= REMOVE_INTERVAL_S:
+                    since_removal = 0.0
+                    await self.remove_replaced()
             except Exception:
                 log.exception("datanode: compaction failed; trying again")
                 await asyncio.sleep(ERROR_PAUSE_S)
             await asyncio.sleep(REQUEST_POLL_S)
             since += REQUEST_POLL_S
+            since_removal += REQUEST_POLL_S
 
     async def _unhonoured(self, requests: dict[int, int]) -> dict[int, int]:
         """The requests some owned vchannel of their collection has not honoured yet."""
