@@ -8,6 +8,10 @@ columnar :class:`~schemas.dml.InsertEvent`\\ s exactly as an insert request (ide
 bad row as a :class:`DeadLetter` on the ``dead-letter`` topic with the reason and the original
 values. Framed by :mod:`schemas.codec` (the Arrow bytes travel raw).
 
+``mode`` (on :class:`IngestOpen` and every :class:`IngestChunk`): ``"insert"`` (default) or
+``"upsert"``, the rows replacing every older version of their primary keys
+(:mod:`agents.proxy.ingest` says what each mode does for keys given or auto_id).
+
 - :class:`IngestChunk` / :class:`IngestChunkReply`: one chunk and what became of it.
 - :class:`IngestOpen` / :class:`IngestTarget`: resolve the collection once, check the writer's
   Arrow schema against it before any row is sent.
@@ -24,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.collection import CollectionSchema
 
 IDENTITY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$"  # no spaces; ':' separates the parts
+INGEST_MODES = ("insert", "upsert")
+IngestMode = Literal["insert", "upsert"]
 MAX_CHUNK_BYTES = 64 * 1024 * 1024  # an ingest request body larger than this is refused
 
 
@@ -33,11 +39,13 @@ class _Model(BaseModel):
 
 class IngestOpen(_Model):
     """A writer asks to ingest into ``collection_name`` (name or alias) with rows shaped like
-    ``arrow_schema`` (an Arrow IPC schema message)."""
+    ``arrow_schema`` (an Arrow IPC schema message), in ``mode`` (the schema is checked for it:
+    an upsert into an auto_id collection must give the primary key, an insert must not)."""
 
     collection_name: str
     partition_name: str = ""
     arrow_schema: bytes
+    mode: IngestMode = "insert"
 
 
 class IngestTarget(_Model):
@@ -52,13 +60,15 @@ class IngestTarget(_Model):
 
 class IngestChunk(_Model):
     """Rows for one (collection, partition), as an Arrow IPC stream (one or more record batches).
-    The same ``identity`` must always carry the same rows: a repeat is recognised downstream."""
+    The same ``identity`` must always carry the same rows (and ``mode``): a repeat is recognised
+    downstream."""
 
     identity: str = Field(pattern=IDENTITY_PATTERN)
     collection_id: int
     partition_id: int
     origin: str = Field("", max_length=256, description="who wrote it, e.g. spark:<query name>")
     arrow: bytes
+    mode: IngestMode = "insert"
 
 
 class IngestChunkReply(_Model):

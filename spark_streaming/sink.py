@@ -9,18 +9,29 @@ Register it first (``spark.dataSource.register(OspreyDataSource)``, done by
 - ``collection`` (required): collection name or alias, resolved to its id once, when the query
   plans its writer; ``partition``: partition name (default ``_default``);
 - ``proxy``: the proxy's REST address (default ``OSPREY_PROXY_HTTP``, else 127.0.0.1:19121);
+- ``mode``: ``insert`` (default) or ``upsert``; any other value fails the query as it starts
+  (InvalidParameter naming the option ``mode`` and the allowed values: raised by
+  :func:`spark_streaming.stream.write_stream` before the query exists, by a plain ``writeStream``
+  when Spark plans the writer, before any row is sent). ``upsert``: each row replaces every older
+  version of its primary key. Keys given by the client: the rows are inserted, and the query
+  nodes read only a key's newest version (a key twice in one chunk: the later row wins). An
+  auto_id collection: the key column is required, the rows get new keys and the keys given are
+  deleted; rows whose key repeats within a chunk go to the dead-letter topic
+  (``agents/proxy/ingest.py``);
 - ``chunkBytes``: largest Arrow chunk sent in one request (default 8 MiB);
   ``inFlight``: chunks a task keeps in flight (default 2).
 
 How a micro-batch is written (``DataSourceStreamArrowWriter``): each Spark task sends its Arrow
 record batches to the proxy as chunks with the identity
-``spark:<query id>:<batch id>:<partition>:<first row>``. The query id survives restarts from the
-same checkpoint, and Spark replays an uncommitted batch with the same rows in the same
-partitions, so a replayed chunk has the same identity and the delegators skip it: effectively
-exactly once. The proxy checks each row, inserts the good ones through the insert path and puts
-the bad ones on the dead-letter topic. On commit, the driver records the batch's per-task counts
-in the sink's commit log (``./osprey status``). The Spark schema is checked against the collection
-when the writer is planned, before any row is sent (InvalidParameter naming the field).
+``spark:<query id>:<batch id>:<partition>:<first row>`` and the mode. The query id survives
+restarts from the same checkpoint, and Spark replays an uncommitted batch with the same rows in
+the same partitions, so a replayed chunk has the same identity and the delegators skip it:
+effectively exactly once (in ``upsert`` mode too: a replayed chunk gets the same auto ids, its
+inserts are skipped, and its deletes hit keys deleted already). The proxy checks each row, writes
+the good ones through the insert path (or the upsert path) and puts the bad ones on the
+dead-letter topic. On commit, the driver records the batch's per-task counts in the sink's commit
+log (``./osprey status``). The Spark schema is checked against the collection (for the mode) when
+the writer is planned, before any row is sent (InvalidParameter naming the field).
 """
 
 from __future__ import annotations
@@ -38,7 +49,17 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from schemas.config import OspreyConfig
-from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
+from schemas.errors import InvalidParameter
+from schemas.ingest import (
+    INGEST_MODES,
+    IngestChunk,
+    IngestChunkReply,
+    IngestCommit,
+    IngestMode,
+    IngestOpen,
+    IngestTarget,
+    PartitionCounts,
+)
 from spark_streaming.ingest_client import IngestClient
 
 SOURCE_NAME = "osprey"
@@ -55,6 +76,16 @@ def arrow_schema_bytes(schema: StructType) -> bytes:
     return to_arrow_schema(schema).serialize().to_pybytes()
 
 
+def sink_mode(value: str | None) -> IngestMode:
+    """The ``mode`` option (default ``insert``); InvalidParameter naming ``mode`` and the allowed values."""
+    if value is None or value == "insert":
+        return "insert"
+    if value == "upsert":
+        return "upsert"
+    allowed = " or ".join(repr(m) for m in INGEST_MODES)
+    raise InvalidParameter("mode", f"the osprey sink's option 'mode' must be {allowed} (default 'insert')", value)
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     collection: str
@@ -62,6 +93,7 @@ class SinkOptions:
     proxy: str
     chunk_bytes: int
     in_flight: int
+    mode: IngestMode = "insert"
 
     @classmethod
     def of(cls, options: Any) -> SinkOptions:
@@ -77,6 +109,7 @@ class SinkOptions:
             proxy=proxy,
             chunk_bytes=int(options.get("chunkBytes", DEFAULT_CHUNK_BYTES)),
             in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))),
+            mode=sink_mode(options.get("mode")),
         )
 
 
@@ -89,6 +122,7 @@ def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
                 collection_name=options.collection,
                 partition_name=options.partition,
                 arrow_schema=arrow_schema_bytes(schema),
+                mode=options.mode,
             )
         )
 
@@ -146,6 +180,7 @@ class ChunkSender:
                     partition_id=self.target.partition_id,
                     origin=self.origin,
                     arrow=sink.getvalue().to_pybytes(),
+                    mode=self.options.mode,
                 )
                 first_row += piece.num_rows
                 while len(self._pending) >= self.options.in_flight:
@@ -283,5 +318,6 @@ __all__ = [
     "arrow_schema_bytes",
     "open_target",
     "record_commit",
+    "sink_mode",
     "write_task",
 ]

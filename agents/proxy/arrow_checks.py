@@ -7,6 +7,15 @@ row by row, so a bad row is set aside (dead letter) while the rest of its chunk 
   good rows come out as columns in the shape :func:`agents.proxy.insert_checks.columns_of` takes,
   and the insert path runs its own checks on them again, so no rule is enforced in one place only.
 
+The primary key column per mode (``pk_given``, as ``columns_of``'s): a collection whose keys are
+given by the client always needs it (an insert and an upsert alike; a key twice in one chunk is
+allowed: the later row wins downstream). For an auto_id collection an insert must not give it
+(Osprey assigns the keys) and an upsert (``pk_given=True``) must: the keys name the rows replaced,
+which are deleted while the new rows get new keys. Such a key column is checked like any field (not
+null, fits INT64), and then, among the rows that passed every other check, a key given by more than
+one row refuses each of those rows (:data:`RULE_KEY_REPEATS`: which of them would replace the key
+is not said, and the upsert path refuses a repeated key), so one repeat costs its rows, not the chunk.
+
 Type mapping (Spark → Arrow → Osprey): ``array<float>``/``array<double>`` (also fixed-size lists)
 → FLOAT_VECTOR, values cast to float32; any integer type → INT8..INT64 (range checked per row);
 ``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in characters, as the insert
@@ -33,6 +42,13 @@ from schemas.errors import InvalidParameter
 RULE_NOT_NULL = "must not be null: Osprey fields are not nullable"
 RULE_MISSING_COLUMN = "is required: the writer's rows have no column for it"
 RULE_UNKNOWN_COLUMN = "is not a field of the collection (enable_dynamic_field is off)"
+RULE_UPSERT_KEY_MISSING = (
+    "is required in upsert mode: the primary keys name the rows replaced (auto_id gives the new rows new keys)"
+)
+RULE_KEY_REPEATS = (
+    "must not repeat within the chunk (upsert into an auto_id collection): the key repeats within the chunk "
+    "and which of its rows would replace it is not said"
+)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _INTEGER_RANGE: dict[DataType, tuple[int, int]] = {
@@ -79,9 +95,10 @@ def _fits(f: FieldSchema, t: pa.DataType) -> bool:
     return pa.types.is_integer(t)
 
 
-def check_arrow_schema(arrow_schema: pa.Schema, schema: CollectionSchema) -> None:
+def check_arrow_schema(arrow_schema: pa.Schema, schema: CollectionSchema, pk_given: bool = False) -> None:
     """Raise InvalidParameter (field, rule, the writer's type) unless rows of ``arrow_schema`` can
-    be inserted into a collection of ``schema``."""
+    be inserted into a collection of ``schema``. ``pk_given`` (upsert mode): an auto_id primary
+    key column is required instead of refused (module doc)."""
     names = arrow_schema.names
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -89,12 +106,12 @@ def check_arrow_schema(arrow_schema: pa.Schema, schema: CollectionSchema) -> Non
     for f in schema.fields:
         if f.is_dynamic:
             continue
-        if f.auto_id:
+        if f.auto_id and not pk_given:
             if f.name in names:
                 raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
             continue
         if f.name not in names:
-            raise InvalidParameter(f.name, RULE_MISSING_COLUMN)
+            raise InvalidParameter(f.name, RULE_UPSERT_KEY_MISSING if f.auto_id else RULE_MISSING_COLUMN)
         t = arrow_schema.field(f.name).type
         if not _fits(f, t):
             raise InvalidParameter(f.name, _type_rule(f), str(t))
@@ -152,14 +169,16 @@ def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(column.is_null(), dtype=bool)
 
 
-def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
-    """Check every row of ``table`` (whose schema passed :func:`check_arrow_schema`)."""
+def split_rows(table: pa.Table, schema: CollectionSchema, pk_given: bool = False) -> SplitRows:
+    """Check every row of ``table`` (whose schema passed :func:`check_arrow_schema` with the same
+    ``pk_given``). ``pk_given`` on an auto_id collection: the key column is checked and kept like
+    any field, and the good rows sharing a key are refused (module doc)."""
     n = table.num_rows
     marks = _Marks(n)
     vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (float32 values, parent row)
     json_values: dict[str, list[Any]] = {}
     for f in schema.fields:
-        if f.is_dynamic or f.auto_id:
+        if f.is_dynamic or (f.auto_id and not pk_given):
             continue
         column = table.column(f.name)
         marks.mark(f.name, _null_mask(column), RULE_NOT_NULL)
@@ -187,11 +206,26 @@ def split_rows(table: pa.Table, schema: CollectionSchema) -> SplitRows:
     extra = [c for c in table.column_names if schema.field(c) is None]
     if extra and schema.dynamic_field is not None:
         _check_dynamic(table, extra, marks)
+    pk = schema.primary_field
+    if pk_given and pk.auto_id:
+        _mark_repeated_keys(pk.name, table.column(pk.name), marks)
     good = np.flatnonzero(~marks.bad)
     split = SplitRows(rows=n, good=good, rejects=[marks.rejects[r] for r in sorted(marks.rejects)])
     if len(good):
-        split.columns = _good_columns(table, schema, good, marks.bad, vectors, json_values, extra)
+        split.columns = _good_columns(table, schema, good, marks.bad, vectors, json_values, extra, pk_given)
     return split
+
+
+def _mark_repeated_keys(name: str, column: pa.ChunkedArray, marks: _Marks) -> None:
+    """Every row not refused yet whose key another such row gives too (:data:`RULE_KEY_REPEATS`)."""
+    good = np.flatnonzero(~marks.bad)
+    if len(good) < 2:
+        return
+    keys = column.take(pa.array(good)).to_numpy(zero_copy_only=False)  # no null: refused already
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    repeated = np.zeros(len(marks.bad), dtype=bool)
+    repeated[good[counts[inverse.ravel()] > 1]] = True
+    marks.mark(name, repeated, RULE_KEY_REPEATS)
 
 
 def _narrower(t: pa.DataType, dtype: DataType) -> bool:
@@ -303,11 +337,12 @@ def _good_columns(
     vectors: dict[str, tuple[np.ndarray, np.ndarray]],
     json_values: dict[str, list[Any]],
     extra: list[str],
+    pk_given: bool,
 ) -> dict[str, Any]:
     keep = pa.array(~bad)
     columns: dict[str, Any] = {}
     for f in schema.fields:
-        if f.is_dynamic or f.auto_id:
+        if f.is_dynamic or (f.auto_id and not pk_given):
             continue
         if f.dtype == DataType.FLOAT_VECTOR:
             values, parent = vectors[f.name]

@@ -6,7 +6,11 @@ broker, redis-server, a rootcoord, a querynode and a proxy process serving the i
 - a schema that does not fit fails before any row is written, naming the field;
 - foreachBatch writes the same rows;
 - kill -9 of the driver mid-stream, restart on the same checkpoint: each PK exactly once (also
-  with the querynode killed and restarted while Spark replays).
+  with the querynode killed and restarted while Spark replays);
+- upsert mode (``.option("mode", "upsert")``): micro-batches re-writing keys leave each key once
+  with its last write, also when Spark replays the last batch (its commit forgotten) or the
+  driver is killed mid-stream and restarted; into an auto_id collection the rows come back under
+  new keys and the given keys are gone, a replay adding none; any other mode fails the query.
 """
 
 from __future__ import annotations
@@ -321,13 +325,16 @@ def kill_job(job: subprocess.Popen[bytes]) -> None:
     job.wait(30)
 
 
-def kill_when_partly_visible(config: OspreyConfig, job: subprocess.Popen[bytes], name: str, total: int) -> int:
-    """Wait until some rows (not all) are visible, then kill -9 the job; returns the rows seen."""
+def kill_when_partly_visible(
+    config: OspreyConfig, job: subprocess.Popen[bytes], name: str, total: int, above: int = 0
+) -> int:
+    """Wait until more than ``above`` rows (not all) are visible, then kill -9 the job; returns the
+    rows seen."""
     deadline = time.monotonic() + JOB_TIMEOUT_S
     seen = 0
     while time.monotonic() < deadline and job.poll() is None:
         seen = count(config, name, "Eventually")
-        if 0 < seen < total:
+        if above < seen < total:
             break
         time.sleep(POLL_S)
     kill_job(job)
@@ -396,3 +403,191 @@ def test_querynode_killed_while_spark_replays(
     querynode.start()
     wait_job(restarted)
     assert_each_pk_once(module_config, "replay", expected)
+
+
+# ---------------------------------------------------------------- upsert mode
+
+UPSERT_OPTIONS = {"mode": "upsert", "chunkBytes": str(256 * 1024)}  # several chunks per Spark task
+
+
+def write_versions(directory: Path, versions: list[np.ndarray], seed: int) -> dict[int, tuple[np.ndarray, str, float]]:
+    """One Parquet file per entry of ``versions`` (the keys it writes, each with a new vector and
+    score, tag ``v<file>``), modified one minute apart in that order, so a stream reading one file
+    per trigger writes them as micro-batches in that order. The expected rows: each key's last write."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    expected: dict[int, tuple[np.ndarray, str, float]] = {}
+    first_mtime = time.time() - 3600
+    for f, ids in enumerate(versions):
+        rows = len(ids)
+        vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
+        scores = rng.standard_normal(rows)
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "vector": pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, rows * DIM + 1, DIM, dtype=np.int32)), pa.array(vectors.ravel())
+                ),
+                "tag": pa.array([f"v{f}"] * rows),
+                "score": pa.array(scores, pa.float64()),
+            }
+        )
+        path = directory / f"part-{f:03d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (first_mtime + 60 * f, first_mtime + 60 * f))
+        for i, pk in enumerate(np.asarray(ids).tolist()):
+            expected[pk] = (vectors[i], f"v{f}", float(scores[i]))
+    return expected
+
+
+def stream_upserts(spark: Any, directory: Path, name: str, checkpoint: Path) -> Any:
+    """Stream ``directory`` into ``name`` in upsert mode, one file per micro-batch, to its end."""
+    from spark_streaming.stream import write_stream
+
+    schema = spark.read.parquet(str(directory)).schema
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
+    query = write_stream(df, name, str(checkpoint), trigger={"availableNow": True}, options=UPSERT_OPTIONS)
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the streaming query did not finish in time"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def forget_last_commit(checkpoint: Path) -> int:
+    """Remove the last batch's commit from the checkpoint: as if the driver died after the batch's
+    writes and before its commit, so a restart runs the batch again (same query id, batch id and
+    rows: the same chunk identities). Returns the batch id."""
+    commits = checkpoint / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    return last
+
+
+def batches_with_rows(query: Any) -> list[int]:
+    return [p.batchId for p in query.recentProgress if p.numInputRows]
+
+
+def test_upsert_stream_keeps_each_keys_last_write_through_a_replayed_batch(
+    spark: Any, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    create_collection(module_config, "upserts")
+    versions = [np.arange(0, 600), np.r_[0:300, 600:900], np.r_[150:450, 900:1050]]
+    expected = write_versions(tmp_path / "in", versions, seed=7)
+    query = stream_upserts(spark, tmp_path / "in", "upserts", tmp_path / "ckpt")
+    assert batches_with_rows(query) == [0, 1, 2]
+    assert_exact(module_config, "upserts", expected)
+    assert count(module_config, "upserts") == len(expected) == 1050
+    done = progress(module_config, query.id)
+    assert (done["batches"], done["rows"], done["written"], done["rejected"]) == (3, 1650, 1650, 0)
+    last = forget_last_commit(tmp_path / "ckpt")
+    replay = stream_upserts(spark, tmp_path / "in", "upserts", tmp_path / "ckpt")
+    assert replay.id == query.id and batches_with_rows(replay) == [last]
+    assert_exact(module_config, "upserts", expected)
+    assert count(module_config, "upserts") == 1050
+    assert progress(module_config, query.id)["rows"] == 1650  # the replayed batch's record replaced
+
+
+def test_upsert_stream_into_auto_id_gives_new_keys_and_a_replay_adds_none(
+    spark: Any, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    name = "upsert_auto"
+    create_collection(module_config, name, auto_id=True)
+    old = np.random.default_rng(8).standard_normal((300, DIM)).astype(np.float32)
+    rows = [{"vector": v.tolist(), "tag": "old", "score": float(i)} for i, v in enumerate(old)]
+    keys = run(_with_client(module_config, lambda c: c.insert(name, rows))).primary_keys
+    given = write_versions(tmp_path / "in", [np.asarray(keys[:200])], seed=9)
+    by_score = {score: vector for vector, _, score in given.values()}
+    stream_upserts(spark, tmp_path / "in", name, tmp_path / "ckpt")
+
+    def check() -> set[int]:
+        got = rows_of(module_config, name)
+        ids = [r["id"] for r in got]
+        assert len(ids) == len(set(ids)) == 300 and count(module_config, name) == 300
+        assert not set(keys[:200]) & set(ids), "a replaced key is still read"
+        assert {r["id"] for r in got if r["tag"] == "old"} == set(keys[200:])
+        new = [r for r in got if r["tag"] == "v0"]
+        assert len(new) == 200 and not {r["id"] for r in new} & set(keys)
+        for r in new:
+            assert np.asarray(r["vector"], np.float32).tobytes() == by_score[r["score"]].tobytes()
+        return {r["id"] for r in new}
+
+    new_keys = check()
+    forget_last_commit(tmp_path / "ckpt")
+    replay = stream_upserts(spark, tmp_path / "in", name, tmp_path / "ckpt")
+    assert batches_with_rows(replay) == [0]
+    assert check() == new_keys  # the replay wrote the same auto ids, skipped downstream
+
+
+def test_a_mode_other_than_insert_or_upsert_fails_the_query(
+    spark: Any, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    from spark_streaming.stream import write_stream
+
+    create_collection(module_config, "moded")
+    write_versions(tmp_path / "in", [np.arange(3)], seed=10)
+    df = spark.readStream.schema(spark.read.parquet(str(tmp_path / "in")).schema).parquet(str(tmp_path / "in"))
+    with pytest.raises(InvalidParameter) as caught:
+        write_stream(df, "moded", str(tmp_path / "ckpt1"), options={"mode": "replace"})
+    assert caught.value.field == "mode" and "'insert' or 'upsert'" in caught.value.rule
+    with pytest.raises(Exception) as failed:  # the plain writeStream: when Spark plans the writer
+        query = (
+            df.writeStream.format("osprey")
+            .option("collection", "moded")
+            .option("mode", "merge")
+            .option("checkpointLocation", str(tmp_path / "ckpt2"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(QUERY_TIMEOUT_S)
+    assert "field=mode" in str(failed.value) and "'insert' or 'upsert'" in str(failed.value)
+    assert "'merge'" in str(failed.value)
+    assert count(module_config, "moded") == 0
+
+
+UPSERT_JOB = """
+import sys
+from spark_streaming.session import spark_session
+from spark_streaming.stream import write_stream
+
+directory, name, checkpoint, options = sys.argv[1], sys.argv[2], sys.argv[3], dict(a.split("=") for a in sys.argv[4:])
+spark = spark_session("osprey-upsert-job")
+df = spark.readStream.schema(spark.read.parquet(directory).schema).option("maxFilesPerTrigger", 1).parquet(directory)
+query = write_stream(df, name, checkpoint, trigger={"availableNow": True}, options=options)
+query.awaitTermination()
+if query.exception() is not None:
+    raise SystemExit(f"the upsert stream failed: {query.exception()}")
+"""
+
+
+def start_upsert_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> subprocess.Popen[bytes]:
+    """The driver of an upsert stream as a process of its own (one file per micro-batch)."""
+    env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
+    options = [f"{k}={v}" for k, v in UPSERT_OPTIONS.items()]
+    return subprocess.Popen(
+        [sys.executable, "-c", UPSERT_JOB, str(directory), name, str(checkpoint), *options],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_upsert_driver_killed_mid_stream_then_restarted(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    name = "upsert_crash"
+    create_collection(module_config, name)
+    rows = 20_000
+    versions = [np.arange(rows)]  # then each file re-writes 10k keys written before and adds 10k
+    for f in range(4):
+        versions.append(np.r_[f * 5_000 : f * 5_000 + 10_000, rows + f * 10_000 : rows + (f + 1) * 10_000])
+    expected = write_versions(tmp_path / "in", versions, seed=11)
+    job = start_upsert_job(module_config, tmp_path / "in", name, tmp_path / "ckpt")
+    seen = kill_when_partly_visible(module_config, job, name, len(expected), above=rows)
+    print(f"killed the driver with {seen} of {len(expected)} keys visible")
+    wait_job(start_upsert_job(module_config, tmp_path / "in", name, tmp_path / "ckpt"))
+    assert_each_pk_once(module_config, name, expected)
+    assert_exact(module_config, name, expected)

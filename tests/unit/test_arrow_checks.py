@@ -5,6 +5,9 @@
 - ``split_rows``: each bad row is set aside with the field and the rule of its first problem (in
   schema order), the good rows come out exactly (vectors bit for bit as float32, order kept) in the
   shape ``columns_of`` takes;
+- the primary key column per mode (``pk_given``: upsert): required for keys given by the client
+  in both modes; for auto_id refused in insert mode, required (checked, kept) in upsert mode,
+  where a key repeated among the good rows refuses each of its rows;
 - ``row_ipc`` / ``read_ipc``: a row travels as a one-row Arrow stream in the writer's schema.
 """
 
@@ -20,9 +23,11 @@ import pyarrow as pa
 import pytest
 
 from agents.proxy.arrow_checks import (
+    RULE_KEY_REPEATS,
     RULE_MISSING_COLUMN,
     RULE_NOT_NULL,
     RULE_UNKNOWN_COLUMN,
+    RULE_UPSERT_KEY_MISSING,
     check_arrow_schema,
     read_ipc,
     read_ipc_schema,
@@ -696,6 +701,93 @@ def test_null_vectors_backed_by_values_in_a_sliced_column(size: int | None) -> N
     split = split_rows(table(4, vec=vec.slice(1)), schema())  # rows 0..3 are slots 1..4
     assert {r.row: (r.field, r.rule) for r in split.rejects} == {1: ("vec", RULE_NOT_NULL), 3: ("vec", RULE_NOT_NULL)}
     assert split.columns["vec"].tobytes() == good_vectors(n)[[1, 3]].tobytes()
+
+
+# ====================================================================== the primary key column per mode
+
+
+def _keyed(ids: list[Any], arrow_type: pa.DataType | None = None, **changes: pa.Array) -> pa.Table:
+    return table(len(ids), id=pa.array(ids, arrow_type or pa.int64()), **changes)
+
+
+@pytest.mark.parametrize("pk_given", [False, True], ids=["insert", "upsert"])
+def test_keys_given_by_the_client_are_required_in_both_modes(pk_given: bool) -> None:
+    s = table().schema
+    check_arrow_schema(s, schema(), pk_given=pk_given)
+    with pytest.raises(InvalidParameter) as caught:
+        check_arrow_schema(s.remove(s.get_field_index("id")), schema(), pk_given=pk_given)
+    assert (caught.value.field, caught.value.rule) == ("id", RULE_MISSING_COLUMN)
+
+
+@pytest.mark.parametrize("pk_given", [False, True], ids=["insert", "upsert"])
+def test_a_key_repeated_in_a_chunk_is_kept_when_keys_are_given_by_the_client(pk_given: bool) -> None:
+    t = _keyed([7, 8, 7])
+    check_arrow_schema(t.schema, schema(), pk_given=pk_given)
+    split = split_rows(t, schema(), pk_given=pk_given)
+    assert split.rejects == [] and split.good.tolist() == [0, 1, 2]  # the later row wins downstream
+    assert split.columns["id"].tolist() == [7, 8, 7]
+
+
+def test_auto_id_key_is_refused_in_insert_mode_and_required_in_upsert_mode() -> None:
+    coll = schema(auto_id=True)
+    s = table().schema
+    without = s.remove(s.get_field_index("id"))
+    check_arrow_schema(without, coll)  # insert: Osprey assigns the keys
+    err = refused(s, coll)
+    assert (err.field, err.rule) == ("id", RULE_AUTO_ID_GIVEN)
+    check_arrow_schema(s, coll, pk_given=True)  # upsert: the keys name the rows replaced
+    with pytest.raises(InvalidParameter) as caught:
+        check_arrow_schema(without, coll, pk_given=True)
+    assert (caught.value.field, caught.value.rule) == ("id", RULE_UPSERT_KEY_MISSING)
+    assert "upsert" in RULE_UPSERT_KEY_MISSING
+
+
+def test_an_upserted_auto_id_key_must_be_an_integer_column() -> None:
+    with pytest.raises(InvalidParameter) as caught:
+        check_arrow_schema(with_type("id", pa.string()), schema(auto_id=True), pk_given=True)
+    assert (caught.value.field, caught.value.rule) == ("id", f"{RULE_INTEGER_TYPE} (INT64)")
+
+
+def test_upsert_keeps_the_auto_id_keys_for_columns_of() -> None:
+    coll = schema(auto_id=True)
+    t = _keyed([5, 3, 9])
+    check_arrow_schema(t.schema, coll, pk_given=True)
+    split = split_rows(t, coll, pk_given=True)
+    assert split.rejects == [] and split.columns["id"].tolist() == [5, 3, 9]
+    typed, n = columns_of(split.columns, coll, pk_given=True)
+    assert n == 3 and typed["id"].dtype == np.int64 and typed["id"].tolist() == [5, 3, 9]
+
+
+def test_upserted_auto_id_keys_are_checked_like_any_field() -> None:
+    coll = schema(auto_id=True)
+    t = _keyed([1, None, 2**63], pa.uint64())
+    check_arrow_schema(t.schema, coll, pk_given=True)
+    split = split_rows(t, coll, pk_given=True)
+    got = {r.row: (r.field, r.rule) for r in split.rejects}
+    assert got == {1: ("id", RULE_NOT_NULL), 2: ("id", f"must fit INT64 ({-(2**63)}..{2**63 - 1})")}
+    assert split.good.tolist() == [0] and split.columns["id"].tolist() == [1]
+
+
+def test_upsert_into_auto_id_refuses_every_row_of_a_repeated_key() -> None:
+    coll = schema(auto_id=True)
+    t = _keyed([4, 5, 4, 6, 5, 4])
+    split = split_rows(t, coll, pk_given=True)
+    assert {r.row: (r.field, r.rule) for r in split.rejects} == {
+        row: ("id", RULE_KEY_REPEATS) for row in (0, 1, 2, 4, 5)
+    }
+    assert "repeats within the chunk" in RULE_KEY_REPEATS
+    assert split.good.tolist() == [3] and split.columns["id"].tolist() == [6]
+    assert split.columns["vec"].tobytes() == good_vectors(6)[3].tobytes()
+
+
+def test_a_row_refused_for_another_field_does_not_make_its_key_a_repeat() -> None:
+    coll = schema(auto_id=True)
+    vec = vectors([[1.0] * DIM, None, [2.0] * DIM, [3.0] * DIM])
+    t = _keyed([4, 4, 7, 7], vec=vec, tag=pa.array(["a", "b", "c", "x" * (MAX_LENGTH + 1)]))
+    split = split_rows(t, coll, pk_given=True)
+    rejects = {r.row: (r.field, r.rule) for r in split.rejects}
+    assert rejects[1] == ("vec", RULE_NOT_NULL) and rejects[3][0] == "tag"
+    assert split.good.tolist() == [0, 2] and split.columns["id"].tolist() == [4, 7]
 
 
 # ====================================================================== row_ipc / read_ipc
