@@ -93,6 +93,11 @@ EXACT_BLOCK_ELEMENTS = 1 << 21  # floats per exact-search block (8 MiB of distan
 MIN_BLOCK_ROWS = 1_024
 DEFAULT_EF = 64  # HNSW ef when the request gives none: max(top_k, DEFAULT_EF)
 INDEX_MIN_VALID_FRACTION = 0.5  # a filter keeping fewer rows than this is "restrictive": search exactly
+# Exact search over a mask keeping at least this share of the rows (deletes, mild filters) scans the
+# vectors in place and drops the masked columns of the scores, instead of gathering the kept rows'
+# vectors: a gather copies dim floats a row, the scores one float a row and query. Measured at 128-d,
+# 100k rows, 10% deleted: the gather made a search 3.8x slower than without deletes.
+DENSE_MASK_FRACTION = 0.5
 INDEX_OVERFETCH_FACTOR = 1.2  # fetch ceil(1.2 * top_k * rows / valid_rows) + slack from the index
 INDEX_OVERFETCH_SLACK = 8
 DEFAULT_INDEX_METRIC = METRIC_L2  # Milvus 2.3 default metric_type
@@ -835,6 +840,19 @@ class GrowingSegment:
         block = self._block_rows(nq, qm.shape[1])
         best_scores: np.ndarray | None = None
         best_rows: np.ndarray | None = None
+        if rows.rows is not None and rows.valid is not None and total >= DENSE_MASK_FRACTION * rows.total:
+            valid = rows.valid
+            for start in range(0, rows.total, block):  # dense mask: scan in place, drop masked columns
+                stop = min(start + block, rows.total)
+                cols = np.flatnonzero(valid[start:stop])
+                if len(cols) == 0:
+                    continue
+                scores = self._rank_scores(qm @ vectors[start:stop].T, metric, sqnorms[start:stop])
+                if len(cols) < stop - start:
+                    scores = scores[:, cols]
+                best_scores, best_rows = _keep_best(best_scores, best_rows, scores, cols + start, top_k)
+            assert best_scores is not None and best_rows is not None
+            return best_scores, best_rows
         for start in range(0, total, block):
             stop = min(start + block, total)
             if rows.rows is None:
@@ -939,6 +957,21 @@ class GrowingSegment:
         truth = np.take_along_axis(row_ids, order, axis=1)
         hits = sum(len(np.intersect1d(labels[i], truth[i])) for i in range(len(q)))
         return hits / (len(q) * k)
+
+
+def _keep_best(
+    best_scores: np.ndarray | None, best_rows: np.ndarray | None, scores: np.ndarray, offsets: np.ndarray, top_k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates of a block of ``scores`` (columns = rows ``offsets``) merged into the best so far."""
+    cols = select_candidates(scores, top_k)
+    block_scores = np.take_along_axis(scores, cols, axis=1)
+    block_rows = offsets[cols]
+    if best_scores is None or best_rows is None:
+        return block_scores, block_rows
+    merged_scores = np.concatenate([best_scores, block_scores], axis=1)
+    merged_rows = np.concatenate([best_rows, block_rows], axis=1)
+    keep = select_candidates(merged_scores, top_k)
+    return np.take_along_axis(merged_scores, keep, axis=1), np.take_along_axis(merged_rows, keep, axis=1)
 
 
 def _merge_hits(a: SearchHits, b: SearchHits, metric: str, top_k: int) -> SearchHits:
