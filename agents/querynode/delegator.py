@@ -237,13 +237,12 @@ class ShardDelegator:
             repeated[:-1] = ordered[1:] == ordered[:-1]
             dead[order[repeated]] = ts
         sid = event.segment_id
-        for segment, positions in self.oracle.candidates(pks):
-            keys = pks[positions]
+        # growing segments are not looked up twice: supersede() is their exact lookup
+        for segment, positions in self.oracle.candidates(pks, exact_growing=False):
             # a tie (one request's key in two rows) goes to the row in the higher segment id,
             # within a segment to the later row: the order of versions.py, on every path
-            later = segment.segment_id > sid
-            self.superseded_rows += segment.hide(keys, ts, inclusive=not later)
-            newer = segment.newer_versions(keys, ts - 1 if later else ts)
+            hidden, newer = segment.supersede(pks[positions], ts, ties_lose=segment.segment_id > sid)
+            self.superseded_rows += hidden
             np.minimum.at(dead, positions, newer)
         dead = np.minimum(dead, self.deletes.pending_for(pks, ts, event.partition_id))
         return None if bool((dead == np.uint64(MAX_TIMESTAMP)).all()) else dead

@@ -59,10 +59,16 @@ class PkOracle:
         return segment_id in self._entries
 
     def candidates(
-        self, pks: np.ndarray, partition_id: int = ALL_PARTITIONS, exclude: Collection[int] = ()
+        self,
+        pks: np.ndarray,
+        partition_id: int = ALL_PARTITIONS,
+        exclude: Collection[int] = (),
+        exact_growing: bool = True,
     ) -> list[tuple[GrowingSegment, np.ndarray]]:
         """(segment, positions of ``pks`` it may hold) for every segment (of ``partition_id``
-        unless ALL_PARTITIONS; none in ``exclude``) that may hold at least one of the keys."""
+        unless ALL_PARTITIONS; none in ``exclude``) that may hold at least one of the keys.
+        ``exact_growing=False``: every growing segment is named with every key (the caller's own
+        lookup in it is exact; one lookup instead of two)."""
         out: list[tuple[GrowingSegment, np.ndarray]] = []
         if len(pks) == 0:
             return out
@@ -71,7 +77,9 @@ class PkOracle:
                 continue
             if partition_id != ALL_PARTITIONS and entry.partition_id != partition_id:
                 continue
-            if entry.bloom is None:
+            if entry.bloom is None and not exact_growing:
+                positions = np.arange(len(pks))
+            elif entry.bloom is None:
                 which, _ = entry.segment.pk_index().lookup(pks)
                 positions = np.unique(which)
             else:

@@ -359,6 +359,27 @@ class GrowingSegment:
         np.minimum.at(out, which[newer], row_ts[newer])
         return out
 
+    def supersede(self, pks: Any, ts: int, ties_lose: bool) -> tuple[int, np.ndarray]:
+        """A new row of each key ``pks[i]`` stamped ``ts`` arrives (another segment's or a later
+        event's): :meth:`hide` its older rows here (and its rows of the same timestamp unless
+        ``ties_lose``: then this segment's rows win the tie) and return (rows hidden, per key the
+        smallest insert timestamp here above ``ts``, or at ``ts`` when ``ties_lose``; MAX if
+        none): :meth:`hide` and :meth:`newer_versions` with one index lookup."""
+        keys = np.asarray(pks, dtype=object if self._varchar_pk else np.int64)
+        newer = np.full(len(keys), MAX_TIMESTAMP, np.uint64)
+        if len(keys) == 0 or self._n == 0:
+            return 0, newer
+        which, rows = self.pk_index().lookup(keys)
+        if len(rows) == 0:
+            return 0, newer
+        row_ts = self._buffers[self._ts_key][rows]
+        at = np.uint64(ts)
+        older = row_ts < at if ties_lose else row_ts <= at
+        later = row_ts >= at if ties_lose else row_ts > at
+        np.minimum.at(newer, which[later], row_ts[later])
+        hidden = self.lower_dead(rows[older], np.full(int(older.sum()), at, np.uint64))
+        return hidden, newer
+
     def set_dead(self, dead: np.ndarray) -> None:
         """Adopt ``dead`` (n,) as the rows' dead timestamps (a sealed copy taking over from its
         growing copy, row for row)."""
