@@ -351,10 +351,11 @@ class ShardDelegator:
         (the delete logs read at recovery) and the buffer's deletes, after segments were added
         with ``resolve=False``; the durable deletes join the buffer (they may concern segments
         loaded later). Returns the rows hidden."""
+        buffered = self.deletes.since(0)
         for record in durable_deletes:
             self.deletes.add(record, self._tsafe)
         segments = [self.worker.segment(sid) for sid in sorted(self._distribution)]  # ties: segment id order
-        hidden = resolve_versions(segments, [*durable_deletes, *self.deletes.since(0)])
+        hidden = resolve_versions(segments, [*durable_deletes, *buffered])
         self.deleted_rows += hidden
         return hidden
 

@@ -272,6 +272,8 @@ class QueryNode:
                 logs = [d for d in view.deltas if d.vchannel == vchannel and d.collection_id == cid]
                 durable = await loader.read_deltas(logs, info.collection_schema)
                 delegator.resolve_sealed(durable)
+                if logs:  # the tail's deletes up to here are in these logs: evictable once replayed
+                    delegator.mark_durable(max(d.end_offset for d in logs) + 1)
                 state.recovered_deletes += sum(len(r.pks) for r in durable)
             if self.pchannels.get(state.pchannel) is not state:
                 for delegator in fresh.values():
