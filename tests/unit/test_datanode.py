@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.datanode.buffer import SegmentBuffer
-from agents.datanode.node import DataNode
+from agents.datanode.node import DataNode, DeltaBuffer
 from agents.datanode.truncator import TruncationPlan
 from agents.dml_cursor import SEEK_FORWARD_MIN_RECORDS, DmlCursor, Verdict
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel
-from schemas.dml import Column, InsertEvent, TimeTickEvent
+from schemas.dml import ALL_PARTITIONS, Column, DeleteEvent, InsertEvent, TimeTickEvent
 from schemas.meta import CollectionInfo
 from schemas.segment import ChannelCheckpoint, SealReason, SegmentFlushed, SegmentSealed
 from state.meta.meta_table import MetaView
@@ -71,6 +71,7 @@ class Recorder:
     flushed: list[tuple[SegmentBuffer, list[ChannelCheckpoint]]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     saved: list[list[ChannelCheckpoint]] = field(default_factory=list)
+    deltas: list[tuple[list[DeltaBuffer], list[ChannelCheckpoint]]] = field(default_factory=list)
     fail: bool = False
 
     async def flush(
@@ -85,6 +86,11 @@ class Recorder:
 
     async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
         self.saved.append(checkpoints)
+
+    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+        if self.fail:
+            raise OSError("disk full")
+        self.deltas.append((deltas, checkpoints))
 
 
 def insert(pk0: int, n: int, ts: int, segment_id: int, vchannel: str = VCHANNELS[0], identity: str = "") -> bytes:
@@ -285,3 +291,46 @@ def test_truncation_waits_until_a_checkpoint_is_old_enough() -> None:
     assert plan.target("p", 99.0) == 12  # the newest stays the target
     plan.forget(set())
     assert plan.target("p", 99.0) is None
+
+
+def delete(pks: list[int], ts: int, vchannel: str = VCHANNELS[0]) -> bytes:
+    pk = INFO.collection_schema.primary_field
+    event = DeleteEvent(
+        identity=f"d:{ts}",
+        request_id=2,
+        proxy_id=1,
+        ts=ts,
+        collection_id=INFO.collection_id,
+        partition_id=ALL_PARTITIONS,
+        vchannel=vchannel,
+        num_rows=len(pks),
+        pks=Column.of(pk.field_id or 0, pk.name, pk.dtype, np.asarray(pks, np.int64)),
+    )
+    return encode(event)
+
+
+def checkpoint_of(checkpoints: list[ChannelCheckpoint], vchannel: str) -> int:
+    return next(c.offset for c in checkpoints if c.vchannel == vchannel)
+
+
+async def test_a_checkpoint_never_passes_a_delete_not_in_a_delete_log() -> None:
+    """Deletes are buffered per vchannel and written (one log per vchannel) before the checkpoints
+    move past them; a failed write keeps them and holds the checkpoints back."""
+    recorder = Recorder(fail=True)
+    dn = node(recorder)
+    await feed(dn, [tick(5), delete([1, 2], 10), delete([3], 12, VCHANNELS[1]), delete([4], 13)])
+    cps = await dn.checkpoints(dn.channels[PCHANNEL])
+    assert checkpoint_of(cps, VCHANNELS[0]) == 1 and checkpoint_of(cps, VCHANNELS[1]) == 2
+    assert checkpoint_of(cps, "") == 1  # the pchannel's: the oldest unwritten delete
+    await feed(dn, [tick(20)], first_offset=4)  # the write fails: nothing moves, nothing is lost
+    assert recorder.deltas == [] and dn.flush_failures == 1
+    assert dn.health()["pchannels"][PCHANNEL]["deletes"] == {VCHANNELS[0]: 3, VCHANNELS[1]: 1}
+    recorder.fail = False
+    await feed(dn, [tick(30)], first_offset=5)
+    [(deltas, written_with)] = recorder.deltas
+    by_vchannel = {d.vchannel: d for d in deltas}
+    assert (by_vchannel[VCHANNELS[0]].first_offset, by_vchannel[VCHANNELS[0]].last_offset) == (1, 3)
+    assert [r.pks.tolist() for r in by_vchannel[VCHANNELS[0]].records] == [[1, 2], [4]]
+    assert by_vchannel[VCHANNELS[0]].tick_before == 5
+    assert all(c.offset == 6 for c in written_with)  # recorded with the log: past every delete
+    assert dn.health()["deletes_logged"] == 4 and dn.channels[PCHANNEL].deltas == {}
