@@ -113,6 +113,7 @@ async def walkthrough(client: InProcessClient) -> None:
         await client.search(z, [[0.0] * (DIM + 1)], limit=3)
     except OspreyError as err:
         say("search with a wrong dim", f"refused ({err.code}): {err.reason}")
+    await deletes_walkthrough(client, z, inserted.primary_keys[0], vecs[0])
 
     await spark_ingest(client, suffix)
 
@@ -211,6 +212,37 @@ async def spark_ingest(client: InProcessClient, suffix: str) -> None:
     say("  ./osprey status: ingest", {k: ingest.get(k) for k in ("batches", "written", "rejected", "last_batch")})
     await segments_walkthrough(client, name, w.queries[:1])
     await client.drop_collection(name)
+
+
+async def deletes_walkthrough(client: InProcessClient, name: str, dune_id: int, dune_vec: np.ndarray) -> None:
+    """A delete by filter, a read before it, an upsert (auto id: a new id), the delete counters."""
+    print("deletes and upserts (docs/deletes.md)")
+    before = await client.now()
+    deleted = await client.delete(name, filter='title == "emma"')
+    say('delete title == "emma"', f"{deleted.delete_count} row, ids {deleted.primary_keys}, ts {deleted.timestamp}")
+    say(
+        "  count(*) Strong now / as of before the delete",
+        (
+            await client.count(name, consistency_level="Strong"),
+            await client.count(name, guarantee_timestamp=before),
+        ),
+    )
+    row = {"id": dune_id, "title": "dune (2nd ed.)", "embedding": dune_vec, "year": 1965}
+    upserted = await client.upsert(name, [row])
+    say("upsert dune (auto id: new id, old one deleted)", f"{dune_id} -> {upserted.primary_keys[0]}")
+    found = await client.query(
+        name, filter='title like "dune%"', output_fields=["title", "year"], consistency_level="Strong"
+    )
+    say('  query title like "dune%"', [(r["id"], r["title"], r["year"]) for r in found])
+    await asyncio.sleep(1.2)  # query nodes publish their status every second
+    for vchannel, shard in (await status(client.config))["vchannels"].items():
+        deletes = shard.get("deletes", {})
+        if deletes.get("events"):
+            say(
+                f"  ./osprey status: {vchannel}",
+                f"{deletes['events']} deletes, {deletes['deleted_rows']} rows deleted, "
+                f"{deletes['superseded_rows']} superseded, forwarded per segment {shard['forwarded_deletes']}",
+            )
 
 
 async def segments_walkthrough(client: InProcessClient, name: str, query: np.ndarray) -> None:
