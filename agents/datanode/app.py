@@ -128,7 +128,11 @@ class DataNodeRuntime(Service):
             checkpoint = await self.meta.pchannel_checkpoint(node.pchannel_of(partition))
             starts[partition] = 0 if checkpoint is None else checkpoint.offset
         fresh = {p: o for p, o in starts.items() if node.start_offset(p) is None}
-        added, removed = node.assign(starts)
+        logged_below = {}
+        for partition in fresh:
+            pchannel = node.pchannel_of(partition)
+            logged_below[pchannel] = {v: cp.offset for v, cp in (await self.meta.checkpoints(pchannel)).items()}
+        added, removed = node.assign(starts, logged_below)
         log.info("datanode %d: pchannels +%s -%s, starting at %s", node.node_id, added, removed, fresh)
         if self._lease is None:
             self._lease = await self.registry.register_process(ROLE, node.node_id)

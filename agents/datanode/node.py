@@ -128,6 +128,7 @@ class ChannelState:
     tick_ts: int = 0
     buffers: dict[int, SegmentBuffer] = field(default_factory=dict)
     deltas: dict[str, DeltaBuffer] = field(default_factory=dict)  # vchannel -> deletes not in a log yet
+    logged_below: dict[str, int] = field(default_factory=dict)  # vchannel -> offset its logs reach at start
     saved_offset: int = -1  # pchannel checkpoint last recorded
     saved_at: float = float("-inf")  # monotonic time of that
 
@@ -164,11 +165,15 @@ class DataNode:
     def pchannel_of(self, partition: int) -> str:
         return pchannel_name(self.dml_topic, partition)
 
-    def assign(self, starts: dict[int, int]) -> tuple[list[str], list[str]]:
+    def assign(
+        self, starts: dict[int, int], logged_below: dict[str, dict[str, int]] | None = None
+    ) -> tuple[list[str], list[str]]:
         """The group's new assignment: partition -> the offset to start at (its pchannel
         checkpoint) for each newly owned one. Pchannels still owned keep their state; pchannels
         no longer owned are dropped with their buffers (their new owner rebuilds them from the
-        checkpoint). Returns (added, removed)."""
+        checkpoint). ``logged_below``: pchannel -> vchannel -> its recorded checkpoint, below
+        which its deletes are in delete logs already (they are not written again). Returns
+        (added, removed)."""
         wanted = {self.pchannel_of(p): p for p in starts}
         removed = [p for p in self.channels if p not in wanted]
         for name in removed:
@@ -179,6 +184,7 @@ class DataNode:
                 state = ChannelState(name)
                 state.cursor.place(starts[partition])
                 state.saved_offset = starts[partition]
+                state.logged_below = dict((logged_below or {}).get(name, {}))
                 self.channels[name] = state
                 added.append(name)
         return added, removed
@@ -239,6 +245,9 @@ class DataNode:
         return None
 
     async def _buffer_delete(self, state: ChannelState, event: DeleteEvent, offset: int) -> None:
+        if offset < state.logged_below.get(event.vchannel, 0):
+            self.skipped_events += 1  # below the vchannel checkpoint: in a delete log already
+            return
         delta = state.deltas.get(event.vchannel)
         if delta is None:
             info = await self.cache.collection(event.collection_id)

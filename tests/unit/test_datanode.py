@@ -334,3 +334,17 @@ async def test_a_checkpoint_never_passes_a_delete_not_in_a_delete_log() -> None:
     assert by_vchannel[VCHANNELS[0]].tick_before == 5
     assert all(c.offset == 6 for c in written_with)  # recorded with the log: past every delete
     assert dn.health()["deletes_logged"] == 4 and dn.channels[PCHANNEL].deltas == {}
+
+
+async def test_deletes_below_the_vchannel_checkpoint_are_not_logged_again() -> None:
+    """A restarted data node starts at the pchannel checkpoint; deletes of a vchannel below its own
+    checkpoint are in a delete log already and are skipped."""
+    recorder = Recorder()
+    dn = DataNode(1, TOPIC, Meta(), recorder, checkpoint_interval_s=0.0)
+    dn.assign({0: 0}, {PCHANNEL: {VCHANNELS[0]: 2, VCHANNELS[1]: 0}})
+    await feed(dn, [delete([1], 10), delete([2], 11, VCHANNELS[1]), delete([3], 12), tick(20)])
+    [(deltas, _)] = recorder.deltas
+    assert {d.vchannel: [r.pks.tolist() for r in d.records] for d in deltas} == {
+        VCHANNELS[0]: [[3]],
+        VCHANNELS[1]: [[2]],
+    }
