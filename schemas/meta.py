@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.errors import PartitionNotFound
 
 DEFAULT_PARTITION_NAME = "_default"
 
@@ -67,6 +68,15 @@ class CollectionDescription(_Record):
     partitions: list[PartitionInfo]
     aliases: list[str]
     load: LoadInfo | None = None
+
+    def partition_id(self, partition_name: str, collection_name: str = "") -> int:
+        """The id of partition ``partition_name``; PartitionNotFound naming the collection as the
+        request did (``collection_name``, e.g. an alias; default the collection's name)."""
+        part = next((p for p in self.partitions if p.partition_name == partition_name), None)
+        if part is None:
+            asked = collection_name or self.info.collection_name
+            raise PartitionNotFound(f"partition not found[collection={asked}][partition={partition_name}]")
+        return part.partition_id
 
 
 class CollectionBrief(_Record):

@@ -31,7 +31,7 @@ from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS, MAX_EVENT_BYTES, Column, DeleteEvent, DeleteResult
-from schemas.errors import InvalidParameter, PartitionNotFound
+from schemas.errors import InvalidParameter
 from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
@@ -173,12 +173,7 @@ class DeleteTask(Task[DeleteResult]):
         self.info = desc.info
         self.partition_id = ALL_PARTITIONS
         if self.partition_name:
-            part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
-            if part is None:
-                raise PartitionNotFound(
-                    f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
-                )
-            self.partition_id = part.partition_id
+            self.partition_id = desc.partition_id(self.partition_name, self.collection_name)
         if self.ids is not None:
             self.keys = check_ids(self.info, self.ids)
         elif (terms := pk_terms(self.filter, self.info)) is not None:

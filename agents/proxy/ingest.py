@@ -61,16 +61,14 @@ async def open_target(cache: MetaCache, request: IngestOpen) -> IngestTarget:
     schema against the collection: InvalidParameter naming the field before any row is sent."""
     desc = await cache.get(request.collection_name)
     name = request.partition_name or DEFAULT_PARTITION_NAME
-    part = next((p for p in desc.partitions if p.partition_name == name), None)
-    if part is None:
-        raise PartitionNotFound(f"partition not found[collection={request.collection_name}][partition={name}]")
+    partition_id = desc.partition_id(name, request.collection_name)
     check_arrow_schema(
         read_ipc_schema(request.arrow_schema), desc.info.collection_schema, pk_given=request.mode == "upsert"
     )
     return IngestTarget(
         collection_id=desc.info.collection_id,
         collection_name=desc.info.collection_name,
-        partition_id=part.partition_id,
+        partition_id=partition_id,
         partition_name=name,
         collection_schema=desc.info.collection_schema,
     )

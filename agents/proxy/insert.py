@@ -31,7 +31,7 @@ from agents.proxy.interfaces import InsertHost
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult
-from schemas.errors import InvalidParameter, PartitionNotFound
+from schemas.errors import InvalidParameter
 from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.segment_alloc import max_rows_of
@@ -184,13 +184,9 @@ class InsertTask(Task[InsertResult]):
 
     async def pre_execute(self) -> None:
         desc = await self.host.cache.get(self.collection_name)
-        part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
-        if part is None:
-            raise PartitionNotFound(
-                f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
-            )
+        partition_id = desc.partition_id(self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
-        self.pipeline = InsertPipeline(self.host, desc.info, part.partition_id, self.request_id, identity)
+        self.pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)
         await self.pipeline.route(*columns_of(self.data, desc.info.collection_schema))
 
     async def execute(self) -> None:

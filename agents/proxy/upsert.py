@@ -28,7 +28,7 @@ from agents.proxy.interfaces import DeleteHost
 from agents.proxy.task import Task
 from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS, UpsertResult
-from schemas.errors import InvalidParameter, PartitionNotFound
+from schemas.errors import InvalidParameter
 from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
@@ -111,13 +111,9 @@ class UpsertTask(Task[UpsertResult]):
 
     async def pre_execute(self) -> None:
         desc = await self.host.cache.get(self.collection_name)
-        part = next((p for p in desc.partitions if p.partition_name == self.partition_name), None)
-        if part is None:
-            raise PartitionNotFound(
-                f"partition not found[collection={self.collection_name}][partition={self.partition_name}]"
-            )
+        partition_id = desc.partition_id(self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
-        pipeline = InsertPipeline(self.host, desc.info, part.partition_id, self.request_id, identity)
+        pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)
         columns, n = columns_of(self.data, desc.info.collection_schema, pk_given=True)
         self.plan = await UpsertPlan.route(pipeline, columns, n)
 

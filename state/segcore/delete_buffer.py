@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class DeleteRecord:
     partition_id: int
     offset: int
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         if self.pks.dtype == object:
             return RECORD_OVERHEAD_BYTES + sum(len(k) + 56 for k in self.pks.tolist())

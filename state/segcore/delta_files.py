@@ -22,35 +22,13 @@ import pyarrow.parquet as pq
 
 from schemas.segment import DELTA_LOG_DIR
 from state.segcore.delete_buffer import DURABLE, DeleteRecord
+from state.segcore.segment_files import fsync_dir, make_dirs
 
 __all__ = ["delta_path", "read_delta_log", "write_delta_log"]
 
 
 def delta_path(collection_id: int, vchannel: str, start_offset: int, end_offset: int) -> str:
     return f"{DELTA_LOG_DIR}/{collection_id}/{vchannel}/{start_offset:020d}-{end_offset:020d}.parquet"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_dirs(path: Path) -> None:
-    """``mkdir -p`` whose new directories survive a crash (each parent fsynced after the mkdir)."""
-    missing: list[Path] = []
-    at = path
-    while not at.is_dir():
-        missing.append(at)
-        at = at.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue
-        _fsync_dir(directory.parent)
 
 
 def write_delta_log(root: Path | str, path: str, records: Sequence[DeleteRecord], varchar: bool) -> int:
@@ -61,13 +39,13 @@ def write_delta_log(root: Path | str, path: str, records: Sequence[DeleteRecord]
     pk_array = pa.array(pks.tolist(), pa.string()) if varchar else pa.array(pks, pa.int64())
     table = pa.table({"pk": pk_array, "ts": pa.array(ts, pa.uint64()), "partition_id": pa.array(parts, pa.int64())})
     final = Path(root) / path
-    _make_dirs(final.parent)
+    make_dirs(final.parent)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp)
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     return len(pks)
 
 

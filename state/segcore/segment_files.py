@@ -77,7 +77,9 @@ __all__ = [
     "arrow_schema",
     "check_fields",
     "content_digest",
+    "fsync_dir",
     "load_segment_columns",
+    "make_dirs",
     "read_manifest",
     "read_pk_bloom",
     "read_pk_ts",
@@ -318,7 +320,7 @@ def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, co
 # ---------------------------------------------------------------------- files
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, FSYNC_DIR_FLAGS)
     try:
         os.fsync(fd)
@@ -326,7 +328,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _make_dirs(path: Path) -> None:
+def make_dirs(path: Path) -> None:
     """``mkdir -p`` whose new directories survive a crash (each parent fsynced after the mkdir)."""
     missing: list[Path] = []
     at = path
@@ -338,7 +340,7 @@ def _make_dirs(path: Path) -> None:
             directory.mkdir()
         except FileExistsError:
             continue
-        _fsync_dir(directory.parent)
+        fsync_dir(directory.parent)
 
 
 def _write_bytes(path: Path, data: bytes) -> FileEntry:
@@ -460,7 +462,7 @@ def write_segment(
         return existing  # written before a crash: keep it (nothing of it changes)
 
     parent = final.parent
-    _make_dirs(parent)
+    make_dirs(parent)
     tmp = parent / f".{key.segment_id}{TMP_INFIX}{uuid.uuid4().hex}"
     tmp.mkdir()
     try:
@@ -473,7 +475,7 @@ def write_segment(
         stats_entry = _write_bytes(tmp / PK_STATS_FILE, bloom.to_bytes())
         manifest = expected.model_copy(update={"files": [log_entry, stats_entry]})
         _write_bytes(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         return _commit(tmp, final, manifest)
     finally:
         if tmp.exists():
@@ -489,7 +491,7 @@ def _commit(tmp: Path, final: Path, manifest: SegmentManifest) -> SegmentManifes
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
     else:
-        _fsync_dir(parent)
+        fsync_dir(parent)
         return manifest
     existing = _try_read_manifest(final)
     if existing is not None and _same_segment(existing, manifest):
@@ -501,7 +503,7 @@ def _commit(tmp: Path, final: Path, manifest: SegmentManifest) -> SegmentManifes
     except OSError:
         os.rename(old, final)  # put the old one back: the caller sees the error, nothing changed
         raise
-    _fsync_dir(parent)
+    fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
     return manifest
 
@@ -618,7 +620,7 @@ def remove_segment(root: Path | str, path: str) -> bool:
         return False
     aside = directory.with_name(f".{directory.name}{OLD_INFIX}{uuid.uuid4().hex}")
     directory.rename(aside)
-    _fsync_dir(directory.parent)
+    fsync_dir(directory.parent)
     shutil.rmtree(aside)
     return True
 
