@@ -1,10 +1,13 @@
-"""Reading ``segment-events`` (the segment life cycle, ``schemas/segment.py``) in a process that
-needs every event: the data node (seals to flush) and the query node (flushed segments to load).
+"""Reading a one-partition event topic in a process that needs every event: ``segment-events``
+(the segment life cycle, ``schemas/segment.py``: the data node flushes seals, the query node loads
+flushed segments), ``index-events`` and ``index-tasks`` (``schemas/index.py``: query nodes load
+built indexes, the index coordinator and index nodes follow the builds).
 
 A group-less consumer of the topic's one partition, from its first record (``from_start``) or
 from its end as of start; each event is decoded and handed to ``handle`` in log order.
-:meth:`SegmentEventsReader.caught_up` waits until every event published before the reader
-started has been handled. An undecodable record is logged and skipped.
+:meth:`EventsReader.caught_up` waits until every event published before the reader started has
+been handled. An undecodable record is logged and skipped; a handler that fails is retried (the
+event must not be lost).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import TopicPartition
+from pydantic import TypeAdapter
 
 from agents.service import Service
 from schemas.config import OspreyConfig
+from schemas.index import INDEX_EVENT, INDEX_TASK_EVENT, AnyIndexEvent, AnyIndexTaskEvent
 from schemas.segment import SEGMENT_EVENT, AnySegmentEvent
 from streams.kafka import make_consumer
 from streams.topics import Topics
@@ -30,13 +35,24 @@ HANDLER_ERROR_PAUSE_S = 1.0
 SegmentEventHandler = Callable[[AnySegmentEvent], Awaitable[None]]
 
 
-class SegmentEventsReader(Service):
-    service_name = "segment-events reader"
+class EventsReader(Service):
+    """Every event of ``topic`` (one partition), decoded by ``adapter``, to ``handle`` (module doc)."""
 
-    def __init__(self, config: OspreyConfig, handle: SegmentEventHandler, *, from_start: bool = True) -> None:
+    service_name = "events reader"
+
+    def __init__(
+        self,
+        config: OspreyConfig,
+        topic: str,
+        adapter: TypeAdapter[Any],
+        handle: Callable[[Any], Awaitable[None]],
+        *,
+        from_start: bool = True,
+    ) -> None:
         super().__init__()
         self.config = config
-        self.topic = Topics.of(config).segment_events
+        self.topic = topic
+        self.adapter = adapter
         self.handle = handle
         self.from_start = from_start
         self.tp = TopicPartition(self.topic, 0)
@@ -59,7 +75,7 @@ class SegmentEventsReader(Service):
             self.position = self.end_at_start
         if self.position >= self.end_at_start:
             self._caught_up.set()
-        self.spawn(self._run(consumer), "segment-events")
+        self.spawn(self._run(consumer), self.topic)
 
     async def caught_up(self, timeout_s: float | None = None) -> None:
         """Return once every event published before start was handled."""
@@ -70,16 +86,16 @@ class SegmentEventsReader(Service):
             batches = await consumer.getmany(self.tp, timeout_ms=FETCH_TIMEOUT_MS)
             for record in batches.get(self.tp, []):
                 try:
-                    event = SEGMENT_EVENT.validate_json(record.value)
+                    event = self.adapter.validate_json(record.value)
                 except Exception:
-                    log.exception("segment-events: undecodable record at offset %d skipped", record.offset)
+                    log.exception("%s: undecodable record at offset %d skipped", self.topic, record.offset)
                 else:
                     while True:
                         try:
                             await self.handle(event)
                             break
                         except Exception:  # Redis or the broker away: the event must not be lost
-                            log.exception("segment-events: handling %s failed; retrying", event.kind)
+                            log.exception("%s: handling %s failed; retrying", self.topic, event.kind)
                             await asyncio.sleep(HANDLER_ERROR_PAUSE_S)
                     self.handled += 1
                 self.position = record.offset + 1
@@ -88,3 +104,28 @@ class SegmentEventsReader(Service):
 
     def health(self) -> dict[str, Any]:
         return {**super().health(), "position": self.position, "handled": self.handled}
+
+
+class SegmentEventsReader(EventsReader):
+    service_name = "segment-events reader"
+
+    def __init__(self, config: OspreyConfig, handle: SegmentEventHandler, *, from_start: bool = True) -> None:
+        super().__init__(config, Topics.of(config).segment_events, SEGMENT_EVENT, handle, from_start=from_start)
+
+
+class IndexEventsReader(EventsReader):
+    service_name = "index-events reader"
+
+    def __init__(
+        self, config: OspreyConfig, handle: Callable[[AnyIndexEvent], Awaitable[None]], *, from_start: bool = False
+    ) -> None:
+        super().__init__(config, Topics.of(config).index_events, INDEX_EVENT, handle, from_start=from_start)
+
+
+class IndexTasksReader(EventsReader):
+    service_name = "index-tasks reader"
+
+    def __init__(
+        self, config: OspreyConfig, handle: Callable[[AnyIndexTaskEvent], Awaitable[None]], *, from_start: bool = False
+    ) -> None:
+        super().__init__(config, Topics.of(config).index_tasks, INDEX_TASK_EVENT, handle, from_start=from_start)

@@ -170,7 +170,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser(
-        "up", help="start the embedded broker, redis-server, the rootcoord, a querynode, a datanode and a proxy"
+        "up",
+        help="start the embedded broker, redis-server, the rootcoord, a querynode, a datanode, an indexnode "
+        "and a proxy",
     )
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
@@ -182,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("rootcoord", help="run the rootcoord Faust worker in the foreground")
     sub.add_parser("querynode", help="run a querynode Faust worker (delegators and workers) in the foreground")
     sub.add_parser("datanode", help="run a data node Faust worker (buffers dml, flushes sealed segments)")
+    sub.add_parser("indexnode", help="run an index node (builds the indexes of flushed segments) in the foreground")
     sub.add_parser(
         "ingest",
         help="stream a directory of Parquet/JSON files into a collection with Spark "
@@ -405,6 +408,12 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
 
         os.environ.update(config.to_env())
         datanode_main()
+        return 0
+    if cmd == "indexnode":
+        from agents.indexnode.__main__ import main as indexnode_main
+
+        os.environ.update(config.to_env())
+        indexnode_main()
         return 0
     if cmd == "proxy":
         from frontends.proxy_server import main as proxy_main

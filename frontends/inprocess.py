@@ -19,6 +19,7 @@ from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
+from schemas.index import IndexDescription, IndexInfo
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
@@ -225,6 +226,63 @@ class InProcessClient:
     async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
         """Milvus's GetCompactionState: ``Executing`` or ``Completed``."""
         return await self.proxy.compaction_state(collection_name, compaction_id)
+
+    # -- indexes (seed 004): built asynchronously by index nodes on flushed segments
+    async def create_index(
+        self,
+        collection_name: str,
+        field_name: str,
+        index_params: dict[str, Any] | None = None,
+        index_name: str = "",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> IndexInfo:
+        """Milvus's CreateIndex. ``index_params``: ``index_type`` (HNSW, FLAT, AUTOINDEX; default
+        AUTOINDEX = HNSW M 16, efConstruction 200), ``metric_type`` (L2, IP, COSINE; default
+        COSINE), build parameters as ``params`` (dict or JSON) or separate keys (``M``,
+        ``efConstruction``). ``index_name`` defaults to the field name. Creating the same index
+        again succeeds; another index on the field, or this name with other parameters, does not.
+        ``wait``: return once every flushed segment is indexed."""
+        return await self.proxy.create_index(collection_name, field_name, index_params, index_name, wait, timeout)
+
+    async def describe_index(
+        self, collection_name: str, index_name: str = "", field_name: str = ""
+    ) -> IndexDescription:
+        """One index with its build progress (state, indexed_rows, total_rows, pending_index_rows);
+        IndexNotFound (700) if none matches, InvalidParameter if several do."""
+        return await self.proxy.index_state(collection_name, index_name, field_name)
+
+    async def describe_indexes(self, collection_name: str) -> list[IndexDescription]:
+        """Every index of the collection with its build progress; IndexNotFound (700) when none."""
+        return await self.proxy.describe_index(collection_name)
+
+    async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
+        """The names of the collection's indexes ([] when none)."""
+        return await self.proxy.list_indexes(collection_name, field_name)
+
+    async def get_index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> str:
+        """Milvus's GetIndexState: ``Finished``, ``InProgress`` or ``Failed``."""
+        return (await self.proxy.index_state(collection_name, index_name, field_name)).state.value
+
+    async def get_index_build_progress(self, collection_name: str, index_name: str = "") -> dict[str, int]:
+        """Milvus's GetIndexBuildProgress: ``{"total_rows": ..., "indexed_rows": ..., "pending_index_rows": ...}``."""
+        state = await self.proxy.index_state(collection_name, index_name)
+        return {
+            "total_rows": state.total_rows,
+            "indexed_rows": state.indexed_rows,
+            "pending_index_rows": state.pending_index_rows,
+        }
+
+    async def wait_for_index_building_complete(
+        self, collection_name: str, index_name: str = "", timeout: float | None = None
+    ) -> IndexDescription:
+        """Wait until every flushed segment is indexed (RequestTimeout after ``timeout``)."""
+        return await self.proxy.wait_index(collection_name, index_name, timeout)
+
+    async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
+        """Milvus's DropIndex: the collection must be released first; dropping an index that does
+        not exist succeeds (None)."""
+        return await self.proxy.drop_index(collection_name, index_name, field_name)
 
     # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:

@@ -620,7 +620,7 @@ def _parse_delete(body: Body) -> Parsed:
 def _parse_search(body: Body) -> Parsed:
     params = body.obj("searchParams")
     search_params = {
-        "metric_type": params.string("metricType", default="L2"),
+        "metric_type": params.string("metricType", default=""),
         "params": dict(params.obj("params").data),
     }
     return Parsed(

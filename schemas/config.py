@@ -141,6 +141,24 @@ class OspreyConfig(BaseModel):
     compaction_file_grace_s: float = Field(
         60.0, ge=0, description="files of segments replaced by a compaction are removed this long after it"
     )
+    index_build_threads: int = Field(
+        2, ge=1, le=256, description="threads an index node gives hnswlib for one build (one build at a time)"
+    )
+    index_min_segment_rows: int = Field(
+        1_024,
+        ge=1,
+        description="segments with fewer rows get no index build and are searched exactly (Milvus "
+        "minSegmentNumRowsToEnableIndex)",
+    )
+    index_scan_interval_s: float = Field(
+        1.0, gt=0, description="how often the index coordinator looks for segments to index and tasks to assign"
+    )
+    index_file_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="files of a dropped index or segment, or of a stale build version, are removed this long after",
+    )
+    index_max_attempts: int = Field(3, ge=1, description="a build that failed this many times stays Failed")
     delete_buffer_bytes: int = Field(
         64 << 20,
         ge=0,

@@ -9,11 +9,12 @@ Events are JSON on the wire (they are small and carry no vectors).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel
+from schemas.index import IndexInfo
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadInfo, PartitionInfo
 
 MAX_SHARDS_NUM = 16
@@ -160,6 +161,38 @@ class ListAliases(_ReadEvent):
     collection_name: str = ""
 
 
+# -- indexes (seed 004: the rootcoord keeps the definitions; the index coordinator builds them)
+class CreateIndex(DdlEvent):
+    """An index on ``field_name``; ``index_name`` defaults to the field name. ``extra_params`` as
+    Milvus's CreateIndexRequest carries them (``index_type``, ``metric_type``, and ``params`` as
+    JSON or separate keys such as ``M``, ``efConstruction``): ``schemas.index.parse_index_params``."""
+
+    kind: Literal["CreateIndex"] = "CreateIndex"
+    collection_name: str
+    field_name: str
+    index_name: str = ""
+    extra_params: dict[str, Any] = Field(default_factory=dict)
+
+
+class DropIndex(DdlEvent):
+    """Drop the index named ``index_name`` (or the one on ``field_name``, or the collection's only
+    index when both are empty); the collection must be released first."""
+
+    kind: Literal["DropIndex"] = "DropIndex"
+    collection_name: str
+    index_name: str = ""
+    field_name: str = ""
+
+
+class DescribeIndex(_ReadEvent):
+    """The collection's indexes (``index_name`` / ``field_name`` empty: every one)."""
+
+    kind: Literal["DescribeIndex"] = "DescribeIndex"
+    collection_name: str
+    index_name: str = ""
+    field_name: str = ""
+
+
 DdlRequest = Annotated[
     CreateCollection
     | DropCollection
@@ -178,7 +211,10 @@ DdlRequest = Annotated[
     | DropAlias
     | AlterAlias
     | DescribeAlias
-    | ListAliases,
+    | ListAliases
+    | CreateIndex
+    | DropIndex
+    | DescribeIndex,
     Field(discriminator="kind"),
 ]
 DDL_REQUEST = TypeAdapter(DdlRequest)
@@ -283,6 +319,22 @@ class ListAliasesReply(DdlReply):
     aliases: list[str] = []
 
 
+class IndexReply(DdlReply):
+    """Reply to CreateIndex and DropIndex: the index created (or found identical), or dropped
+    (``index`` None: there was none to drop, which succeeds as in Milvus)."""
+
+    kind: Literal["IndexReply"] = "IndexReply"
+    collection_id: int = 0
+    index: IndexInfo | None = None
+
+
+class DescribeIndexReply(DdlReply):
+    kind: Literal["DescribeIndexReply"] = "DescribeIndexReply"
+    collection_id: int = 0
+    collection_name: str = ""
+    indexes: list[IndexInfo] = []
+
+
 class ErrorReply(DdlReply):
     """Reply to a request that could not be decoded into any request model."""
 
@@ -301,6 +353,8 @@ AnyDdlReply = Annotated[
     | AliasReply
     | DescribeAliasReply
     | ListAliasesReply
+    | IndexReply
+    | DescribeIndexReply
     | ErrorReply,
     Field(discriminator="kind"),
 ]
@@ -325,4 +379,7 @@ REPLY_TYPE: dict[str, type[DdlReply]] = {
     "AlterAlias": AliasReply,
     "DescribeAlias": DescribeAliasReply,
     "ListAliases": ListAliasesReply,
+    "CreateIndex": IndexReply,
+    "DropIndex": IndexReply,
+    "DescribeIndex": DescribeIndexReply,
 }

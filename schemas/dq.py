@@ -50,7 +50,7 @@ class SearchRequest(_Request):
 
     kind: Literal["Search"] = "Search"
     anns_field: str = Field("", description="vector field to search; empty = the collection's only one")
-    metric_type: str = "L2"
+    metric_type: str = Field("", description="L2, IP or COSINE; empty: the field index's metric, else L2")
     top_k: int
     nq: int
     dim: int

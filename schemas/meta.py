@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.errors import PartitionNotFound
+from schemas.index import IndexInfo
 
 DEFAULT_PARTITION_NAME = "_default"
 
@@ -61,13 +62,18 @@ class LoadInfo(_Record):
 
 
 class CollectionDescription(_Record):
-    """What DescribeCollection returns: the collection, its partitions, the aliases naming it, and
-    its load state (None: not loaded)."""
+    """What DescribeCollection returns: the collection, its partitions, the aliases naming it, its
+    load state (None: not loaded) and its indexes."""
 
     info: CollectionInfo
     partitions: list[PartitionInfo]
     aliases: list[str]
     load: LoadInfo | None = None
+    indexes: list[IndexInfo] = []
+
+    def index_of(self, field_name: str) -> IndexInfo | None:
+        """The index on ``field_name`` (a field has at most one), if any."""
+        return next((i for i in self.indexes if i.field_name == field_name), None)
 
     def partition_id(self, partition_name: str, collection_name: str = "") -> int:
         """The id of partition ``partition_name``; PartitionNotFound naming the collection as the

@@ -24,6 +24,7 @@ KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 SHORT_RETENTION_MS = 60 * 60 * 1000  # requests, replies, tick reports: an hour
 SHORT_SEGMENT_MS = 10 * 60 * 1000  # roll often enough that retention can delete
 DEAD_LETTER_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week
+INDEX_EVENTS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week
 # The producers' max_request_size (streams/kafka.py) plus room for the batch header: a search
 # result or a dead letter larger than Kafka's default 1 MB message must still fit.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 64 * 1024
@@ -77,6 +78,16 @@ class Topics:
         return self._name("segment-events")
 
     @property
+    def index_tasks(self) -> str:
+        """The index coordinator's task transitions (schemas/index.py): created, assigned, reset, deleted."""
+        return self._name("index-tasks")
+
+    @property
+    def index_events(self) -> str:
+        """Index nodes' build outcomes (schemas/index.py): finished (recorded), failed, stale."""
+        return self._name("index-events")
+
+    @property
     def dead_letter(self) -> str:
         """Rows a stream writer sent that could not be inserted, with the reason (schemas/ingest.py)."""
         return self._name("dead-letter")
@@ -92,6 +103,8 @@ class Topics:
             self.dq_result: 1,
             self.dead_letter: 1,
             self.segment_events: 1,
+            self.index_tasks: 1,
+            self.index_events: 1,
         }
 
     def configs(self) -> dict[str, dict[str, str]]:
@@ -106,6 +119,9 @@ class Topics:
             self.dq_result: short,
             self.dead_letter: {"retention.ms": str(DEAD_LETTER_RETENTION_MS)},
             self.segment_events: KEEP_FOREVER,
+            # notifications: the task meta in Redis is the state (state/meta/index_tasks.py)
+            self.index_tasks: {"retention.ms": str(INDEX_EVENTS_RETENTION_MS)},
+            self.index_events: {"retention.ms": str(INDEX_EVENTS_RETENTION_MS)},
         }
         return {name: {**conf, "max.message.bytes": str(MAX_MESSAGE_BYTES)} for name, conf in per_topic.items()}
 

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
 from agents.proxy.flush import FlushTask
+from agents.proxy.index import describe_index
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
 from agents.proxy.load import collection_stats, loading_progress
@@ -37,12 +38,14 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
-from schemas.errors import CollectionNotLoaded, PartitionNotFound, RequestTimeout
+from schemas.errors import CollectionNotLoaded, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import LoadInfo, LoadProgress, LoadState
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
 from state.meta.compaction_requests import CompactionRequests
 from state.meta.idalloc import IdAllocator
+from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
@@ -148,6 +151,7 @@ class Proxy(Service):
         self.status_board = StatusBoard(self.redis, ns)
         self.ingest_log = IngestLog(self.redis, ns)
         self.compaction_requests = CompactionRequests(self.redis, ns)
+        self.index_tasks = IndexTaskStore(self.redis, ns)
         self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
         self.on_close(self.lease.stop, "node lease")
 
@@ -290,6 +294,95 @@ class Proxy(Service):
         return CompactionState(
             collection_name=collection_name, compaction_id=compaction_id, state="Completed" if done else "Executing"
         )
+
+    # ------------------------------------------------------------------ indexes (seed 004)
+
+    async def create_index(
+        self,
+        collection_name: str,
+        field_name: str,
+        index_params: dict[str, Any] | None = None,
+        index_name: str = "",
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> IndexInfo:
+        """CreateIndex: ``index_params`` as Milvus's extra_params (``index_type``, ``metric_type``,
+        ``params`` JSON or separate keys). Returns the index (an identical one created before is
+        returned as is). Builds run asynchronously on index nodes; ``wait``: until every flushed
+        segment is indexed (:meth:`wait_index`)."""
+        reply = await self.submit(
+            ddl.CreateIndex,
+            collection_name=collection_name,
+            field_name=field_name,
+            index_name=index_name or "",
+            extra_params=dict(index_params or {}),
+        )
+        assert isinstance(reply, ddl.IndexReply) and reply.index is not None
+        if wait:
+            await self.wait_index(collection_name, reply.index.index_name, timeout_s)
+        return reply.index
+
+    async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
+        """DropIndex (the collection must be released first); the index dropped, None if there was none."""
+        reply = await self.submit(
+            ddl.DropIndex, collection_name=collection_name, index_name=index_name, field_name=field_name
+        )
+        assert isinstance(reply, ddl.IndexReply)
+        return reply.index
+
+    async def describe_index(
+        self, collection_name: str, index_name: str = "", field_name: str = "", as_of: int = 0
+    ) -> list[IndexDescription]:
+        """DescribeIndex: the collection's indexes (or the one named) with their build progress;
+        IndexNotFound (700) when there is none."""
+        reply = await self.submit(
+            ddl.DescribeIndex,
+            collection_name=collection_name,
+            index_name=index_name,
+            field_name=field_name,
+            as_of=as_of,
+        )
+        assert isinstance(reply, ddl.DescribeIndexReply)
+        segments = await self.segment_meta.segments(reply.collection_id)
+        tasks = await self.index_tasks.of_collection(reply.collection_id)
+        return [describe_index(index, segments, tasks) for index in reply.indexes]
+
+    async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
+        """The names of the collection's indexes (of ``field_name`` if given); [] when none."""
+        reply = await self.submit(ddl.DescribeCollection, collection_name=collection_name)
+        assert isinstance(reply, ddl.DescribeCollectionReply) and reply.collection is not None
+        return [i.index_name for i in reply.collection.indexes if not field_name or i.field_name == field_name]
+
+    async def index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexDescription:
+        """GetIndexState / GetIndexBuildProgress of one index: exactly one must match (pymilvus's
+        rule; else InvalidParameter naming the ambiguity)."""
+        found = await self.describe_index(collection_name, index_name, field_name)
+        if len(found) != 1:
+            raise InvalidParameter(
+                "index_name", f"matches {len(found)} indexes: name one (AmbiguousIndexName)", index_name
+            )
+        return found[0]
+
+    async def wait_index(
+        self, collection_name: str, index_name: str = "", timeout_s: float | None = None
+    ) -> IndexDescription:
+        """Poll until the index is Finished (every flushed segment indexed); RequestTimeout after
+        ``timeout_s`` (default ``flush_timeout_s``) naming the progress; the fail reason when a
+        build failed for good."""
+        limit = timeout_s or self.config.flush_timeout_s
+        deadline = time.monotonic() + limit
+        while True:
+            state = await self.index_state(collection_name, index_name)
+            if state.state is IndexState.FINISHED:
+                return state
+            if state.state is IndexState.FAILED:
+                raise InvalidParameter("index", f"the index build failed: {state.fail_reason}", index_name)
+            if time.monotonic() >= deadline:
+                raise RequestTimeout(
+                    f"index {state.info.index_name} of {collection_name}: {state.indexed_rows} of "
+                    f"{state.total_rows} rows indexed after {limit:g} s; is an index node running?"
+                )
+            await asyncio.sleep(LOAD_POLL_S)
 
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
         """Resolve a stream writer's collection and check its Arrow schema (see agents/proxy/ingest.py)."""

@@ -363,7 +363,7 @@ class SearchTask(_ReadTask):
         super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.queries = query_vectors(data)
         params = dict(search_params or {})
-        self.metric = params.pop("metric_type", "L2")
+        self.metric = params.pop("metric_type", "") or ""
         inner = params.pop("params", {}) or {}
         if not isinstance(inner, dict):
             raise InvalidParameter("search_params.params", "must be a dict", inner)

@@ -29,10 +29,11 @@ from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
 from agents.querynode.servers import DirectServer, TopicServer
 from agents.querynode.worker import Worker
-from agents.segment_events import SegmentEventsReader
+from agents.segment_events import IndexEventsReader, SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
 from state.meta.idalloc import IdAllocator
+from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
@@ -81,7 +82,7 @@ class QueryNodeRuntime(Service):
         cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
         node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
         worker = Worker(config.interim_index_rows, slice_target_s=config.interim_index_slice_target_ms / 1000)
-        self.loader = SegmentLoader(config.object_store_dir, SegmentMeta(cache.store))
+        self.loader = SegmentLoader(config.object_store_dir, SegmentMeta(cache.store), IndexTaskStore(self.redis, ns))
         node = QueryNode(
             node_id,
             self.topics.dml,
@@ -96,6 +97,9 @@ class QueryNodeRuntime(Service):
         self.reader = SegmentEventsReader(config, node.on_segment_event, from_start=False)
         await self.reader.start()
         self.on_close(self.reader.stop, "segment-events reader")
+        self.index_reader = IndexEventsReader(config, node.on_index_event, from_start=False)
+        await self.index_reader.start()
+        self.on_close(self.index_reader.stop, "index-events reader")
         self.meta_watcher = MetaWatcher(config, cache, node.on_meta_changed)
         await self.meta_watcher.start()
         self.on_close(self.meta_watcher.stop, "meta watcher")
@@ -172,6 +176,7 @@ class QueryNodeRuntime(Service):
             "worker_memory_bytes": worker["memory_bytes"],
             "loaded_segments": self.loader.loaded,
             "loaded_rows": self.loader.loaded_rows,
+            "indexes_loaded": self.loader.indexes_loaded,
             "segment_events": self.reader.health(),
             "meta_watcher": self.meta_watcher.health(),
         }

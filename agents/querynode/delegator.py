@@ -499,17 +499,20 @@ class ShardDelegator:
 
     def health(self) -> dict[str, Any]:
         """vchannel, tsafe, consumed position, growing segments with row counts, identities applied."""
-        segments = {
-            sid: {
+        segments: dict[int, dict[str, Any]] = {}
+        for sid, e in self._distribution.items():
+            segment = e.worker.segment(sid)
+            segments[sid] = {
                 "partition_id": e.partition_id,
                 "kind": e.kind,
-                "rows": e.worker.segment(sid).row_count,
-                "indexed_rows": e.worker.segment(sid).indexed_rows,
-                "hidden_rows": e.worker.segment(sid).hidden_rows,
+                "rows": segment.row_count,
+                "indexed_rows": segment.indexed_rows,
+                "hidden_rows": segment.hidden_rows,
                 "forwarded_deletes": self.forwarded.get(sid, 0),
             }
-            for sid, e in self._distribution.items()
-        }
+            built = getattr(segment, "built_indexes", None)
+            if built:  # a sealed segment searched through an index node's build
+                segments[sid]["built_indexes"] = {f: {"build_id": b, "version": v} for f, (b, v) in built.items()}
         return {
             "vchannel": self.vchannel,
             "pchannel": self.pchannel,

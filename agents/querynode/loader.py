@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Protocol
 
 from schemas.collection import CollectionSchema, DataType
+from schemas.index import IndexInfo, IndexState, IndexTask
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentInfo
+from state.meta.index_tasks import IndexTaskStore
 from state.meta.segment_meta import Recovery, SegmentMeta
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.delta_files import read_delta_log
+from state.segcore.index_files import load_index
 from state.segcore.sealed import SealedSegment
+from state.segcore.vector_index import VectorIndex
 
 
 class Loader(Protocol):
@@ -29,7 +33,11 @@ class Loader(Protocol):
         self, pchannel: str, vchannels: Sequence[str]
     ) -> tuple[list[SegmentInfo], ChannelCheckpoint | None]: ...
 
-    async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment: ...
+    async def load(
+        self, info: SegmentInfo, schema: CollectionSchema, indexes: Sequence[IndexInfo] = ()
+    ) -> SealedSegment: ...
+
+    async def load_index(self, task: IndexTask) -> VectorIndex | None: ...
 
     async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery: ...
 
@@ -43,23 +51,44 @@ class Loader(Protocol):
 class SegmentLoader:
     """Loads from the object store at ``root``, with segment meta from ``meta``."""
 
-    def __init__(self, root: Path, meta: SegmentMeta) -> None:
+    def __init__(self, root: Path, meta: SegmentMeta, index_tasks: IndexTaskStore | None = None) -> None:
         self.root = root
         self.meta = meta
+        self.index_tasks = index_tasks
         self.loaded = 0
         self.loaded_rows = 0
         self.delta_logs_read = 0
+        self.indexes_loaded = 0
 
     async def recovery_view(
         self, pchannel: str, vchannels: Sequence[str]
     ) -> tuple[list[SegmentInfo], ChannelCheckpoint | None]:
         return await self.meta.recovery_view(pchannel, list(vchannels))
 
-    async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment:
+    async def load(
+        self, info: SegmentInfo, schema: CollectionSchema, indexes: Sequence[IndexInfo] = ()
+    ) -> SealedSegment:
+        """The segment, with the finished builds of ``indexes`` (the collection's current ones)
+        attached: recovery and handoff serve a segment with its index from the first search."""
         segment = await asyncio.to_thread(SealedSegment.load, self.root, info.path, schema)
         self.loaded += 1
         self.loaded_rows += segment.row_count
+        if self.index_tasks is not None:
+            for index in indexes:
+                task = await self.index_tasks.of_segment(index.index_id, info.segment_id)
+                if task is None or task.state is not IndexState.FINISHED or task.mark_deleted:
+                    continue
+                built = await self.load_index(task)
+                if built is not None:
+                    segment.attach_index(task.field_name, built, task.build_id, task.version)
         return segment
+
+    async def load_index(self, task: IndexTask) -> VectorIndex | None:
+        """The built index of a finished task, read on a thread (None: exact search)."""
+        built = await asyncio.to_thread(load_index, self.root, task)
+        if built is not None:
+            self.indexes_loaded += 1
+        return built
 
     async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery:
         return await self.meta.recovery(pchannel, list(vchannels))

@@ -34,6 +34,7 @@ addressed vchannel this node owns wait for tsafe and search/query; one result pe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from schemas.errors import (
     PartitionNotLoaded,
     ServiceUnavailable,
 )
+from schemas.index import AnyIndexEvent, IndexBuildFinished, IndexTask
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import (
     AnySegmentEvent,
@@ -158,6 +160,10 @@ class QueryNode:
         self.delete_buffer_bytes = delete_buffer_bytes
         self.loader = loader
         self._loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight
+        # segment id -> a finished index build seen while the segment was not served sealed here
+        # (its load or its collection's build in flight): attached once it is (_attach_pending)
+        self._pending_indexes: dict[int, IndexTask] = {}
+        self.indexes_attached = 0
         self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
         self.cache = cache
@@ -260,9 +266,11 @@ class QueryNode:
             loading = asyncio.Semaphore(SEGMENT_LOAD_CONCURRENCY)
             loader = self.loader
 
+            indexes = (await self.cache.view()).indexes_of(cid)
+
             async def load_one(record: SegmentInfo) -> SealedSegment:
                 async with loading:
-                    return await loader.load(record, info.collection_schema)
+                    return await loader.load(record, info.collection_schema, indexes)
 
             for record, segment in zip(wanted, await asyncio.gather(*map(load_one, wanted)), strict=True):
                 if fresh[record.vchannel].add_sealed(segment, resolve=False):
@@ -296,6 +304,7 @@ class QueryNode:
         state.deferred = [r for r in state.deferred if r.collection_id != cid]
         for record in deferred:
             await self._load_sealed(record)
+        await self._attach_pending()
         return start, ts
 
     async def on_meta_changed(self) -> None:
@@ -430,14 +439,96 @@ class QueryNode:
         delegator = await self._delegator(state, record.collection_id, record.vchannel)
         if delegator is None or delegator.is_sealed(record.segment_id) or not delegator.covers(record.partition_id):
             return False
-        segment = await self.loader.load(record, info.collection_schema)
+        indexes = (await self.cache.view()).indexes_of(record.collection_id)
+        segment = await self.loader.load(record, info.collection_schema, indexes)
         durable = []
         if delegator.needs_durable_deletes(segment):  # no growing copy, the buffer does not reach back
             logs = [d for d in await self.loader.deltas(record.collection_id) if d.vchannel == record.vchannel]
             durable = await self.loader.read_deltas(logs, info.collection_schema, record.min_ts - 1)
         if self.pchannels.get(state.pchannel) is not state:
             return False  # the pchannel was taken away while the segment loaded
-        return delegator.add_sealed(segment, durable, replaces=record.compacted_from)
+        added = delegator.add_sealed(segment, durable, replaces=record.compacted_from)
+        if added and record.segment_id in self._pending_indexes:
+            await self._attach_pending()
+        return added
+
+    # ------------------------------------------------------------------ built indexes
+
+    def _served_sealed(self, collection_id: int, vchannel: str, segment_id: int) -> ShardDelegator | None:
+        """The delegator serving ``segment_id`` sealed, if this node does."""
+        for state in self.pchannels.values():
+            shard = state.delegators.get(vchannel)
+            if shard is None or shard.collection.collection_id != collection_id:
+                continue
+            entry = shard.distribution().get(segment_id)
+            if entry is not None and entry.kind == "sealed":
+                return shard
+        return None
+
+    def _owns_vchannel(self, collection: CollectionInfo, vchannel: str) -> bool:
+        if vchannel not in collection.vchannels:
+            return False
+        return collection.pchannels[collection.vchannels.index(vchannel)] in self.pchannels
+
+    async def on_index_event(self, event: AnyIndexEvent) -> None:
+        """An index build finished (recorded in the task store): the segment it indexes, if
+        served sealed here, switches to it (:meth:`Worker.attach_index`: searches before the
+        switch were exact, searches after it use the index, none sees neither). A build of an
+        index that is not the field's current one is ignored. If the segment is being loaded,
+        or its collection rebuilt, the build waits and is attached once it is served."""
+        if not isinstance(event, IndexBuildFinished) or self.loader is None:
+            return
+        task = event.task
+        if task.exact or task.mark_deleted:
+            return  # nothing to load: exact search, as before
+        running = self._loads.get(task.segment_id)
+        if running is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(running)
+        info = await self.cache.collection(task.collection_id)
+        if info is None or not self._owns_vchannel(info, task.vchannel):
+            return
+        self._pending_indexes[task.segment_id] = task
+        await self._attach_pending()
+
+    async def _attach_pending(self) -> None:
+        """Attach the pending builds whose segments are served sealed now (see on_index_event)."""
+        if not self._pending_indexes or self.loader is None:
+            return
+        view = await self.cache.view()
+        for sid, task in list(self._pending_indexes.items()):
+            delegator = self._served_sealed(task.collection_id, task.vchannel, sid)
+            if delegator is None:
+                if await self.cache.collection(task.collection_id) is None:
+                    self._pending_indexes.pop(sid, None)  # collection dropped
+                continue
+            current = {i.index_id for i in view.indexes_of(task.collection_id)}
+            if task.index_id not in current:
+                view = await self.cache.refresh()  # the cache may not know a new index yet
+                current = {i.index_id for i in view.indexes_of(task.collection_id)}
+            if task.index_id not in current:
+                self._pending_indexes.pop(sid, None)  # dropped since
+                continue
+            segment = delegator.worker.segment(sid)
+            attached = getattr(segment, "built_indexes", {}).get(task.field_name)
+            if attached is not None and attached[0] == task.build_id and attached[1] >= task.version:
+                self._pending_indexes.pop(sid, None)
+                continue
+            built = await self.loader.load_index(task)
+            if self._pending_indexes.get(sid) is not task:
+                continue  # a newer build arrived while this one loaded: that one goes next
+            self._pending_indexes.pop(sid, None)
+            if built is not None and delegator.worker.attach_index(
+                sid, task.field_name, built, task.build_id, task.version
+            ):
+                self.indexes_attached += 1
+                log.info(
+                    "querynode: segment %d searches %s through build %d version %d",
+                    sid,
+                    task.field_name,
+                    task.build_id,
+                    task.version,
+                )
 
     # ------------------------------------------------------------------ consumption
 
@@ -675,6 +766,8 @@ class QueryNode:
             "applied_events": self.applied_events,
             "skipped_events": self.skipped_events,
             "replayed_records": self.replayed_records,
+            "indexes_attached": self.indexes_attached,
+            "indexes_pending": len(self._pending_indexes),
             "pchannels": {
                 name: {
                     "tsafe": s.tsafe,

@@ -31,7 +31,7 @@ from schemas.meta import CollectionInfo
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment
-from state.segcore.vector_index import SearchHits
+from state.segcore.vector_index import SearchHits, VectorIndex
 
 __all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
 
@@ -302,6 +302,15 @@ class Worker:
         if old is not None and old is not segment:
             old.release()
 
+    def attach_index(self, segment_id: int, field: str, index: VectorIndex, build_id: int, version: int) -> bool:
+        """Search ``field`` of sealed segment ``segment_id`` through ``index`` from now on; False
+        when the segment is not held (released meanwhile) or is still growing."""
+        segment = self._segments.get(segment_id)
+        if not isinstance(segment, SealedSegment):
+            return False
+        segment.attach_index(field, index, build_id, version)
+        return True
+
     def release_segments(self, segment_ids: Iterable[int]) -> None:
         """Drop the listed segments (absent ids are ignored) and stop indexing them; does not wait
         for a slice the builder may be adding to one of them (it finishes, then the segment is
@@ -421,6 +430,11 @@ class Worker:
                 "rows": s.row_count,
                 "indexed_rows": s.indexed_rows,
                 "memory_bytes": s.memory_bytes,
+                **(
+                    {"built_indexes": {f: {"build_id": b, "version": v} for f, (b, v) in s.built_indexes.items()}}
+                    if isinstance(s, SealedSegment)
+                    else {}
+                ),
             }
             for sid, s in self._segments.items()
         }

@@ -1,6 +1,6 @@
 """The rootcoord Faust app: the DDL agent consuming ``dd`` in order, the meta GC timer, the
-time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``)
-and the segment sealer (``sealer.py``).
+time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``),
+the segment sealer (``sealer.py``) and the index coordinator (``agents/indexcoord``).
 
 The agent processes one event at a time (concurrency 1); ``RootCoordRuntime`` holds the clients
 and the core, starts before the first event, and registers the node in the registry.
@@ -13,6 +13,7 @@ from typing import Any
 
 import faust
 
+from agents.indexcoord.coordinator import IndexCoordinator
 from agents.process import make_app
 from agents.rootcoord.core import RootCoord
 from agents.rootcoord.sealer import SegmentSealer
@@ -49,6 +50,7 @@ class RootCoordRuntime(Service):
         self.core: RootCoord | None = None
         self.timetick: TimeTickAgent | None = None
         self.sealer: SegmentSealer | None = None
+        self.indexcoord: IndexCoordinator | None = None
 
     async def ready(self) -> RootCoord:
         """The core, once the runtime has started (recovered from its checkpoint)."""
@@ -62,6 +64,8 @@ class RootCoordRuntime(Service):
             doc["timetick"] = self.timetick.health()
         if self.sealer is not None:
             doc["sealer"] = self.sealer.health()
+        if self.indexcoord is not None:
+            doc["indexcoord"] = self.indexcoord.health()
         return doc
 
     async def on_start(self) -> None:
@@ -109,12 +113,17 @@ class RootCoordRuntime(Service):
         await sealer.start()
         self.on_close(sealer.stop, "segment sealer")
         self.sealer = sealer
+        indexcoord = IndexCoordinator(config, redis, store, tso, producer, registry)
+        await indexcoord.start()
+        self.on_close(indexcoord.stop, "index coordinator")
+        self.indexcoord = indexcoord
         self.core = core
 
     async def _forget(self) -> None:
         self.core = None
         self.timetick = None
         self.sealer = None
+        self.indexcoord = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:

@@ -16,7 +16,12 @@ from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
 from streams.topics import ensure_topics
 
-WORKER_MODULES = {"rootcoord": "agents.rootcoord", "querynode": "agents.querynode", "datanode": "agents.datanode"}
+WORKER_MODULES = {
+    "rootcoord": "agents.rootcoord",
+    "querynode": "agents.querynode",
+    "datanode": "agents.datanode",
+    "indexnode": "agents.indexnode",
+}
 PROXY_MODULE = "frontends.proxy_server"  # the proxy process with its REST front end on proxy_http
 
 

@@ -14,15 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import ddl
+from schemas.collection import DataType
 from schemas.errors import (
     AliasAlreadyExists,
     AliasCollectionNameConflict,
     AliasNotFound,
     CollectionNotFound,
+    IndexNotFound,
     InvalidParameter,
     OspreyError,
     PartitionNotFound,
 )
+from schemas.index import IndexInfo, parse_index_params
 from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, LoadInfo, PartitionInfo
 from schemas.validation import validate_name
 from state.meta import meta_table as keys
@@ -395,6 +398,108 @@ def _list_aliases(e: ddl.ListAliases, view: MetaView) -> Plan:
     return Plan(make_reply=_reply(e, aliases=sorted(view.aliases)))
 
 
+# -- indexes (Milvus 2.4's rules: one index per field; an identical CreateIndex succeeds again)
+RULE_ONE_INDEX_PER_FIELD = "creating multiple indexes on same field is not supported"
+RULE_INDEX_NAME_TAKEN = (
+    "at most one distinct index is allowed per field: an index with this name exists with other parameters"
+)
+RULE_DROP_LOADED = "index cannot be dropped, collection is loaded, please release it first"
+
+
+def index_not_found(collection_name: str, index_name: str) -> IndexNotFound:
+    return IndexNotFound(f"index not found[collection={collection_name}][indexName={index_name}]")
+
+
+async def _create_index(e: ddl.CreateIndex, view: MetaView, new_id: NewId) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    cid = info.collection_id
+    if not isinstance(e.field_name, str) or not e.field_name:
+        raise InvalidParameter("field_name", "is required: the field to index", e.field_name)
+    field = info.collection_schema.field(e.field_name)
+    if field is None or field.is_dynamic:
+        raise InvalidParameter("field_name", "cannot create index on non-exist field", e.field_name)
+    if field.dtype is not DataType.FLOAT_VECTOR:
+        raise InvalidParameter(
+            "field_name", "must be a FLOAT_VECTOR field: HNSW, FLAT and AUTOINDEX index vectors", e.field_name
+        )
+    name = validate_name("index_name", e.index_name or field.name)
+    index_type, build_type, metric, params = parse_index_params(e.extra_params)
+    assert field.field_id is not None
+    wanted = IndexInfo(
+        index_id=0,
+        index_name=name,
+        collection_id=cid,
+        field_id=field.field_id,
+        field_name=field.name,
+        index_type=index_type,
+        build_type=build_type,
+        metric_type=metric,
+        params=params,
+        created_ts=0,
+    )
+    for existing in view.indexes_of(cid):
+        if existing.index_name == name:
+            if existing.same_definition(wanted):  # the same index again: success, nothing changes
+                return Plan(make_reply=_reply(e, collection_id=cid, index=existing))
+            raise InvalidParameter("index_name", RULE_INDEX_NAME_TAKEN, name)
+        if existing.field_id == field.field_id:
+            raise InvalidParameter("field_name", RULE_ONE_INDEX_PER_FIELD, field.name)
+    index_id = await new_id()
+
+    def record(ts: int) -> tuple[str, str]:
+        index = wanted.model_copy(update={"index_id": index_id, "created_ts": ts})
+        return keys.index_key(cid, index_id), index.model_dump_json()
+
+    reply_type = ddl.IndexReply
+    return Plan(
+        additions=[record],
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id,
+            proxy_id=e.proxy_id,
+            ts=ts,
+            collection_id=cid,
+            index=wanted.model_copy(update={"index_id": index_id, "created_ts": ts}),
+            invalidate=[cid],
+        ),
+    )
+
+
+def _find_indexes(view: MetaView, cid: int, index_name: str, field_name: str) -> list[IndexInfo]:
+    return [
+        i
+        for i in view.indexes_of(cid)
+        if (not index_name or i.index_name == index_name) and (not field_name or i.field_name == field_name)
+    ]
+
+
+def _drop_index(e: ddl.DropIndex, view: MetaView) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    cid = info.collection_id
+    found = _find_indexes(view, cid, e.index_name, e.field_name)
+    if not found:  # Milvus: dropping an index that does not exist succeeds
+        return Plan(make_reply=_reply(e, collection_id=cid, index=None))
+    if len(found) > 1:
+        raise InvalidParameter(
+            "index_name", "the collection has several indexes: name the one to drop", e.index_name or e.field_name
+        )
+    if cid in view.loads:
+        raise InvalidParameter("collection_name", RULE_DROP_LOADED, e.collection_name)
+    index = found[0]
+    return Plan(
+        removals=[keys.index_key(cid, index.index_id)],
+        make_reply=_reply(e, collection_id=cid, index=index, invalidate=[cid]),
+    )
+
+
+def _describe_index(e: ddl.DescribeIndex, view: MetaView) -> Plan:
+    info = _resolve(view, "collection_name", e.collection_name)
+    cid = info.collection_id
+    found = _find_indexes(view, cid, e.index_name, e.field_name)
+    if not found:
+        raise index_not_found(e.collection_name, e.index_name)
+    return Plan(make_reply=_reply(e, collection_id=cid, collection_name=info.collection_name, indexes=found))
+
+
 async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
     """The meta change ``event`` makes on ``view``; raises OspreyError if it must be refused."""
     match event:
@@ -440,6 +545,12 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
             return _describe_alias(event, view)
         case ddl.ListAliases():
             return _list_aliases(event, view)
+        case ddl.CreateIndex():
+            return await _create_index(event, view, new_id)
+        case ddl.DropIndex():
+            return _drop_index(event, view)
+        case ddl.DescribeIndex():
+            return _describe_index(event, view)
     raise InvalidParameter("kind", "must be a known DDL request kind", getattr(event, "kind", None))
 
 

@@ -4,6 +4,7 @@ Keys (all under ``root-coord/``; everything is keyed by id, names live inside th
 - ``root-coord/collection/<collection_id>/info``                      -> CollectionInfo
 - ``root-coord/collection/<collection_id>/partition/<partition_id>``  -> PartitionInfo
 - ``root-coord/collection/<collection_id>/load``                      -> LoadInfo (absent: not loaded)
+- ``root-coord/collection/<collection_id>/index/<index_id>``          -> IndexInfo
 - ``root-coord/alias/<alias>``                                        -> AliasInfo
 
 Dropping a collection removes the prefix ``root-coord/collection/<collection_id>/`` (the trailing
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.index import IndexInfo
 from schemas.meta import AliasInfo, CollectionBrief, CollectionDescription, CollectionInfo, LoadInfo, PartitionInfo
 
 META_PREFIX = "root-coord/"
@@ -38,6 +40,10 @@ def load_key(collection_id: int) -> str:
     return collection_prefix(collection_id) + "load"
 
 
+def index_key(collection_id: int, index_id: int) -> str:
+    return f"{collection_prefix(collection_id)}index/{index_id}"
+
+
 def alias_key(alias: str) -> str:
     return ALIAS_PREFIX + alias
 
@@ -51,6 +57,7 @@ class MetaView:
     aliases: dict[str, AliasInfo] = field(default_factory=dict)
     names: dict[str, int] = field(default_factory=dict)
     loads: dict[int, LoadInfo] = field(default_factory=dict)
+    indexes: dict[int, dict[int, IndexInfo]] = field(default_factory=dict)  # collection id -> index id -> index
 
     @classmethod
     def from_kvs(cls, kvs: Mapping[str, str]) -> MetaView:
@@ -67,6 +74,9 @@ class MetaView:
                 elif "/partition/" in key:
                     part = PartitionInfo.model_validate_json(value)
                     view.partitions.setdefault(part.collection_id, {})[part.partition_id] = part
+                elif "/index/" in key:
+                    index = IndexInfo.model_validate_json(value)
+                    view.indexes.setdefault(index.collection_id, {})[index.index_id] = index
                 elif key.endswith("/load"):
                     load = LoadInfo.model_validate_json(value)
                     view.loads[load.collection_id] = load
@@ -107,7 +117,11 @@ class MetaView:
             partitions=self.partitions_of(collection_id),
             aliases=self.aliases_of(collection_id),
             load=self.loads.get(collection_id),
+            indexes=self.indexes_of(collection_id),
         )
+
+    def indexes_of(self, collection_id: int) -> list[IndexInfo]:
+        return sorted(self.indexes.get(collection_id, {}).values(), key=lambda i: i.index_id)
 
     def loaded_partitions(self, collection_id: int) -> list[int] | None:
         """The partition ids served of a loaded collection (every existing one when loaded whole);

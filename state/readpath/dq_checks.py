@@ -22,10 +22,11 @@ from schemas.errors import (
     PartitionNotFound,
     PartitionNotLoaded,
 )
+from schemas.index import IndexInfo
 from schemas.meta import CollectionInfo
 from state.meta.meta_table import MetaView
 from state.readpath.expr import Filter, compile_filter
-from state.segcore.vector_index import check_top_k, normalize_metric
+from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 
 __all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
 
@@ -154,6 +155,20 @@ def _ef(params: dict[str, Any]) -> int | None:
     return ef
 
 
+def _metric(asked: str, field: Any, indexes: list[IndexInfo]) -> str:
+    """The search's metric: the one asked for, which must be the field index's if it has one
+    (Milvus: "metric type not match"); none asked: the index's, else L2."""
+    index = next((i for i in indexes if i.field_id == field.field_id), None)
+    if not asked:
+        return index.metric_type if index is not None else METRIC_L2
+    metric = normalize_metric(asked)
+    if index is not None and index.metric_type != metric:
+        raise InvalidParameter(
+            "metric_type", f"metric type not match: the index on {field.name} is {index.metric_type}", asked
+        )
+    return metric
+
+
 def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
     """Check ``request`` against the meta in ``view``; the checked request, or the first error."""
     info = resolve_collection(request, view)
@@ -181,7 +196,7 @@ def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
     queries = request.queries()
     if not np.isfinite(queries).all():
         raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")
-    metric = normalize_metric(request.metric_type)
+    metric = _metric(request.metric_type, field, view.indexes_of(info.collection_id))
     top_k = check_top_k(request.top_k)
     outputs = _output_fields(request.output_fields, info, allow_count=False)
     return Prepared(request, info, partition_ids, flt, outputs, field.name, metric, top_k, queries, _ef(request.params))

@@ -3,8 +3,11 @@
 :class:`SealedSegment` is a :class:`~state.segcore.segment.GrowingSegment` whose column buffers are
 filled once, at load, with exactly ``num_rows`` rows (no spare capacity) and never appended to:
 :meth:`SealedSegment.insert` raises, and no interim index is ever built (``index_pending()`` is
-False, :meth:`SealedSegment.index_step` adds nothing), so every search is exact (BLAS, blockwise);
-a real index comes later (issue 13). It answers every method the query node worker calls on a
+False, :meth:`SealedSegment.index_step` adds nothing). Searches are exact (BLAS, blockwise) until
+an index node's build of the field is attached (:meth:`SealedSegment.attach_index`); from then on
+the field is searched through it (HNSW with the request's ef, distances recomputed exactly, the
+same visibility filter and fallbacks as the interim index of a growing segment).
+It answers every method the query node worker calls on a
 growing segment (search, retrieve, count, visible, column, pks_view, timestamps_view, row_count,
 memory_bytes, indexed_rows, pending_index_rows, index_pending, index_step, release, ...) with
 the same results for the same rows.
@@ -48,6 +51,7 @@ from schemas.segment import SegmentKey, SegmentManifest
 from state.segcore.pk_stats import PkBloom
 from state.segcore.segment import INDEX_SLICE_ROWS, PY_OBJECT_BYTES, GrowingSegment
 from state.segcore.segment_files import load_segment_columns, read_pk_bloom
+from state.segcore.vector_index import VectorIndex
 
 __all__ = ["SealedSegment"]
 
@@ -68,6 +72,7 @@ class SealedSegment(GrowingSegment):
         super().__init__(key.segment_id, key.collection_id, key.partition_id, key.vchannel, schema)
         self.manifest = manifest
         self.pk_bloom: PkBloom | None = None  # its flushed PK statistics (None: built from columns)
+        self.built_indexes: dict[str, tuple[int, int]] = {}  # field -> (build id, version) attached
 
     @classmethod
     def load(cls, root: Path | str, path: str, schema: CollectionSchema, verify: bool = False) -> SealedSegment:
@@ -166,6 +171,23 @@ class SealedSegment(GrowingSegment):
             keys = self.pks_view()
             self.pk_bloom = PkBloom.build(keys.tolist() if varchar else keys, varchar)
         return self.pk_bloom
+
+    def attach_index(self, field: str, index: VectorIndex, build_id: int, version: int) -> None:
+        """Search ``field`` through ``index`` (built by an index node over every row of this
+        segment, labels = row offsets) from now on, replacing any index attached before. One
+        step: a search running on another thread used the old index (or exact search) whole;
+        both give every visible row a chance, so the switch has no gap. InvalidParameter when
+        the index does not cover exactly this segment's rows or has another dimension."""
+        vector_field = self._vector_fields.get(field)
+        if vector_field is None:
+            raise InvalidParameter("field_name", "must name a FLOAT_VECTOR field of the segment", field)
+        if index.size != self._n or index.dim != vector_field.dim:
+            raise InvalidParameter(
+                "index", f"must hold the segment's {self._n} rows of {vector_field.dim} dims", (index.size, index.dim)
+            )
+        self._indexes = {**self._indexes, field: index}  # published before _indexed covers the rows
+        self._indexed = self._n
+        self.built_indexes[field] = (build_id, version)
 
     def index_pending(self) -> bool:
         """Always False: a sealed segment gets no interim index."""

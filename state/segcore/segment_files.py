@@ -611,6 +611,31 @@ def read_pk_ts(root: Path | str, path: str, schema: CollectionSchema) -> tuple[n
     return pks, table.column(ROW_TS_COLUMN).to_numpy().astype(np.uint64, copy=False)
 
 
+def read_vectors(root: Path | str, path: str, field_name: str, dim: int) -> np.ndarray:
+    """The (num_rows, dim) float32 vectors of field ``field_name`` of the segment at ``path``, in
+    log order (row offset = position), decoded batch by batch from that one column of its insert
+    log. SegmentFileCorrupt when the column is not (n, dim) float32 vectors or holds nulls."""
+    file = _segment_dir(root, path) / INSERT_LOG_FILE
+    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+        n = parquet.metadata.num_rows
+        if field_name not in parquet.schema_arrow.names:
+            raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has no column {field_name}")
+        kind = parquet.schema_arrow.field(field_name).type
+        if not (pa.types.is_fixed_size_list(kind) and kind.list_size == dim and kind.value_type == pa.float32()):
+            raise SegmentFileCorrupt(INSERT_LOG_FILE, f"column {field_name} is not {dim}-d float32 vectors: {kind}")
+        out = np.empty((n, dim), "<f4")
+        at = 0
+        batch_rows = max(1, LOAD_BATCH_BYTES // (4 * dim))
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=[field_name], use_threads=False):
+            column = batch.column(0)
+            if column.null_count:
+                raise SegmentFileCorrupt(INSERT_LOG_FILE, f"column {field_name} holds nulls")
+            m = batch.num_rows
+            out[at : at + m] = column.flatten().to_numpy().reshape(m, dim)
+            at += m
+    return out
+
+
 def remove_segment(root: Path | str, path: str) -> bool:
     """Remove a segment's directory (a compacted one past its grace period); False if absent.
     Renamed aside first (``.old-``), so a crash mid-removal leaves a partial directory that

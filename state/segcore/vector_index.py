@@ -275,8 +275,16 @@ class VectorIndex:
     """
 
     def __init__(
-        self, dim: int, metric: str, max_elements: int, M: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION
+        self,
+        dim: int,
+        metric: str,
+        max_elements: int,
+        M: int = HNSW_M,
+        ef_construction: int = HNSW_EF_CONSTRUCTION,
+        path: str | None = None,
     ) -> None:
+        """An empty index for ``max_elements`` vectors, or (``path``) the index hnswlib saved there
+        (built elsewhere with the same ``dim`` and ``metric``; ``max_elements`` is then its size)."""
         if dim < 1:
             raise InvalidParameter("dim", "must be >= 1", dim)
         self.dim = int(dim)
@@ -284,12 +292,15 @@ class VectorIndex:
         self.M = int(M)
         self.ef_construction = int(ef_construction)
         self._index = hnswlib.Index(space=_HNSW_SPACE[self.metric], dim=self.dim)
-        self._index.init_index(
-            max_elements=max(1, int(max_elements)),
-            ef_construction=self.ef_construction,
-            M=self.M,
-            random_seed=HNSW_RANDOM_SEED,
-        )
+        if path is not None:
+            self._index.load_index(path, max_elements=max(1, int(max_elements)))
+        else:
+            self._index.init_index(
+                max_elements=max(1, int(max_elements)),
+                ef_construction=self.ef_construction,
+                M=self.M,
+                random_seed=HNSW_RANDOM_SEED,
+            )
         self._ef: int | None = None
         self._lock = _SearchFirstLock()  # add/resize vs search (and ef, which is index-wide state)
 

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 HONCHO = ROOT / ".venv" / "bin" / "honcho"
-PROCFILE_NAMES = {"broker", "redis", "rootcoord", "querynode", "datanode", "proxy", "ingest"}
+PROCFILE_NAMES = {"broker", "redis", "rootcoord", "querynode", "datanode", "indexnode", "proxy", "ingest"}
 READY_TIMEOUT_S = 60.0  # honcho start until the REST front end answers a DDL read
 POLL_INTERVAL_S = 0.5
 REQUEST_TIMEOUT_S = 40.0  # one REST call (a DDL waits for the rootcoord, ddl_timeout_s = 30 s)

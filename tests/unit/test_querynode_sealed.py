@@ -16,12 +16,14 @@ from agents.querynode.node import QueryNode
 from schemas.codec import encode
 from schemas.collection import CollectionSchema
 from schemas.dml import InsertEvent, TimeTickEvent
+from schemas.index import IndexInfo, IndexTask
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
 from state.meta.meta_table import MetaView
 from state.meta.segment_meta import Recovery
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.sealed import SealedSegment
+from state.segcore.vector_index import VectorIndex
 from tests.unit.test_delegator import PCHANNELS, VCHANNELS, Rows, assert_hits, make_collection
 
 DML_TOPIC = PCHANNELS[0].rsplit("_", 1)[0]
@@ -78,9 +80,14 @@ class Loader:
     ) -> tuple[list[SegmentInfo], ChannelCheckpoint | None]:
         return self.view
 
-    async def load(self, info: SegmentInfo, schema: CollectionSchema) -> SealedSegment:
+    async def load(
+        self, info: SegmentInfo, schema: CollectionSchema, indexes: Sequence[IndexInfo] = ()
+    ) -> SealedSegment:
         self.loads += 1
         return self.segments[info.segment_id]
+
+    async def load_index(self, task: IndexTask) -> VectorIndex | None:
+        return None
 
     async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery:
         return Recovery(*self.view, self.delta_logs)

@@ -1,0 +1,41 @@
+"""``python -m agents.indexnode`` (``./osprey indexnode``): an index node in the foreground with the
+``OSPREY_*`` configuration, until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from agents.indexnode.node import IndexNode
+from agents.ports import wait_for_port
+from schemas.config import OspreyConfig
+
+DEPENDENCY_WAIT_S = 60.0  # how long to wait for the broker and Redis to accept connections
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def _run(config: OspreyConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    node = IndexNode(config)
+    await node.start()
+    logging.getLogger("osprey.indexnode").info("index node %d started", node.node_id)
+    try:
+        await stop.wait()
+    finally:
+        await node.stop()
+
+
+def main() -> None:
+    config = OspreyConfig.from_env()
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
+    asyncio.run(_run(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Index build progress as DescribeIndex reports it, from the segment meta and the index tasks.
+
+Pure logic (no I/O): :func:`describe_index` takes an index definition, the collection's segment
+records and its index tasks, and returns an :class:`~schemas.index.IndexDescription`. Milvus's
+rules: the rows counted are those of flushed segments (growing data is searched through the
+interim index and is not part of the build); an index on a collection without flushed rows is
+Finished; a segment whose task is finished (built, or exact because it is small) counts as indexed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from schemas.index import IndexDescription, IndexInfo, IndexState, IndexTask
+from schemas.segment import SegmentInfo, SegmentState
+
+FLUSHED = (SegmentState.FLUSHED, SegmentState.INDEXED)
+
+
+def describe_index(index: IndexInfo, segments: Iterable[SegmentInfo], tasks: Iterable[IndexTask]) -> IndexDescription:
+    """``index``'s state and row counts over the flushed segments among ``segments``."""
+    by_segment = {t.segment_id: t for t in tasks if t.index_id == index.index_id and not t.mark_deleted}
+    total = indexed = count = done = 0
+    failed = ""
+    for segment in segments:
+        if segment.collection_id != index.collection_id or segment.state not in FLUSHED:
+            continue
+        count += 1
+        total += segment.num_rows
+        task = by_segment.get(segment.segment_id)
+        if task is None:
+            continue
+        if task.state is IndexState.FINISHED:
+            indexed += segment.num_rows
+            done += 1
+        elif task.state is IndexState.FAILED and not failed:
+            failed = task.fail_reason or "index build failed"
+    if failed:
+        state = IndexState.FAILED
+    elif indexed == total:
+        state = IndexState.FINISHED
+    else:
+        state = IndexState.IN_PROGRESS
+    return IndexDescription(
+        info=index,
+        state=state,
+        indexed_rows=indexed,
+        total_rows=total,
+        pending_index_rows=total - indexed,
+        fail_reason=failed,
+        segments=count,
+        segments_indexed=done,
+    )
