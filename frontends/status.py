@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.proxy.index import describe_index
 from schemas.config import OspreyConfig
+from schemas.index import IndexTask
 from state.meta.dd_checkpoint import DdCheckpoint
+from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.redis_client import connect
@@ -18,7 +21,7 @@ from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle, parse_ts
 from streams.channels import pchannel_partition
 
-ROLES = ("rootcoord", "proxy", "querynode", "datanode")
+ROLES = ("rootcoord", "proxy", "querynode", "datanode", "indexnode")
 
 
 async def status(config: OspreyConfig) -> dict[str, Any]:
@@ -48,6 +51,14 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             },
             "vchannels": _vchannels(await board.read("querynode"), now_ms),
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
+            "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
+            "indexnodes": {
+                nid: {
+                    k: doc.get(k)
+                    for k in ("building", "queued", "built", "built_rows", "rows_per_s", "stale", "failed")
+                }
+                for nid, doc in (await board.read("indexnode")).items()
+            },
             "loads": {
                 c.collection_name: None
                 if view.loads.get(c.collection_id) is None
@@ -120,6 +131,50 @@ async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView
     return dict(sorted(out.items()))
 
 
+async def _indexes(meta: SegmentMeta, tasks: IndexTaskStore, view: MetaView) -> dict[str, Any]:
+    """Per collection and index: its definition, build progress (DescribeIndex's state and rows)
+    and its tasks by state, with the index node building each task in progress."""
+    out: dict[str, Any] = {}
+    every = await tasks.all()
+    segments = await meta.segments()
+    for info in view.collections.values():
+        indexes = view.indexes_of(info.collection_id)
+        if not indexes:
+            continue
+        entry: dict[str, Any] = {}
+        for index in indexes:
+            mine = [t for t in every if t.index_id == index.index_id]
+            d = describe_index(index, segments, mine)
+            entry[index.index_name] = {
+                "field": index.field_name,
+                "type": index.index_type,
+                "metric": index.metric_type,
+                "params": index.params,
+                "state": d.state.value,
+                "indexed_rows": d.indexed_rows,
+                "total_rows": d.total_rows,
+                "pending_rows": d.pending_index_rows,
+                "progress": d.progress,
+                "tasks": _task_states(mine),
+                "building": {
+                    t.build_id: {"node": t.node_id, "version": t.version}
+                    for t in mine
+                    if t.node_id and t.state.value == "InProgress"
+                },
+                **({"fail_reason": d.fail_reason} if d.fail_reason else {}),
+            }
+        out[info.collection_name] = entry
+    return out
+
+
+def _task_states(tasks: list[IndexTask]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for task in tasks:
+        state = "Deleted" if task.mark_deleted else task.state.value
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
 def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
     """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
     nodes publish these documents every second, so the age includes up to a second of staleness),
@@ -142,6 +197,11 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
                         sid: seg.get("forwarded_deletes", 0) for sid, seg in d.get("segments", {}).items()
                     },
                     "hidden_rows": {sid: seg.get("hidden_rows", 0) for sid, seg in d.get("segments", {}).items()},
+                    "built_indexes": {
+                        sid: seg["built_indexes"]
+                        for sid, seg in d.get("segments", {}).items()
+                        if seg.get("built_indexes")
+                    },
                     "deletes": {
                         "events": d.get("delete_events", 0),
                         "deleted_rows": d.get("deleted_rows", 0),

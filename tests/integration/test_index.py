@@ -24,6 +24,7 @@ from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import RedisServer, WorkerProcess
 from frontends.inprocess import InProcessClient
+from frontends.status import status
 from schemas.config import OspreyConfig
 from schemas.errors import IndexNotFound, InvalidParameter, RequestTimeout, ServiceUnavailable
 from schemas.index import INDEX_DIR, IndexState, IndexTask
@@ -324,6 +325,8 @@ async def test_zero_index_nodes_then_two_share_the_builds(
         return sum(1 for s in segs.values() if s.get("built_indexes")) >= 6
 
     await wait_for("the query node to attach every index", attached)
+    shown = (await status(ix_config))["indexes"][coll]["embedding"]  # ./osprey status
+    assert (shown["state"], shown["indexed_rows"], shown["tasks"]) == ("Finished", 6 * SEGMENT_ROWS, {"Finished": 6})
     for _ in range(50):
         query = rng.standard_normal(DIM).astype(np.float32)
         assert await search_ids(client, coll, query) == ref.top(query)
