@@ -1,14 +1,22 @@
 """Search benchmark on the standard workload, against raw hnswlib and numpy in the same run.
 
-    .venv/bin/python -m bench.search              # 100,000 x 128, 1,000 queries (issue 3)
-    .venv/bin/python -m bench.search --rows 20000 # a quicker run
+    .venv/bin/python -m bench.search                  # 100,000 x 128, 1,000 queries (issues 3, 13)
+    .venv/bin/python -m bench.search --rows 20000     # a quicker run
+    .venv/bin/python -m bench.search --rows 1000000   # issue 13's million-vector run
+    .venv/bin/python -m bench.search --interim        # before issue 13: growing segments, interim index
 
-Starts a private embedded stack (broker, redis-server, rootcoord, one querynode), inserts the
-workload through ``InProcessClient.insert``, and measures: insert rows/s to acknowledged and to
-searchable under Strong; sequential (nq=1) QPS with p50/p99 latency (Bounded, the Milvus default,
-and Strong); batched (nq=100) QPS; recall@10 against numpy's exact top-10; freshness (insert
-acknowledged -> visible to a Strong search) p50/p99. The same queries run against raw hnswlib
-(M16, efC200, ef64) in this process; Osprey's figures are printed as ratios to it.
+Starts a private embedded stack (broker, redis-server, rootcoord with the index coordinator, one
+querynode, one datanode, one indexnode), inserts the workload through ``InProcessClient.insert``,
+and measures: insert rows/s to acknowledged and to searchable under Strong; then (issue 13) Flush
+and CreateIndex (HNSW M16 efConstruction 200, L2, like the references) and the time from the last
+insert to every segment indexed and searched through its index, against raw hnswlib's build time;
+the index nodes' build rows/s; sequential (nq=1) QPS with p50/p99 latency (Bounded, the Milvus
+default, and Strong); batched (nq=100) QPS; recall@10 against numpy's exact top-10 at ef 64; a
+sweep of ef giving QPS (nq=1 and nq=100) against recall@10 for Osprey and raw hnswlib, so figures
+compare at equal recall; freshness (insert acknowledged -> visible to a Strong search) p50/p99.
+The same queries run against raw hnswlib (M16, efC200) in this process; Osprey's figures are
+printed as ratios to it. ``--interim`` keeps the data in growing segments (no Flush, no
+CreateIndex: the interim index), as the benchmark ran before issue 13.
 """
 
 from __future__ import annotations
@@ -34,17 +42,27 @@ BATCH_NQ = 100
 INSERT_BATCH_ROWS = 10_000
 FRESHNESS_TRIALS = 100  # insert one row, then Strong get by its PK until it is returned
 SHARDS = 1  # the Milvus default (shards_num=1); one querynode serves it
+EF_SWEEP = (16, 32, 64, 128, 256, 512)
+SWEEP_SEQUENTIAL = 200  # nq=1 searches timed per ef of the sweep
+INDEX_PARAMS = {"index_type": "HNSW", "metric_type": "L2", "M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION}
 
 
-def bench_hnswlib(w: Workload, sequential: int) -> dict[str, Any]:
-    """Raw hnswlib in process: build rate, sequential and batched QPS, recall@10."""
+def bench_hnswlib(w: Workload, sequential: int) -> tuple[dict[str, Any], hnswlib.Index]:
+    """Raw hnswlib in process: build rate, sequential and batched QPS, recall@10 at ef 64; and
+    the index, for the sweep."""
     dim = w.base.shape[1]
     index = hnswlib.Index(space="l2", dim=dim)
     index.init_index(max_elements=len(w.base), M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, random_seed=100)
     started = time.perf_counter()
     index.add_items(w.base, np.arange(len(w.base)))
     build_s = time.perf_counter() - started
-    index.set_ef(EF)
+    point = hnswlib_point(index, w, EF, sequential)
+    return {"build_rows_per_s": len(w.base) / build_s, "build_s": build_s, **point}, index
+
+
+def hnswlib_point(index: hnswlib.Index, w: Workload, ef: int, sequential: int) -> dict[str, Any]:
+    """Sequential (nq=1) and batched (nq=100) QPS and recall@10 of raw hnswlib at ``ef``."""
+    index.set_ef(ef)
     latencies = []
     for q in w.queries[:sequential]:
         t = time.perf_counter()
@@ -57,7 +75,7 @@ def bench_hnswlib(w: Workload, sequential: int) -> dict[str, Any]:
         found.extend(labels.tolist())
     batched_s = time.perf_counter() - started
     return {
-        "build_rows_per_s": len(w.base) / build_s,
+        "ef": ef,
         "sequential_qps": len(latencies) / sum(latencies),
         "sequential_p50_ms": percentile_ms(latencies, 50),
         "sequential_p99_ms": percentile_ms(latencies, 99),
@@ -97,7 +115,78 @@ async def wait_indexed(client: InProcessClient, rows: int) -> None:
     raise RuntimeError(f"the interim index did not cover {rows} rows within {INDEX_WAIT_S:g} s")
 
 
-async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, strong: int) -> dict[str, Any]:
+async def wait_built_indexes(client: InProcessClient, segments: int) -> None:
+    """Until the querynodes' status shows ``segments`` sealed segments searched through a built index."""
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+    deadline = time.monotonic() + INDEX_WAIT_S
+    while time.monotonic() < deadline:
+        built = 0
+        for doc in (await board.read("querynode")).values():
+            for pchannel in doc.get("pchannels", {}).values():
+                for delegator in pchannel.get("vchannels", {}).values():
+                    built += sum(1 for seg in delegator.get("segments", {}).values() if seg.get("built_indexes"))
+        if built >= segments:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{segments} segments were not searched through their indexes within {INDEX_WAIT_S:g} s")
+
+
+async def osprey_point(client: InProcessClient, w: Workload, ef: int, sequential: int) -> dict[str, Any]:
+    """Sequential (nq=1, Bounded) and batched (nq=100) QPS and recall@10 of Osprey at ``ef``."""
+    params = {"metric_type": "L2", "params": {"ef": ef}}
+    for q in w.queries[:10]:
+        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level="Bounded")
+    latencies = []
+    for q in w.queries[:sequential]:
+        t = time.perf_counter()
+        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level="Bounded")
+        latencies.append(time.perf_counter() - t)
+    found: list[list[int]] = []
+    started = time.perf_counter()
+    for lo in range(0, len(w.queries), BATCH_NQ):
+        hits = await client.search(
+            "bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params, consistency_level="Bounded"
+        )
+        found.extend([h["id"] for h in per_query] for per_query in hits)
+    batched_s = time.perf_counter() - started
+    return {
+        "ef": ef,
+        "sequential_qps": len(latencies) / sum(latencies),
+        "sequential_p50_ms": percentile_ms(latencies, 50),
+        "sequential_p99_ms": percentile_ms(latencies, 99),
+        "batched_qps": len(w.queries) / batched_s,
+        "recall_at_10": recall_at_k(found, w.truth),
+    }
+
+
+async def build_indexes(client: InProcessClient, n: int) -> dict[str, Any]:
+    """Flush, CreateIndex, wait until every segment is searched through its index (issue 13)."""
+    out: dict[str, Any] = {}
+    started = time.perf_counter()  # right after the last insert was acknowledged
+    flushed = await client.flush("bench")
+    out["flush_s"] = time.perf_counter() - started
+    await client.create_index("bench", "vec", INDEX_PARAMS)
+    await client.wait_for_index_building_complete("bench", timeout=INDEX_WAIT_S)
+    out["index_finished_s"] = time.perf_counter() - started
+    segments = len(flushed.flushed_segment_ids)
+    await wait_built_indexes(client, segments)
+    out["last_insert_to_indexed_s"] = time.perf_counter() - started
+    out["segments"] = segments
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+    nodes = await board.read("indexnode")
+    out["indexnode_rows_per_s"] = {str(k): d.get("rows_per_s") for k, d in nodes.items()}
+    print(
+        f"  flush {out['flush_s']:.1f} s, index Finished {out['index_finished_s']:.1f} s, every segment searched "
+        f"through its index {out['last_insert_to_indexed_s']:.1f} s after the last insert ({segments} segments); "
+        f"index node build rows/s {out['indexnode_rows_per_s']}"
+    )
+    del n
+    return out
+
+
+async def bench_osprey(
+    config: OspreyConfig, w: Workload, sequential: int, strong: int, interim: bool = False
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     schema = {
         "fields": [
@@ -120,11 +209,14 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
         out["insert_rows_per_s_searchable"] = n / searchable_s
         print(f"  inserted {n} rows: {n / acked_s:,.0f} rows/s acknowledged, {n / searchable_s:,.0f} rows/s searchable")
         # Searches are timed on an indexed collection (as Milvus benchmarks search after the
-        # index build): rows not in the interim index yet are searched exactly.
-        await wait_indexed(client, n)
-        indexed_s = time.perf_counter() - started
-        out["insert_rows_per_s_indexed"] = n / indexed_s
-        print(f"  interim index over all rows after {indexed_s:.1f} s: {n / indexed_s:,.0f} rows/s")
+        # index build): rows not in an index yet are searched exactly.
+        if interim:
+            await wait_indexed(client, n)
+            indexed_s = time.perf_counter() - started
+            out["insert_rows_per_s_indexed"] = n / indexed_s
+            print(f"  interim index over all rows after {indexed_s:.1f} s: {n / indexed_s:,.0f} rows/s")
+        else:
+            out["index"] = await build_indexes(client, n)
 
         params = {"metric_type": "L2", "params": {"ef": EF}}
         for level in ("Bounded", "Strong"):
@@ -155,6 +247,14 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
         out["batched_qps"] = len(w.queries) / (time.perf_counter() - started)
         out["recall_at_10"] = recall_at_k(found, w.truth)
         print(f"  batched nq={BATCH_NQ}: {out['batched_qps']:,.0f} QPS, recall@10 {out['recall_at_10']:.4f}")
+        out["sweep"] = []
+        for ef in EF_SWEEP:
+            point = await osprey_point(client, w, ef, SWEEP_SEQUENTIAL)
+            out["sweep"].append(point)
+            print(
+                f"  ef {ef:>4}: recall@10 {point['recall_at_10']:.4f}, nq=1 {point['sequential_qps']:,.0f} QPS, "
+                f"nq={BATCH_NQ} {point['batched_qps']:,.0f} QPS"
+            )
 
         fresh, reads = [], []
         for i in range(FRESHNESS_TRIALS):
@@ -186,21 +286,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sequential", type=int, default=1_000, help="nq=1 Bounded searches timed")
     parser.add_argument("--strong", type=int, default=200, help="nq=1 Strong searches timed")
     parser.add_argument("--dq-path", choices=("direct", "topic"), default="direct")
+    parser.add_argument("--interim", action="store_true", help="no Flush/CreateIndex: growing segments, interim index")
+    parser.add_argument(
+        "--segment-mb", type=int, default=0, help="segment_max_bytes in MiB (default: the setting's default)"
+    )
     args = parser.parse_args(argv)
 
     print(f"workload: {args.rows} x {args.dim} Gaussian mixture (seed 42, 256 centres), {args.queries} queries")
     w = gaussian_mixture(args.rows, args.dim, args.queries, TOP_K)
     print("raw hnswlib (M16, efC200, ef64), in process")
-    ref = bench_hnswlib(w, args.sequential)
+    ref, raw_index = bench_hnswlib(w, args.sequential)
     print(
-        f"  build {ref['build_rows_per_s']:,.0f} rows/s, sequential {ref['sequential_qps']:,.0f} QPS, "
-        f"batched {ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}"
+        f"  build {ref['build_rows_per_s']:,.0f} rows/s ({ref['build_s']:.1f} s), sequential "
+        f"{ref['sequential_qps']:,.0f} QPS, batched {ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}"
     )
+    ref["sweep"] = []
+    for ef in EF_SWEEP:
+        point = hnswlib_point(raw_index, w, ef, SWEEP_SEQUENTIAL)
+        ref["sweep"].append(point)
+        print(
+            f"  ef {ef:>4}: recall@10 {point['recall_at_10']:.4f}, nq=1 {point['sequential_qps']:,.0f} QPS, "
+            f"nq={BATCH_NQ} {point['batched_qps']:,.0f} QPS"
+        )
+    del raw_index
     brute = bench_numpy(w, args.sequential)
     print(f"numpy brute force: {brute['sequential_qps']:,.0f} QPS (nq=1)")
-    print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode)")
-    with embedded_stack("search", dq_path=args.dq_path) as config:
-        osp = asyncio.run(bench_osprey(config, w, args.sequential, args.strong))
+    print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode, one indexnode)")
+    overrides: dict[str, Any] = {"dq_path": args.dq_path}
+    if args.segment_mb:
+        overrides["segment_max_bytes"] = args.segment_mb << 20
+    with embedded_stack("search", **overrides) as config:
+        osp = asyncio.run(bench_osprey(config, w, args.sequential, args.strong, args.interim))
 
     ratios = {
         "insert_acked_vs_hnswlib_build": osp["insert_rows_per_s_acked"] / ref["build_rows_per_s"],
@@ -210,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
         "batched_vs_hnswlib": osp["batched_qps"] / ref["batched_qps"],
         "recall_vs_hnswlib": osp["recall_at_10"] / ref["recall_at_10"],
     }
+    if "index" in osp:
+        ratios["last_insert_to_indexed_vs_hnswlib_build"] = osp["index"]["last_insert_to_indexed_s"] / ref["build_s"]
     print("ratios (osprey / reference)")
     for name, value in ratios.items():
         print(f"  {name:<38} {value:.3f}")
@@ -217,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         "insert_acked_rows_per_s>=60000": osp["insert_rows_per_s_acked"] >= 60_000,
         "sequential_qps>=600": osp["sequential_qps_bounded"] >= 600,
         "batched>=0.8x_hnswlib": ratios["batched_vs_hnswlib"] >= 0.8,
+        "recall@10>=0.924_at_ef64": osp["recall_at_10"] >= 0.924,  # issue 13: Milvus 2.3.5's
         "freshness_p99<=2_ticks": osp["freshness_p99_ms"] <= 2 * osp["time_tick_interval_ms"],
         "strong_p50<=25ms": osp["sequential_p50_ms_strong"] <= 25.0,  # issue 9
         "strong_p99<=60ms": osp["sequential_p99_ms_strong"] <= 60.0,
@@ -225,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {"args": vars(args), "hnswlib": ref, "numpy": brute, "osprey": osp, "ratios": ratios, "goals": goals}
 
     def plot(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+        fig, axes = plt.subplots(1, 5, figsize=(22, 3.8))
         axes[0].bar(
             ["osprey\nbounded", "osprey\nstrong", "hnswlib"],
             [osp["sequential_qps_bounded"], osp["sequential_qps_strong"], ref["sequential_qps"]],
@@ -239,6 +358,16 @@ def main(argv: list[str] | None = None) -> None:
             [osp["insert_rows_per_s_acked"], osp["insert_rows_per_s_searchable"], ref["build_rows_per_s"]],
         )
         axes[2].set_title("insert rows/s")
+        for ax, key, title in ((axes[3], "sequential_qps", "nq=1"), (axes[4], "batched_qps", f"nq={BATCH_NQ}")):
+            for label, sweep in (("osprey", osp.get("sweep", [])), ("hnswlib", ref["sweep"])):
+                ax.plot([p["recall_at_10"] for p in sweep], [p[key] for p in sweep], marker="o", label=label)
+                for p in sweep:
+                    ax.annotate(str(p["ef"]), (p["recall_at_10"], p[key]), fontsize=7)
+            ax.set_xlabel("recall@10")
+            ax.set_ylabel("QPS")
+            ax.set_yscale("log")
+            ax.set_title(f"QPS vs recall (ef sweep), {title}")
+            ax.legend()
         fig.suptitle(
             f"bench.search: {args.rows} x {args.dim}, recall@10 osprey {osp['recall_at_10']:.3f} "
             f"/ hnswlib {ref['recall_at_10']:.3f}"

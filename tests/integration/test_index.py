@@ -192,12 +192,16 @@ async def querynode_segments(config: OspreyConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-async def indexnode_docs(config: OspreyConfig) -> dict[int, dict[str, Any]]:
+async def status_docs(config: OspreyConfig, role: str) -> dict[int, dict[str, Any]]:
     redis = connect(config)
     try:
-        return await StatusBoard(redis, config.cluster).read("indexnode")
+        return await StatusBoard(redis, config.cluster).read(role)
     finally:
         await redis.aclose()
+
+
+async def indexnode_docs(config: OspreyConfig) -> dict[int, dict[str, Any]]:
+    return await status_docs(config, "indexnode")
 
 
 async def search_ids(client: InProcessClient, coll: str, query: np.ndarray, **params: Any) -> list[int]:
@@ -469,3 +473,58 @@ async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
         return not left and not any((root / str(t.build_id)).exists() for t in tasks)
 
     await wait_for("the dropped index's tasks and files to be removed", recycled)
+
+
+async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
+    client: InProcessClient, ix_config: OspreyConfig, cluster: LocalCluster, nodes: IndexNodes, starter: Any
+) -> None:
+    """A compaction result gets its own build and the replaced segments' builds are recycled; the
+    index coordinator (in the rootcoord process) killed with -9 resumes from the task store."""
+    coll = name("compact")
+    await client.create_collection(coll, schema())
+    ref = Reference()
+    await fill(client, coll, ref, segments=2)
+    await nodes.start("c")
+    await client.create_index(coll, "embedding", {"index_type": "HNSW", "metric_type": "L2"}, wait=True)
+    cid = (await client.describe_collection(coll)).info.collection_id
+    before = {t.segment_id: t for t in await tasks_of(ix_config, cid)}
+    assert len(before) == 2
+
+    gone = ref.ids[ref.ids % 2 == 0]  # half the rows of both segments: compacted into one
+    await client.delete(coll, ids=gone.tolist())
+    keep = ~np.isin(ref.ids, gone)
+    ref.ids, ref.vectors = ref.ids[keep], ref.vectors[keep]
+    before_logs = sum(d.get("delta_logs", 0) for d in (await status_docs(ix_config, "datanode")).values())
+
+    async def logged() -> bool:  # the compactor reads deletes from the delete logs
+        return sum(d.get("delta_logs", 0) for d in (await status_docs(ix_config, "datanode")).values()) > before_logs
+
+    await wait_for("the deletes in a delete log", logged)
+    rootcoord = cluster.workers["rootcoord"]
+    rootcoord.kill()  # the coordinator dies too; the compaction below needs no rootcoord
+    state = await client.compact(coll)
+    assert state.state == "Completed"
+    await asyncio.get_running_loop().run_in_executor(starter, rootcoord.start)
+
+    async def rebuilt() -> list[IndexTask] | None:
+        tasks = await tasks_of(ix_config, cid)
+        fresh = [t for t in tasks if t.segment_id not in before]
+        done = fresh and all(t.state is IndexState.FINISHED for t in fresh)
+        return tasks if done and not any(t.segment_id in before for t in tasks) else None
+
+    tasks = await wait_for("the compaction result indexed and the replaced builds recycled", rebuilt)
+    root = Path(ix_config.object_store_dir) / INDEX_DIR
+    assert not any((root / str(t.build_id)).exists() for t in before.values())
+    assert all((Path(ix_config.object_store_dir) / t.index_dir / "hnsw.bin").is_file() for t in tasks)
+    described = await client.describe_index(coll)
+    assert (described.state, described.total_rows) == (IndexState.FINISHED, len(ref.ids))
+
+    async def attached() -> bool:
+        segs = await querynode_segments(ix_config)
+        return all(segs.get(str(t.segment_id), {}).get("built_indexes") for t in tasks)
+
+    await wait_for("the compacted segment searched through its index", attached)
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        query = rng.standard_normal(DIM).astype(np.float32)
+        assert await search_ids(client, coll, query) == ref.top(query)
