@@ -43,7 +43,8 @@ BATCH = 500
 SWITCH_READS = 1_000
 EF = 256  # far above what 1,500 rows of 16 dims need: the HNSW answers are the exact ones
 WAIT_S = 90.0
-KILL_DIM = 384  # 1,500 rows of 384 dims at efConstruction 4000: a build of a few seconds
+KILL_DIM = 384
+KILL_ROWS = 4_000  # one segment of 4,000 rows of 384 dims at efConstruction 4000: a build of seconds
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def ix_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: 
         broker,
         "x" + uuid.uuid4().hex[:12],
         tmp_path_factory.mktemp("index"),
-        segment_max_rows=SEGMENT_ROWS,
+        segment_max_rows=KILL_ROWS,  # segments end at a Flush (fill) or at KILL_ROWS rows
         segment_quota_ttl_ms=300,
         segment_quota_batch_rows=100,
         segment_seal_interval_ms=50,
@@ -148,11 +149,13 @@ class Reference:
         return [int(i) for i in self.ids[np.lexsort((self.ids, d))[:TOP_K]]]
 
 
-async def fill(client: InProcessClient, coll: str, ref: Reference, segments: int, first: int = 0) -> None:
-    """``segments`` flushed segments of SEGMENT_ROWS rows (one shard)."""
+async def fill(
+    client: InProcessClient, coll: str, ref: Reference, segments: int, per_segment: int = SEGMENT_ROWS
+) -> None:
+    """``segments`` flushed segments of ``per_segment`` rows (one shard)."""
     for s in range(segments):
-        for b in range(SEGMENT_ROWS // BATCH):
-            batch = rows(first + s * SEGMENT_ROWS + b * BATCH, BATCH, ref.dim)
+        for b in range(per_segment // BATCH):
+            batch = rows(s * per_segment + b * BATCH, BATCH, ref.dim)
             await client.insert(coll, batch)
             ref.add(batch)
         await client.flush(coll)
@@ -368,7 +371,7 @@ async def test_index_node_killed_mid_build_is_replaced(
     coll = name("kill")
     await client.create_collection(coll, schema(KILL_DIM))
     ref = Reference(KILL_DIM)
-    await fill(client, coll, ref, segments=1)
+    await fill(client, coll, ref, segments=1, per_segment=KILL_ROWS)
     cid = (await client.describe_collection(coll)).info.collection_id
     first = await nodes.start("first")
     # a slow build (efConstruction 4000): the node is surely mid-build when killed
@@ -382,7 +385,7 @@ async def test_index_node_killed_mid_build_is_replaced(
 
     task = await wait_for("the build to start", building)
     assert task.version == 1
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.2)
     await asyncio.to_thread(first.kill)
     nodes.running.pop("first")
     await nodes.start("second")
@@ -399,8 +402,8 @@ async def test_index_node_killed_mid_build_is_replaced(
     assert (await client.describe_index(coll)).state is IndexState.FINISHED
     rng = np.random.default_rng(4)
     for _ in range(20):
-        query = rng.standard_normal(KILL_DIM).astype(np.float32)
-        assert await search_ids(client, coll, query) == ref.top(query)
+        query = rng.standard_normal(KILL_DIM).astype(np.float32)  # ef = rows: the graph search is exhaustive
+        assert await search_ids(client, coll, query, params={"ef": KILL_ROWS}) == ref.top(query)
 
     # a late result of version 1 (a node that lost its lease but kept building) is ignored
     late = IndexNode(ix_config)
@@ -411,7 +414,8 @@ async def test_index_node_killed_mid_build_is_replaced(
         try:
             current = await store.get(task.build_id)
             assert current is not None
-            # as if the coordinator had given version 3 to `late`, then taken it back mid-build
+            # as if the coordinator had given version 3 to `late`, then taken it back mid-build (the
+            # real coordinator then gives version 5 to a live node: node 999999 has no lease)
             mine = await store.cas(current, state=IndexState.IN_PROGRESS, node_id=late.node_id, version=3)
             assert mine is not None
             building_late = asyncio.ensure_future(late.run_task(task.build_id, 3))
@@ -422,9 +426,8 @@ async def test_index_node_killed_mid_build_is_replaced(
             assert taken is not None
             assert await building_late == "stale"
             after = await store.get(task.build_id)
-            assert after is not None and (after.version, after.node_id) == (4, 999_999)  # nothing recorded
+            assert after is not None and after.version >= 4  # version 3 was never recorded
             assert not (build_dir / "3").exists(), "the late result's files were kept"
-            await store.cas(after, **done.model_dump(include={"state", "node_id", "version", "index_dir", "files"}))
         finally:
             await redis.aclose()
     finally:
