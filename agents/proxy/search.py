@@ -419,21 +419,21 @@ class SearchTask(_ReadTask):
                         lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
                         row += 1
         keys = dynamic_keys(self.output_fields, prepared.info)
+        counts = hits.counts.tolist()
+        all_pks, all_distances = hits.pks.tolist(), hits.distances.tolist()  # one conversion, not one per query
         out = []
-        for q in range(hits.nq):
-            n = int(hits.counts[q])
-            pks = hits.pks[q, :n].tolist()
-            distances = hits.distances[q, :n].tolist()
-            out.append(
-                [
-                    {
-                        "id": pk,
-                        "distance": d,
-                        "entity": _inline_dynamic(dict(lookup[q].get(pk, {})), keys) if names else {},
-                    }
-                    for pk, d in zip(pks, distances, strict=False)
-                ]
-            )
+        for q, n in enumerate(counts):
+            pairs = zip(all_pks[q][:n], all_distances[q][:n], strict=True)
+            if names:
+                found = lookup[q]
+                out.append(
+                    [
+                        {"id": pk, "distance": d, "entity": _inline_dynamic(dict(found.get(pk, {})), keys)}
+                        for pk, d in pairs
+                    ]
+                )
+            else:
+                out.append([{"id": pk, "distance": d, "entity": {}} for pk, d in pairs])
         self.result = out
 
 

@@ -925,7 +925,21 @@ class GrowingSegment:
     def _search_index(
         self, index: VectorIndex, q: np.ndarray, field: str, metric: str, top_k: int, rows: _Rows, ef: int | None
     ) -> SearchHits:
-        """HNSW candidates, exact re-scoring, visibility filter; exact fallback per unfilled query."""
+        """HNSW candidates, exact re-scoring, visibility filter; exact fallback per unfilled query.
+
+        When every row the index holds is visible and selected (no filter, no delete, no row
+        newer than ``ts``), the index's own top-k is the answer: no over-fetch, no re-scoring
+        (hnswlib's distances are exact for the candidates it returns), only the (distance, pk)
+        order and the padding."""
+        if rows.rows is None and rows.count == index.size:
+            try:
+                labels, distances = index.search(
+                    q, top_k, max(ef or max(top_k, DEFAULT_EF), top_k), timeout_s=INDEX_LOCK_WAIT_S
+                )
+            except RuntimeError:  # hnswlib could not fill top_k results
+                return self._search_exact(q, field, metric, top_k, rows)
+            if int(labels.min()) >= 0 and int(labels.max()) < rows.prefix:  # (a builder may have added rows since)
+                return self._finish(distances, labels, None, metric, top_k)
         fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))
         try:
