@@ -2,8 +2,8 @@
 
 Global flags (``--kafka``, ``--redis``, ``--cluster``, ``--data-dir``) override ``OSPREY_*``
 variables, so every command runs against the embedded stack or an external Kafka and Redis. The
-DDL commands (collection, partition, alias) and the entity commands (insert, upsert, delete) talk
-to the running proxy at ``OSPREY_PROXY_HTTP`` through the thin client (:mod:`frontends.client`).
+DDL commands (collection, partition, alias, index) and the entity commands (insert, upsert, delete)
+talk to the running proxy at ``OSPREY_PROXY_HTTP`` through the thin client (:mod:`frontends.client`).
 """
 
 from __future__ import annotations
@@ -120,10 +120,54 @@ def _entity_call(args: argparse.Namespace) -> Callable[[Any], Awaitable[Any]]:
     return lambda c: c.insert(name, data, partition_name=partition)
 
 
+def index_params(args: argparse.Namespace) -> dict[str, Any]:
+    """``osprey index create``'s ``index_params``: ``--params`` (a JSON object), then each
+    ``--param KEY=VALUE`` (an integer value is sent as a number), then ``--type`` and ``--metric``.
+    The values are checked by the proxy (the same rules as the Python API)."""
+    params: dict[str, Any] = {}
+    if args.params is not None:
+        try:
+            loaded = json.loads(args.params)
+        except json.JSONDecodeError as exc:
+            raise InvalidParameter("--params", f"must be a JSON object ({exc.msg})", args.params) from None
+        if not isinstance(loaded, dict):
+            raise InvalidParameter("--params", "must be a JSON object", args.params)
+        params.update(loaded)
+    for pair in args.param:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise InvalidParameter("--param", "must be KEY=VALUE", pair)
+        params[key] = int(value) if INT_KEY.fullmatch(value) else value
+    if args.type is not None:
+        params["index_type"] = args.type
+    if args.metric is not None:
+        params["metric_type"] = args.metric
+    return params
+
+
+def _index_call(args: argparse.Namespace) -> Callable[[Any], Awaitable[Any]]:
+    """The thin-client call of an ``osprey index`` command; ``--params``/``--param`` are read first,
+    so a bad one fails before the proxy is dialled."""
+    name, index_name = args.collection, getattr(args, "name", None) or ""
+    if args.op == "create":
+        params = index_params(args)
+        return lambda c: c.create_index(
+            name, args.field, params, index_name=index_name, wait=args.wait, timeout=args.timeout
+        )
+    if args.op == "describe":
+        return lambda c: c.describe_index(name, index_name=index_name)
+    if args.op == "list":
+        return lambda c: c.list_indexes(name)
+    return lambda c: c.drop_index(name, index_name=index_name)
+
+
 def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
     group, op = args.command, args.op
     if group == "entity":
         return _with_client(config, _entity_call(args))
+    if group == "index":
+        return _with_client(config, _index_call(args))
     as_of = getattr(args, "as_of", 0) or 0
     calls: dict[tuple[str, str], Callable[[Any], Awaitable[Any]]] = {
         ("collection", "create"): lambda c: c.create_collection(
@@ -269,6 +313,32 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--ids", metavar="1,2,3", help='primary keys, comma-separated or a JSON list (\'["a","b"]\')')
     which.add_argument("--filter", metavar="EXPR", help="delete the rows matching this boolean expression")
     q.add_argument("--partition", default="", metavar="NAME", help="only in this partition (default: every partition)")
+
+    ix = sub.add_parser("index", help="indexes: create, describe, list, drop").add_subparsers(dest="op", required=True)
+    q = ix.add_parser("create", help="index a vector field (built on flushed segments by the index nodes)")
+    q.add_argument("collection")
+    q.add_argument("field", help="the FLOAT_VECTOR field to index")
+    q.add_argument("--name", default="", metavar="N", help="the index name (default: the field name)")
+    q.add_argument("--type", type=str.upper, choices=["HNSW", "FLAT", "AUTOINDEX"], help="default AUTOINDEX")
+    q.add_argument("--metric", type=str.upper, choices=["L2", "IP", "COSINE"], help="default COSINE")
+    q.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a build parameter, e.g. --param M=16 --param efConstruction=200; repeatable",
+    )
+    q.add_argument("--params", metavar="JSON", help="build parameters as a JSON object, e.g. '{\"M\": 16}'")
+    q.add_argument("--wait", action="store_true", help="return once every flushed segment is indexed")
+    q.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds --wait waits at most")
+    for op, what in (
+        ("describe", "an index's definition and build progress (state, indexed and total rows)"),
+        ("drop", "drop an index (the collection must be released first)"),
+    ):
+        q = ix.add_parser(op, help=what)
+        q.add_argument("collection")
+        q.add_argument("--name", default="", metavar="N", help="the index (default: the collection's only index)")
+    ix.add_parser("list", help="the names of a collection's indexes").add_argument("collection")
     return p
 
 

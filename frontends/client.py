@@ -3,9 +3,10 @@
 The contract:
 
 - Same method names, arguments and return types as :class:`frontends.inprocess.InProcessClient`
-  for collections, partitions, aliases and data (insert, upsert, delete, search, query, get,
-  count): the same schema models (``CollectionDescription``, ``PartitionInfo``,
-  ``AliasDescription``, ...) and ``InsertResult``, ``UpsertResult``, ``DeleteResult``, rebuilt
+  for collections, partitions, aliases, indexes and data (insert, upsert, delete, search, query,
+  get, count): the same schema models (``CollectionDescription``, ``PartitionInfo``,
+  ``AliasDescription``, ``IndexInfo``, ``IndexDescription``, ...) and ``InsertResult``,
+  ``UpsertResult``, ``DeleteResult``, rebuilt
   from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a TSO timestamp) reads the
   meta as it was then, 0 the latest. Not here: ``now``, ``health`` and
   the stream writers' routes (see :mod:`spark_streaming.ingest_client`).
@@ -53,6 +54,7 @@ from schemas.errors import (
     ServiceUnavailable,
     from_status,
 )
+from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.meta import (
     AliasDescription,
     CollectionBrief,
@@ -265,6 +267,48 @@ def _hits(rows: list[dict[str, Any]], nq: int) -> list[list[dict[str, Any]]]:
         q = entity.pop("query", 0) if nq > 1 else 0
         hits[q].append({"id": entity.pop("id"), "distance": entity.pop("distance"), "entity": entity})
     return hits
+
+
+def _index_info(d: Mapping[str, Any]) -> IndexInfo:
+    return IndexInfo(
+        index_id=int(d["indexID"]),
+        index_name=d["indexName"],
+        collection_id=int(d["collectionID"]),
+        field_id=int(d["fieldID"]),
+        field_name=d["fieldName"],
+        index_type=d["indexType"],
+        build_type=d["buildType"],
+        metric_type=d["metricType"],
+        params={str(k): int(v) for k, v in d["params"].items()},
+        created_ts=int(d["createdTimestamp"]),
+    )
+
+
+def _index_description(d: Mapping[str, Any]) -> IndexDescription:
+    return IndexDescription(
+        info=_index_info(d),
+        state=IndexState(d["indexState"]),
+        indexed_rows=int(d["indexedRows"]),
+        total_rows=int(d["totalRows"]),
+        pending_index_rows=int(d["pendingRows"]),
+        fail_reason=d["failReason"],
+        segments=int(d["segments"]),
+        segments_indexed=int(d["segmentsIndexed"]),
+    )
+
+
+def _index_entry(field_name: str, index_params: Mapping[str, Any] | None, index_name: str) -> dict[str, Any]:
+    """``create_index``'s arguments as one REST ``indexParams`` entry: ``index_type`` and
+    ``metric_type`` as ``indexType``/``metricType``, every other key (``M``, ``efConstruction``, a
+    ``params`` dict or JSON text) as is in ``params``: the proxy reads them as the in-process client."""
+    params = dict(index_params or {})
+    entry: dict[str, Any] = {"fieldName": field_name, "indexName": index_name}
+    for key, rest_key in (("index_type", "indexType"), ("metric_type", "metricType")):
+        value = params.pop(key, None)
+        if value is not None:
+            entry[rest_key] = value
+    entry["params"] = params
+    return entry
 
 
 def _data(answer: Answer) -> Any:
@@ -623,6 +667,88 @@ class Client:
     async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
         body = {"collectionName": collection_name, "compactionID": compaction_id}
         return await self._call("collections/get_compaction_state", body, _compaction_state(collection_name))
+
+    # -- indexes (built asynchronously by index nodes on flushed segments)
+    async def create_index(
+        self,
+        collection_name: str,
+        field_name: str,
+        index_params: dict[str, Any] | None = None,
+        index_name: str = "",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> IndexInfo:
+        """Milvus's CreateIndex (see :meth:`InProcessClient.create_index`): ``index_params`` has
+        ``index_type``, ``metric_type`` and build parameters (``M``, ``efConstruction``, or
+        ``params``). ``wait``: return once every flushed segment is indexed (``timeout`` seconds,
+        default the proxy's ``flush_timeout_s``)."""
+        body: dict[str, Any] = {
+            "collectionName": collection_name,
+            "indexParams": [_index_entry(field_name, index_params, index_name)],
+            "wait": wait,
+        }
+        if timeout is not None:
+            body["timeout"] = timeout
+        return await self._call(
+            "indexes/create", body, lambda a: _index_info(a["indexes"][0]), timeout if wait else None
+        )
+
+    async def describe_index(
+        self, collection_name: str, index_name: str = "", field_name: str = ""
+    ) -> IndexDescription:
+        """One index with its build progress; IndexNotFound (700) if none matches, InvalidParameter
+        if several do (neither name given and the collection has several indexes)."""
+        body = {"collectionName": collection_name, "indexName": index_name, "fieldName": field_name}
+        found = await self._call("indexes/describe", body, lambda a: [_index_description(d) for d in a["data"]])
+        if len(found) != 1:  # the proxy's rule (Proxy.index_state), the same error
+            raise InvalidParameter(
+                "index_name", f"matches {len(found)} indexes: name one (AmbiguousIndexName)", index_name
+            )
+        return found[0]
+
+    async def describe_indexes(self, collection_name: str) -> list[IndexDescription]:
+        """Every index of the collection with its build progress; IndexNotFound (700) when none."""
+        body = {"collectionName": collection_name}
+        return await self._call("indexes/describe", body, lambda a: [_index_description(d) for d in a["data"]])
+
+    async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
+        """The names of the collection's indexes ([] when none)."""
+        body = {"collectionName": collection_name, "fieldName": field_name}
+        return await self._call("indexes/list", body, lambda a: [str(n) for n in a["data"]])
+
+    async def get_index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> str:
+        """Milvus's GetIndexState: ``Finished``, ``InProgress`` or ``Failed``."""
+        return (await self.describe_index(collection_name, index_name, field_name)).state.value
+
+    async def get_index_build_progress(self, collection_name: str, index_name: str = "") -> dict[str, int]:
+        """Milvus's GetIndexBuildProgress: ``{"total_rows": ..., "indexed_rows": ..., "pending_index_rows": ...}``."""
+        state = await self.describe_index(collection_name, index_name)
+        return {
+            "total_rows": state.total_rows,
+            "indexed_rows": state.indexed_rows,
+            "pending_index_rows": state.pending_index_rows,
+        }
+
+    async def wait_for_index_building_complete(
+        self, collection_name: str, index_name: str = "", timeout: float | None = None
+    ) -> IndexDescription:
+        """Wait until every flushed segment is indexed (the proxy waits; RequestTimeout after
+        ``timeout`` seconds, default its ``flush_timeout_s``)."""
+        body: dict[str, Any] = {"collectionName": collection_name, "indexName": index_name}
+        if timeout is not None:
+            body["timeout"] = timeout
+        return await self._call("indexes/wait", body, lambda a: _index_description(a["data"][0]), timeout)
+
+    async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
+        """Milvus's DropIndex: the collection must be released first; dropping an index that does
+        not exist succeeds (None)."""
+        body = {"collectionName": collection_name, "indexName": index_name, "fieldName": field_name}
+
+        def result(answer: Answer) -> IndexInfo | None:
+            dropped = answer["index"]
+            return None if dropped is None else _index_info(dropped)
+
+        return await self._call("indexes/drop", body, result)
 
     async def search(
         self,

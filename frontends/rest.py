@@ -27,6 +27,23 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/compact`` (Milvus's Compact; ``wait``, default true) and
   ``collections/get_compaction_state`` (``compactionID``): ``compactionID`` and ``state``
   (``Executing`` or ``Completed``).
+- ``indexes/create`` (Milvus's ``indexParams`` list: ``fieldName``, ``indexName``, ``metricType``,
+  ``indexType``, ``params``; each created in order) also takes ``wait`` (default false: answer
+  once defined; true: once every flushed segment is indexed) and ``timeout`` (seconds), and
+  answers ``indexes`` (each created index's definition) beside ``data`` (``{}``, as Milvus's).
+  Every entry's ``params`` is checked before the first is created; a later entry refused by the
+  rootcoord leaves the earlier ones created, as in Milvus.
+- ``indexes/describe`` also takes ``fieldName``; with neither ``indexName`` nor ``fieldName`` its
+  ``data`` lists every index of the collection (Milvus's DescribeIndex with an empty name). Each
+  entry has Milvus's keys (``indexName``, ``fieldName``, ``indexType``, ``metricType``,
+  ``indexState``, ``indexedRows``, ``totalRows``, ``pendingRows``, ``failReason``) and Osprey's
+  (``indexID``, ``collectionID``, ``fieldID``, ``buildType``, ``params``: the build parameters,
+  ``createdTimestamp``, ``segments``, ``segmentsIndexed``).
+- ``indexes/list`` also takes ``fieldName`` (that field's indexes only); ``indexes/drop`` takes an
+  empty ``indexName`` (the collection's only index) or ``fieldName``, and answers ``index`` (the
+  dropped definition, null when there was none) beside ``data``.
+- ``indexes/wait`` (``collectionName``, ``indexName``, ``timeout``): WaitForIndexBuildingComplete;
+  ``data`` as ``indexes/describe`` for that index, once it is Finished.
 - ``collections/flush`` (Milvus's Flush; its REST v2 has no such route) seals the collection's
   growing segments, waits until they are flushed, and answers the segments and the flush timestamp.
 - ``collections/drop`` answers ``collectionID`` and ``partitions/create|drop`` ``partitionID``
@@ -50,7 +67,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,6 +80,7 @@ from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter, OspreyError, from_status
+from schemas.index import IndexDescription, IndexInfo, parse_index_params
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
@@ -119,6 +137,8 @@ REST_FIELD_NAMES: dict[str, str] = {
     "auto_id": "autoID",
     "dim": "elementTypeParams.dim",
     "max_length": "elementTypeParams.max_length",
+    "index_name": "indexName",  # only the index routes name these two
+    "field_name": "fieldName",
 }
 
 # Quick setup: the schema is built from top-level fields, so its errors name those.
@@ -688,18 +708,183 @@ def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return flat
 
 
+# -- indexes (Milvus RESTful v2: indexes/create, describe, list, drop; Osprey: indexes/wait)
+class PartError(Exception):
+    """An InvalidParameter of one part of a request (``indexParams[1]``), with the REST names of that
+    part's fields: the front end answers the error reworded by them (and as the Python API words it)."""
+
+    def __init__(self, error: InvalidParameter, fields: Mapping[str, str]) -> None:
+        super().__init__(error.reason)
+        self.error = error
+        self.fields = fields
+
+
+def _timeout(body: Body) -> float | None:
+    value = body.raw("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidParameter(body.path("timeout"), "must be a number of seconds > 0", value)
+    return float(value)
+
+
+def _index_spec(entry: Body) -> dict[str, Any]:
+    """One ``indexParams`` entry -> ``create_index`` keywords, and (``fields``) the REST path of each
+    field an Osprey error may name. ``indexType``/``metricType`` may also be given as Milvus's
+    ``params.index_type``/``params.metric_type``; ``params`` holds the build parameters (``M``,
+    ``efConstruction``). Their values are checked by :func:`parse_index_params`, not here."""
+    params = entry.obj("params")
+    index_params: dict[str, Any] = dict(params.data)
+    fields: dict[str, str] = {
+        "field_name": entry.path("fieldName"),
+        "index_name": entry.path("indexName"),
+        **{key: params.path(key) for key in params.data},
+    }
+    for key, inner in (("indexType", "index_type"), ("metricType", "metric_type")):
+        top = entry.raw(key)
+        nested = params.raw(inner)
+        if top is not None and nested is not None and top != nested:
+            raise InvalidParameter(params.path(inner), f"conflicts with {entry.path(key)}", nested)
+        if top is not None:
+            index_params[inner] = top
+            fields[inner] = entry.path(key)
+        else:
+            fields[inner] = params.path(inner) if nested is not None else entry.path(key)
+    return {
+        "field_name": entry.string("fieldName"),
+        "index_name": entry.string("indexName", default=""),
+        "index_params": index_params,
+        "fields": fields,
+    }
+
+
+def _parse_create_indexes(body: Body) -> Parsed:
+    if body.raw("indexParams") is None:
+        raise InvalidParameter(body.path("indexParams"), "is required")
+    entries = body.objects("indexParams")
+    if not entries:
+        raise InvalidParameter(body.path("indexParams"), "must name at least one index", [])
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "indexes": [_index_spec(entry) for entry in entries],
+            "wait": body.boolean("wait", default=False),
+            "timeout": _timeout(body),
+        }
+    )
+
+
+async def _create_indexes(
+    client: InProcessClient, collection_name: str, indexes: list[dict[str, Any]], wait: bool, timeout: float | None
+) -> list[IndexInfo]:
+    """Create each index in order (every entry's parameters checked first), then, with ``wait``,
+    wait for each (``timeout`` per index, as ``create_index(wait=True)``)."""
+    for spec in indexes:
+        try:
+            parse_index_params(spec["index_params"])
+        except InvalidParameter as err:
+            raise PartError(err, spec["fields"]) from None
+    created = []
+    for spec in indexes:
+        try:
+            created.append(
+                await client.create_index(collection_name, spec["field_name"], spec["index_params"], spec["index_name"])
+            )
+        except InvalidParameter as err:
+            raise PartError(err, spec["fields"]) from None
+    if wait:
+        for info in created:
+            await client.wait_for_index_building_complete(collection_name, info.index_name, timeout)
+    return created
+
+
+def _parse_index_name(body: Body) -> Parsed:
+    """``collectionName`` and (optional) ``indexName`` and ``fieldName`` (Osprey extension)."""
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "index_name": body.string("indexName", default=""),
+            "field_name": body.string("fieldName", default=""),
+        }
+    )
+
+
+async def _describe_indexes(
+    client: InProcessClient, collection_name: str, index_name: str, field_name: str
+) -> list[IndexDescription]:
+    """The index named (exactly one must match), or every index when neither name is given."""
+    if not index_name and not field_name:
+        return await client.describe_indexes(collection_name)
+    return [await client.describe_index(collection_name, index_name, field_name)]
+
+
+def _parse_wait_index(body: Body) -> Parsed:
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "index_name": body.string("indexName", default=""),
+            "timeout": _timeout(body),
+        }
+    )
+
+
+def _index_info(info: IndexInfo) -> dict[str, Any]:
+    """An index definition: Milvus's key names, and Osprey's ids, build type, parameters and timestamp."""
+    return {
+        "indexName": info.index_name,
+        "indexID": info.index_id,
+        "collectionID": info.collection_id,
+        "fieldName": info.field_name,
+        "fieldID": info.field_id,
+        "indexType": info.index_type,
+        "buildType": info.build_type,
+        "metricType": info.metric_type,
+        "params": dict(info.params),
+        "createdTimestamp": info.created_ts,
+    }
+
+
+def _index_description(desc: IndexDescription) -> dict[str, Any]:
+    """One entry of Milvus's DescribeIndex answer (``indexState`` Finished, InProgress or Failed)."""
+    return {
+        **_index_info(desc.info),
+        "indexState": desc.state.value,
+        "indexedRows": desc.indexed_rows,
+        "totalRows": desc.total_rows,
+        "pendingRows": desc.pending_index_rows,
+        "failReason": desc.fail_reason,
+        "segments": desc.segments,
+        "segmentsIndexed": desc.segments_indexed,
+    }
+
+
+def _index_descriptions(descs: list[IndexDescription]) -> list[dict[str, Any]]:
+    return [_index_description(d) for d in descs]
+
+
+def _created_indexes(created: list[IndexInfo]) -> dict[str, Any]:
+    return {"indexes": [_index_info(i) for i in created]}
+
+
+def _dropped_index(dropped: IndexInfo | None) -> dict[str, Any]:
+    return {"index": None if dropped is None else _index_info(dropped)}
+
+
 # -- the endpoint table
 @dataclass(frozen=True)
 class Endpoint:
     """One REST endpoint: the InProcessClient ``method`` it calls, with ``args`` read from the body (or a
     custom ``parse``), ``render`` turning the method's result into ``data``, and ``beside`` (Osprey
-    extension) into keys of the answer next to ``data``, for results Milvus's ``data`` has no room for."""
+    extension) into keys of the answer next to ``data``, for results Milvus's ``data`` has no room for.
+    ``call`` replaces the one method call for a request that makes several (``indexes/create``): it gets
+    the client and the parsed keywords (``method`` then only names the endpoint in logs)."""
 
     method: str
     args: tuple[Arg, ...] = ()
     render: Callable[[Any], Any] = _empty
     parse: Callable[[Body], Parsed] | None = None
     beside: Callable[[Any], dict[str, Any]] | None = None
+    call: Callable[..., Awaitable[Any]] | None = None
 
     def read(self, body: Body) -> Parsed:
         if self.parse is not None:
@@ -746,6 +931,23 @@ ENDPOINTS: dict[str, Endpoint] = {
     "entities/search": Endpoint("search", render=_hits, parse=_parse_search),
     "entities/query": Endpoint("query", render=_same, parse=_parse_query),
     "entities/get": Endpoint("get", render=_same, parse=_parse_get),
+    "indexes/create": Endpoint(
+        "create_index", parse=_parse_create_indexes, call=_create_indexes, beside=_created_indexes
+    ),
+    "indexes/describe": Endpoint(
+        "describe_index", render=_index_descriptions, parse=_parse_index_name, call=_describe_indexes
+    ),
+    "indexes/list": Endpoint(
+        "list_indexes",
+        render=_same,
+        parse=lambda b: Parsed(
+            {"collection_name": b.string("collectionName"), "field_name": b.string("fieldName", default="")}
+        ),
+    ),
+    "indexes/drop": Endpoint("drop_index", parse=_parse_index_name, beside=_dropped_index),
+    "indexes/wait": Endpoint(
+        "wait_for_index_building_complete", render=lambda d: [_index_description(d)], parse=_parse_wait_index
+    ),
 }
 
 
@@ -886,10 +1088,16 @@ class RestFrontEnd(Service):
             _check_db(body)
             parsed = endpoint.read(body)
             try:
-                result = await getattr(self.client, endpoint.method)(**parsed.kwargs)
+                if endpoint.call is not None:
+                    result = await endpoint.call(self.client, **parsed.kwargs)
+                else:
+                    result = await getattr(self.client, endpoint.method)(**parsed.kwargs)
             except InvalidParameter as err:
                 self.errors += 1
                 return failure(as_rest_error(err, parsed.fields), python=err)
+            except PartError as part:
+                self.errors += 1
+                return failure(as_rest_error(part.error, {**parsed.fields, **part.fields}), python=part.error)
             answer = success(endpoint.render(result))
             if endpoint.beside is not None:
                 answer.update(endpoint.beside(result))

@@ -3,6 +3,7 @@ process), status, errors, and the demo."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from agents.ports import port_open, wait_for_port
+from frontends.client import Client
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from schemas.config import OspreyConfig
@@ -74,6 +76,35 @@ def test_ddl_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None
     lags = [p["lag_ms"] for p in status["pchannels"].values()]
     assert set(body["info"]["pchannels"]) <= set(status["pchannels"]), status["pchannels"]  # pchannels in use tick
     assert all(lag >= 0 for lag in lags)
+
+
+def test_index_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None:
+    coll = name("cli_ix")
+    assert osprey(module_config, "collection", "create", coll, "--dim", "8").returncode == 0
+    created = osprey(
+        module_config, "index", "create", coll, "vector", "--type", "hnsw", "--metric", "L2", "--param", "M=8", "--wait"
+    )
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert (info["index_name"], info["metric_type"], info["params"]) == (
+        "vector",
+        "L2",
+        {"M": 8, "efConstruction": 200},
+    )
+    assert json.loads(osprey(module_config, "index", "list", coll).stdout) == ["vector"]
+    described = json.loads(osprey(module_config, "index", "describe", coll).stdout)
+    assert described["state"] == "Finished" and described["total_rows"] == 0 and described["info"] == info
+    bad = osprey(module_config, "index", "create", coll, "vector", "--type", "HNSW", "--param", "M=1")
+    assert bad.returncode == 1 and "error 1100" in bad.stderr and "field=M" in bad.stderr
+    asyncio.run(release(module_config, coll))  # the CLI has no `collection release` command yet
+    dropped = osprey(module_config, "index", "drop", coll, "--name", "vector")
+    assert dropped.returncode == 0 and json.loads(dropped.stdout)["index_id"] == info["index_id"]
+    assert json.loads(osprey(module_config, "index", "list", coll).stdout) == []
+
+
+async def release(config: OspreyConfig, coll: str) -> None:
+    async with Client(config) as client:
+        await client.release_collection(coll)
 
 
 def created_id(description: dict) -> int:

@@ -23,10 +23,12 @@ from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import (
     AliasNotFound,
     CollectionNotFound,
+    IndexNotFound,
     InvalidParameter,
     PartitionNotFound,
     ServiceUnavailable,
 )
+from schemas.index import IndexState
 from schemas.meta import DEFAULT_PARTITION_NAME
 from tests.conftest import make_config
 from tests.integration.ddl_helpers import name
@@ -124,6 +126,64 @@ async def test_ddl_round_trip_with_time_travel(thin: Client, client: InProcessCl
     assert a in await thin.list_collections(as_of=dropped) and a not in await thin.list_collections()
     assert await thin.describe_collection(a, as_of=dropped) == await client.describe_collection(a, as_of=dropped)
     assert await thin.show_partitions(a, as_of=before) == await client.show_partitions(a, as_of=before)
+
+
+# -- indexes
+async def test_index_round_trip(thin: Client, client: InProcessClient) -> None:
+    """create, list, describe (no flushed segment: Finished with 0 rows), the same index again, errors
+    as in-process, then release and drop: the answers equal the InProcessClient's."""
+    coll = name("ix")
+    await thin.create_collection(coll, schema())
+    assert await thin.list_indexes(coll) == []
+    with pytest.raises(IndexNotFound) as missing:
+        await thin.describe_index(coll)
+    assert missing.value.code == 700
+
+    index = await thin.create_index(coll, "vector", {"index_type": "HNSW", "metric_type": "L2", "M": 8})
+    assert (index.index_name, index.field_name, index.build_type, index.metric_type) == (
+        "vector",
+        "vector",
+        "HNSW",
+        "L2",
+    )
+    assert index.params == {"M": 8, "efConstruction": 200}
+    assert await thin.list_indexes(coll) == ["vector"] == await client.list_indexes(coll)
+    assert await thin.list_indexes(coll, field_name="tag") == []
+    desc = await thin.describe_index(coll, "vector")
+    assert desc == await client.describe_index(coll, "vector") and desc.info == index
+    assert desc.state is IndexState.FINISHED and desc.total_rows == 0 and desc.indexed_rows == 0
+    assert await thin.describe_index(coll) == desc == await thin.describe_index(coll, field_name="vector")
+    assert await thin.describe_indexes(coll) == [desc] == await client.describe_indexes(coll)
+    assert await thin.get_index_state(coll, "vector") == "Finished"
+    assert await thin.get_index_build_progress(coll) == await client.get_index_build_progress(coll)
+    assert await thin.wait_for_index_building_complete(coll, "vector", timeout=10) == desc
+    same = {"index_type": "hnsw", "metric_type": "l2", "params": '{"M": 8}'}  # the same index, other spelling
+    assert await thin.create_index(coll, "vector", same, wait=True, timeout=30) == index
+
+    bad: list[dict[str, Any]] = [
+        {"field_name": "vector", "index_params": {"index_type": "HNSW", "M": 1}},
+        {"field_name": "vector", "index_params": {"index_type": "IVF_FLAT"}},
+        {"field_name": "vector", "index_params": {"params": "not json"}},
+        {"field_name": "vector", "index_params": {"index_type": "HNSW", "metric_type": "L2", "M": 32}},
+        {"field_name": "nope"},
+        {"field_name": "tag"},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidParameter) as remote:
+            await thin.create_index(coll, **kwargs)
+        with pytest.raises(InvalidParameter) as local:
+            await client.create_index(coll, **kwargs)
+        assert (remote.value.field, remote.value.reason) == (local.value.field, local.value.reason), kwargs
+    with pytest.raises(InvalidParameter) as loaded:
+        await thin.drop_index(coll, "vector")  # a loaded collection keeps its index
+    assert loaded.value.field == "collection_name" and "release it first" in loaded.value.reason
+    with pytest.raises(CollectionNotFound):
+        await thin.list_indexes(name("missing"))
+
+    await thin.release_collection(coll)
+    assert await thin.drop_index(coll, "vector") == index
+    assert await thin.list_indexes(coll) == []
+    assert await thin.drop_index(coll, "vector") is None  # dropping a missing index succeeds
 
 
 # -- data

@@ -16,10 +16,11 @@ import pytest
 
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
-from frontends.rest import API_PREFIX, ENDPOINTS, Body, RestFrontEnd, _deleted, _upserted
+from frontends.rest import API_PREFIX, ENDPOINTS, Body, PartError, RestFrontEnd, _deleted, _upserted
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import InvalidParameter
+from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.segment import CompactionState
 from tests.integration.ddl_helpers import DIM, name
 
@@ -489,6 +490,187 @@ def test_compact_routes() -> None:
     assert ENDPOINTS["collections/compact"].render(done) == {"compactionID": 9, "state": "Completed"}
 
 
+INDEX_INFO = IndexInfo(
+    index_id=7,
+    index_name="idx",
+    collection_id=3,
+    field_id=101,
+    field_name="vector",
+    index_type="HNSW",
+    build_type="HNSW",
+    metric_type="L2",
+    params={"M": 8, "efConstruction": 200},
+    created_ts=99,
+)
+
+
+def test_index_create_route() -> None:
+    """indexes/create: Milvus's indexParams list -> create_index keywords per entry (indexType and
+    metricType, or params.index_type / params.metric_type, beside the build parameters), wait and
+    timeout; answers {} with the created definitions beside; a bad entry names its field path."""
+    create = ENDPOINTS["indexes/create"]
+    parsed = create.read(
+        Body(
+            {
+                "collectionName": "c",
+                "indexParams": [
+                    {
+                        "fieldName": "vector",
+                        "indexName": "idx",
+                        "metricType": "L2",
+                        "indexType": "HNSW",
+                        "params": {"M": 8, "efConstruction": 64},
+                    },
+                    {"fieldName": "other", "params": {"index_type": "FLAT", "metric_type": "IP"}},
+                ],
+                "wait": True,
+                "timeout": 30,
+            }
+        )
+    )
+    first, second = parsed.kwargs["indexes"]
+    assert (parsed.kwargs["collection_name"], parsed.kwargs["wait"], parsed.kwargs["timeout"]) == ("c", True, 30.0)
+    assert (first["field_name"], first["index_name"]) == ("vector", "idx")
+    assert first["index_params"] == {"M": 8, "efConstruction": 64, "index_type": "HNSW", "metric_type": "L2"}
+    assert first["fields"] == {
+        "field_name": "indexParams[0].fieldName",
+        "index_name": "indexParams[0].indexName",
+        "M": "indexParams[0].params.M",
+        "efConstruction": "indexParams[0].params.efConstruction",
+        "index_type": "indexParams[0].indexType",
+        "metric_type": "indexParams[0].metricType",
+    }
+    assert (second["index_name"], second["index_params"]) == ("", {"index_type": "FLAT", "metric_type": "IP"})
+    assert second["fields"]["index_type"] == "indexParams[1].params.index_type"
+    defaults = create.read(Body({"collectionName": "c", "indexParams": [{"fieldName": "v"}]})).kwargs
+    assert (defaults["wait"], defaults["timeout"], defaults["indexes"][0]["index_params"]) == (False, None, {})
+
+    bad = [
+        ({"collectionName": "c"}, "indexParams", "is required"),
+        ({"collectionName": "c", "indexParams": []}, "indexParams", "at least one index"),
+        ({"collectionName": "c", "indexParams": {"fieldName": "v"}}, "indexParams", "must be a list"),
+        ({"collectionName": "c", "indexParams": [{"fieldName": "v"}, 3]}, "indexParams[1]", "must be an object"),
+        ({"collectionName": "c", "indexParams": [{"indexName": "i"}]}, "indexParams[0].fieldName", "is required"),
+        ({"collectionName": "c", "indexParams": [{"fieldName": 5}]}, "indexParams[0].fieldName", "must be a string"),
+        (
+            {"collectionName": "c", "indexParams": [{"fieldName": "v", "params": "M=8"}]},
+            "indexParams[0].params",
+            "must be an object",
+        ),
+        (
+            {
+                "collectionName": "c",
+                "indexParams": [{"fieldName": "v", "indexType": "HNSW", "params": {"index_type": "FLAT"}}],
+            },
+            "indexParams[0].params.index_type",
+            "conflicts with indexParams[0].indexType",
+        ),
+        ({"collectionName": "c", "indexParams": [{"fieldName": "v"}], "wait": "yes"}, "wait", "must be a boolean"),
+        ({"collectionName": "c", "indexParams": [{"fieldName": "v"}], "timeout": 0}, "timeout", "> 0"),
+        ({"indexParams": [{"fieldName": "v"}]}, "collectionName", "is required"),
+    ]
+    for body, field, rule in bad:
+        with pytest.raises(InvalidParameter) as err:
+            create.read(Body(body))
+        assert err.value.field == field and rule in err.value.reason, (body, err.value.reason)
+
+    assert create.render([INDEX_INFO]) == {}  # Milvus's data
+    assert create.beside is not None
+    assert create.beside([INDEX_INFO]) == {
+        "indexes": [
+            {
+                "indexName": "idx",
+                "indexID": 7,
+                "collectionID": 3,
+                "fieldName": "vector",
+                "fieldID": 101,
+                "indexType": "HNSW",
+                "buildType": "HNSW",
+                "metricType": "L2",
+                "params": {"M": 8, "efConstruction": 200},
+                "createdTimestamp": 99,
+            }
+        ]
+    }
+
+
+async def test_index_create_checks_every_entry_before_creating_any() -> None:
+    """A bad build parameter in the second entry: nothing is created, and the error (a PartError) names
+    that entry's REST field while keeping the Python API's wording."""
+
+    class NoCreate:
+        async def create_index(self, *args: Any, **kwargs: Any) -> IndexInfo:
+            raise AssertionError("nothing may be created")
+
+    create = ENDPOINTS["indexes/create"]
+    body = {
+        "collectionName": "c",
+        "indexParams": [{"fieldName": "a"}, {"fieldName": "b", "indexType": "HNSW", "params": {"M": 1}}],
+    }
+    parsed = create.read(Body(body))
+    assert create.call is not None
+    with pytest.raises(PartError) as part:
+        await create.call(NoCreate(), **parsed.kwargs)
+    assert part.value.error.field == "M" and part.value.fields["M"] == "indexParams[1].params.M"
+
+
+def test_index_describe_list_drop_routes() -> None:
+    """indexes/describe (Milvus's list of one entry; every index when no name is given), indexes/list
+    (names), indexes/drop ({} with the dropped definition beside) and indexes/wait."""
+    describe = ENDPOINTS["indexes/describe"]
+    assert describe.read(Body({"collectionName": "c", "indexName": "idx"})).kwargs == {
+        "collection_name": "c",
+        "index_name": "idx",
+        "field_name": "",
+    }
+    assert describe.read(Body({"collectionName": "c"})).kwargs == {
+        "collection_name": "c",
+        "index_name": "",
+        "field_name": "",
+    }
+    with pytest.raises(InvalidParameter, match=r"\[field=indexName\]"):
+        describe.read(Body({"collectionName": "c", "indexName": 3}))
+    desc = IndexDescription(
+        info=INDEX_INFO, state=IndexState.IN_PROGRESS, indexed_rows=10, total_rows=30, pending_index_rows=20
+    )
+    [rendered] = describe.render([desc])
+    assert {k: rendered[k] for k in ("indexName", "fieldName", "indexType", "metricType")} == {
+        "indexName": "idx",
+        "fieldName": "vector",
+        "indexType": "HNSW",
+        "metricType": "L2",
+    }
+    assert (rendered["indexState"], rendered["indexedRows"], rendered["totalRows"], rendered["pendingRows"]) == (
+        "InProgress",
+        10,
+        30,
+        20,
+    )
+    assert rendered["failReason"] == "" and rendered["params"] == {"M": 8, "efConstruction": 200}
+    assert ENDPOINTS["indexes/wait"].render(desc) == [rendered]
+    assert ENDPOINTS["indexes/wait"].read(Body({"collectionName": "c", "timeout": 2.5})).kwargs == {
+        "collection_name": "c",
+        "index_name": "",
+        "timeout": 2.5,
+    }
+
+    listed = ENDPOINTS["indexes/list"]
+    assert listed.read(Body({"collectionName": "c"})).kwargs == {"collection_name": "c", "field_name": ""}
+    assert listed.render(["idx"]) == ["idx"]
+    with pytest.raises(InvalidParameter, match=r"\[field=collectionName\]"):
+        listed.read(Body({}))
+
+    drop = ENDPOINTS["indexes/drop"]
+    assert drop.read(Body({"collectionName": "c", "indexName": "idx"})).kwargs == {
+        "collection_name": "c",
+        "index_name": "idx",
+        "field_name": "",
+    }
+    assert drop.render(INDEX_INFO) == {} and drop.beside is not None
+    assert drop.beside(None) == {"index": None}
+    assert drop.beside(INDEX_INFO)["index"]["indexID"] == 7
+
+
 def test_delete_and_upsert_answers() -> None:
     """Milvus's keys (deleteCount; upsertCount, upsertIds) and Osprey's (deleteIds, timestamp)."""
     assert _deleted(DeleteResult(primary_keys=[3, 1], delete_count=2, timestamp=77)) == {
@@ -501,6 +683,60 @@ def test_delete_and_upsert_answers() -> None:
         "upsertIds": ["a"],
         "timestamp": 78,
     }
+
+
+# -- indexes over HTTP (rootcoord only: no flushed segment, so an index is Finished at once)
+async def test_index_round_trip(rest: Rest) -> None:
+    coll = await create(rest, "ix")  # quick setup: the vector field is "vector"
+    assert await rest.ok("indexes/list", {"collectionName": coll}) == []
+    code, message = await rest.error("indexes/describe", {"collectionName": coll, "indexName": "vector"})
+    assert code == 700 and "index not found" in message
+
+    params = {"fieldName": "vector", "indexName": "hnsw", "metricType": "L2", "indexType": "HNSW", "params": {"M": 8}}
+    answer = await rest.call("indexes/create", {"collectionName": coll, "indexParams": [params], "wait": True})
+    assert answer["code"] == 0 and answer["data"] == {}, answer
+    [created] = answer["indexes"]
+    assert (created["indexName"], created["fieldName"], created["metricType"]) == ("hnsw", "vector", "L2")
+    assert created["params"] == {"M": 8, "efConstruction": 200} and created["indexID"] > 0
+    again = await rest.call("indexes/create", {"collectionName": coll, "indexParams": [params]})
+    assert again["code"] == 0 and again["indexes"][0]["indexID"] == created["indexID"]  # the same index: success
+    assert await rest.ok("indexes/list", {"collectionName": coll}) == ["hnsw"]
+
+    [described] = await rest.ok("indexes/describe", {"collectionName": coll, "indexName": "hnsw"})
+    assert {k: described[k] for k in ("indexName", "fieldName", "indexType", "metricType", "indexState")} == {
+        "indexName": "hnsw",
+        "fieldName": "vector",
+        "indexType": "HNSW",
+        "metricType": "L2",
+        "indexState": "Finished",
+    }
+    assert (described["indexedRows"], described["totalRows"], described["pendingRows"]) == (0, 0, 0)
+    assert described["failReason"] == ""
+    assert await rest.ok("indexes/describe", {"collectionName": coll}) == [described]  # every index
+    assert await rest.ok("indexes/wait", {"collectionName": coll, "indexName": "hnsw"}) == [described]
+    assert (await rest.client.describe_index(coll, "hnsw")).info.index_id == created["indexID"]
+
+    # errors: the REST field, and the Python API's wording beside
+    bad = {"collectionName": coll, "indexParams": [{"fieldName": "vector", "indexType": "HNSW", "params": {"M": 1}}]}
+    answer = await rest.call("indexes/create", bad)
+    assert answer["code"] == 1100 and answer["field"] == "indexParams[0].params.M", answer
+    assert answer["pythonField"] == "M" and "[field=M]" in answer["pythonMessage"]
+    other = {"collectionName": coll, "indexParams": [params, {"fieldName": "nope", "indexName": "x"}]}
+    code, message = await rest.error("indexes/create", other)
+    assert code == 1100 and "[field=indexParams[1].fieldName]" in message and "non-exist field" in message
+    code, message = await rest.error("indexes/create", {"collectionName": coll, "indexParams": [{"fieldName": 3}]})
+    assert code == 1100 and "[field=indexParams[0].fieldName]" in message
+    code, message = await rest.error("indexes/drop", {"collectionName": coll, "indexName": "hnsw"})
+    assert code == 1100 and "release it first" in message  # a loaded collection keeps its index
+    code, message = await rest.error("indexes/list", {"collectionName": name("missing")})
+    assert code == 100
+
+    assert await rest.ok("collections/release", {"collectionName": coll}) == {}
+    dropped = await rest.call("indexes/drop", {"collectionName": coll, "indexName": "hnsw"})
+    assert dropped["code"] == 0 and dropped["data"] == {} and dropped["index"]["indexID"] == created["indexID"]
+    assert await rest.ok("indexes/list", {"collectionName": coll}) == []
+    again = await rest.call("indexes/drop", {"collectionName": coll, "indexName": "hnsw"})
+    assert again["code"] == 0 and again["index"] is None  # Milvus: dropping a missing index succeeds
 
 
 # -- entities/delete and entities/upsert on a real querynode (Strong reads and time travel)

@@ -9,9 +9,19 @@ from typing import Any
 
 import pytest
 
-from frontends.cli import _entity_call, _parser, _print, _split_test_args, parse_ids, read_data
+from frontends.cli import (
+    _entity_call,
+    _index_call,
+    _parser,
+    _print,
+    _split_test_args,
+    index_params,
+    parse_ids,
+    read_data,
+)
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter
+from schemas.index import IndexInfo
 
 
 def test_cli_passes_everything_after_test_to_pytest() -> None:
@@ -143,3 +153,117 @@ def test_entity_commands_call_the_client_and_print_the_result(capsys: pytest.Cap
 def test_collection_compact_takes_a_name() -> None:
     args = _parser().parse_args(["collection", "compact", "docs"])
     assert (args.command, args.op, args.name) == ("collection", "compact", "docs")
+
+
+# -- osprey index create | describe | list | drop
+def test_index_create_takes_a_field_type_metric_and_params() -> None:
+    flags = ["--name", "hnsw", "--type", "hnsw", "--metric", "l2", "--param", "M=8", "--param", "efConstruction=64"]
+    args = _parser().parse_args(
+        ["index", "create", "docs", "vector", *flags, "--params", '{"M": 16, "x": "y"}', "--wait"]
+    )
+    assert (args.command, args.op, args.collection, args.field, args.name) == (
+        "index",
+        "create",
+        "docs",
+        "vector",
+        "hnsw",
+    )
+    assert (args.type, args.metric, args.wait, args.timeout) == ("HNSW", "L2", True, None)  # any case
+    # --params, then each --param (integers as numbers), then --type and --metric
+    assert index_params(args) == {"M": 8, "x": "y", "efConstruction": 64, "index_type": "HNSW", "metric_type": "L2"}
+    plain = _parser().parse_args(["index", "create", "docs", "vector"])
+    assert (plain.name, plain.type, plain.metric, plain.param, plain.params, plain.wait) == (
+        "",
+        None,
+        None,
+        [],
+        None,
+        False,
+    )
+    assert index_params(plain) == {}
+    for argv in (["vector", "--type", "IVF_FLAT"], ["vector", "--metric", "HAMMING"], []):  # [] lacks the field
+        with pytest.raises(SystemExit) as exited:
+            _parser().parse_args(["index", "create", "docs", *argv])
+        assert exited.value.code == 2
+
+
+def test_index_params_errors_name_the_flag() -> None:
+    cases = [
+        (["--param", "M"], "--param", "KEY=VALUE"),
+        (["--param", "=8"], "--param", "KEY=VALUE"),
+        (["--params", "{"], "--params", "JSON object"),
+        (["--params", "[1]"], "--params", "JSON object"),
+    ]
+    for argv, field, rule in cases:
+        with pytest.raises(InvalidParameter) as err:
+            index_params(_parser().parse_args(["index", "create", "docs", "vector", *argv]))
+        assert err.value.field == field and rule in err.value.reason, err.value.reason
+
+
+def test_index_describe_list_drop_take_a_collection_and_a_name() -> None:
+    for op in ("describe", "drop"):
+        args = _parser().parse_args(["index", op, "docs", "--name", "hnsw"])
+        assert (args.op, args.collection, args.name) == (op, "docs", "hnsw")
+        assert _parser().parse_args(["index", op, "docs"]).name == ""
+    assert _parser().parse_args(["index", "list", "docs"]).collection == "docs"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["index", "list"])
+
+
+def test_index_commands_call_the_client(capsys: pytest.CaptureFixture[str]) -> None:
+    info = IndexInfo(
+        index_id=7,
+        index_name="vector",
+        collection_id=3,
+        field_id=101,
+        field_name="vector",
+        index_type="HNSW",
+        build_type="HNSW",
+        metric_type="L2",
+        params={"M": 8, "efConstruction": 200},
+        created_ts=9,
+    )
+
+    class FakeClient:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+        async def create_index(self, *args: Any, **kwargs: Any) -> IndexInfo:
+            self.calls.append(("create_index", args, kwargs))
+            return info
+
+        async def describe_index(self, *args: Any, **kwargs: Any) -> None:
+            self.calls.append(("describe_index", args, kwargs))
+
+        async def list_indexes(self, *args: Any, **kwargs: Any) -> list[str]:
+            self.calls.append(("list_indexes", args, kwargs))
+            return ["vector"]
+
+        async def drop_index(self, *args: Any, **kwargs: Any) -> None:
+            self.calls.append(("drop_index", args, kwargs))
+
+    fake = FakeClient()
+
+    def run(*argv: str) -> Any:
+        return asyncio.run(_index_call(_parser().parse_args(["index", *argv]))(fake))
+
+    created = run(
+        "create", "docs", "vector", "--type", "HNSW", "--metric", "L2", "--param", "M=8", "--wait", "--timeout", "5"
+    )
+    run("describe", "docs")
+    assert run("list", "docs") == ["vector"]
+    run("drop", "docs", "--name", "vector")
+    assert fake.calls == [
+        (
+            "create_index",
+            ("docs", "vector", {"M": 8, "index_type": "HNSW", "metric_type": "L2"}),
+            {"index_name": "", "wait": True, "timeout": 5.0},
+        ),
+        ("describe_index", ("docs",), {"index_name": ""}),
+        ("list_indexes", ("docs",), {}),
+        ("drop_index", ("docs",), {"index_name": "vector"}),
+    ]
+    _print(created)
+    assert json.loads(capsys.readouterr().out)["params"] == {"M": 8, "efConstruction": 200}
+    with pytest.raises(InvalidParameter):  # a bad --params fails before any client call
+        _index_call(_parser().parse_args(["index", "create", "docs", "vector", "--params", "{"]))
