@@ -261,6 +261,8 @@ def _parser() -> argparse.ArgumentParser:
         if op in ("describe", "has"):
             as_of(q)
     as_of(col.add_parser("list"))
+    for op in ("load", "release"):
+        col.add_parser(op, help=f"{op} a collection (the query nodes serve it / stop serving it)").add_argument("name")
     col.add_parser(
         "compact", help="rewrite flushed segments without their deleted rows, merge small ones; wait until done"
     ).add_argument("name")

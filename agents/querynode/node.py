@@ -203,6 +203,7 @@ class QueryNode:
         if self.loader is None or not state.recovering:
             return state.cursor.next_offset
         view = await self.cache.refresh()
+        self._sync_index_metrics(view)
         loaded = [
             (info, load)
             for info in _collections_on(view, pchannel)
@@ -312,6 +313,7 @@ class QueryNode:
         what is newly loaded, or loaded with other partitions (a new load version). One at a time."""
         async with self._reconcile:
             view = await self.cache.refresh()
+            self._sync_index_metrics(view)
             for state in list(self.pchannels.values()):
                 if state.recovering:
                     continue
@@ -453,6 +455,12 @@ class QueryNode:
         return added
 
     # ------------------------------------------------------------------ built indexes
+
+    def _sync_index_metrics(self, view: MetaView) -> None:
+        """Tell the worker each collection's index metrics (for new growing segments' interim index)."""
+        for cid in view.collections:
+            metrics = {i.field_name: i.metric_type for i in view.indexes_of(cid)}
+            self.worker.set_index_metrics(cid, metrics)
 
     def _served_sealed(self, collection_id: int, vchannel: str, segment_id: int) -> ShardDelegator | None:
         """The delegator serving ``segment_id`` sealed, if this node does."""

@@ -244,6 +244,7 @@ class Worker:
         self.interim_index_rows = interim_index_rows
         self.build_in_background = build_in_background
         self._collections: dict[int, CollectionInfo] = {}
+        self._index_metrics: dict[int, dict[str, str]] = {}  # collection id -> vector field -> index metric
         self._segments: dict[int, GrowingSegment] = {}
         self._stopped = False
         self.builder = IndexBuilder(lambda: list(self._segments.values()), slice_target_s=slice_target_s)
@@ -259,6 +260,12 @@ class Worker:
         self._check_running()
         self._collections[collection.collection_id] = collection
 
+    def set_index_metrics(self, collection_id: int, metrics: dict[str, str]) -> None:
+        """The metrics of the collection's indexes (vector field -> metric): growing segments
+        created from now on build their interim index with them, so searches with the index's
+        metric use it (Milvus builds the interim index with the field index's metric too)."""
+        self._index_metrics[collection_id] = dict(metrics)
+
     def load_growing(
         self, segment_id: int, collection: CollectionInfo, partition_id: int, vchannel: str
     ) -> GrowingSegment:
@@ -273,6 +280,7 @@ class Worker:
                 vchannel,
                 collection.collection_schema,
                 self.interim_index_rows,
+                index_metrics=self._index_metrics.get(collection.collection_id),
             )
             self._segments[segment_id] = segment
         else:

@@ -156,6 +156,12 @@ def test_collection_compact_takes_a_name() -> None:
 
 
 # -- osprey index create | describe | list | drop
+def test_collection_load_and_release_take_a_name() -> None:
+    for op in ("load", "release"):
+        args = _parser().parse_args(["collection", op, "docs"])
+        assert (args.command, args.op, args.name) == ("collection", op, "docs")
+
+
 def test_index_create_takes_a_field_type_metric_and_params() -> None:
     flags = ["--name", "hnsw", "--type", "hnsw", "--metric", "l2", "--param", "M=8", "--param", "efConstruction=64"]
     args = _parser().parse_args(
