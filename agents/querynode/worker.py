@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,10 @@ __all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "e
 
 log = logging.getLogger(__name__)
 
+# A request over several segments searches them on this many threads at once (the event loop
+# thread waits for them: a search already held it). The segments are read-only meanwhile: inserts
+# run on the event loop thread, and the interim index builder takes each index's own lock.
+SEGMENT_SEARCH_THREADS = 2
 BUILDER_NICE = 19  # the builder thread (and hnswlib's threads it starts) yields CPU to ingest and search
 BUILDER_IDLE_WAIT_S = 0.5  # with nothing to index, look again after this (an insert wakes it at once)
 BUILDER_ERROR_PAUSE_S = 1.0
@@ -247,6 +252,7 @@ class Worker:
         self._index_metrics: dict[int, dict[str, str]] = {}  # collection id -> vector field -> index metric
         self._segments: dict[int, GrowingSegment] = {}
         self._stopped = False
+        self._pool: ThreadPoolExecutor | None = None
         self.builder = IndexBuilder(lambda: list(self._segments.values()), slice_target_s=slice_target_s)
 
     # ------------------------------------------------------------------ segments
@@ -354,6 +360,12 @@ class Worker:
             self.builder.wake()
         return event.num_rows
 
+    def _search_pool(self) -> ThreadPoolExecutor:
+        """The threads searching several segments of one request at once (created on first use)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(SEGMENT_SEARCH_THREADS, thread_name_prefix="osprey-segment-search")
+        return self._pool
+
     def build_interim_indexes(self) -> int:
         """Index every pending row of every segment now, on this thread; returns the rows added."""
         return sum(segment.build_interim_indexes() for segment in list(self._segments.values()))
@@ -379,10 +391,13 @@ class Worker:
         At least one segment id is required (the caller knows the PK type of an empty result)."""
         if not segment_ids:
             raise InvalidParameter("segment_ids", "must name at least one segment")
-        parts = [
-            self.segment(sid).search(queries, field, metric, top_k, ts, self._masks(self.segment(sid), mask_of), ef)
-            for sid in segment_ids
-        ]
+        segments = [self.segment(sid) for sid in segment_ids]
+
+        def one(segment: GrowingSegment) -> SearchHits:
+            return segment.search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef)
+
+        # several segments in parallel: hnswlib and numpy release the GIL
+        parts = [one(segments[0])] if len(segments) == 1 else list(self._search_pool().map(one, segments))
         # reduced even when there is one segment: a PK inserted twice is twice in its segment
         return reduce_search_results(parts, top_k, metric)
 
@@ -420,6 +435,9 @@ class Worker:
         ServiceUnavailable (idempotent)."""
         self._stopped = True
         self.builder.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.release_segments(list(self._segments))
         self._collections.clear()
 
