@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,6 +212,7 @@ async def spark_ingest(client: InProcessClient, suffix: str) -> None:
     ingest = (await status(config))["ingest"].get(totals["query_id"], {})
     say("  ./osprey status: ingest", {k: ingest.get(k) for k in ("batches", "written", "rejected", "last_batch")})
     await segments_walkthrough(client, name, w.queries[:1])
+    await indexes_walkthrough(client, name, w.queries, w.truth)
     await client.drop_collection(name)
 
 
@@ -265,6 +267,36 @@ async def segments_walkthrough(client: InProcessClient, name: str, query: np.nda
     progress = await client.load_collection(name)
     say("  load again", f"{progress.state.value}, {progress.progress}%")
     say("  count(*) Strong", await client.count(name, consistency_level="Strong"))
+
+
+async def indexes_walkthrough(client: InProcessClient, name: str, queries: np.ndarray, truth: Any) -> None:
+    """CreateIndex on the flushed segments, its progress, the search through the built index."""
+    print("indexes: an index node builds HNSW on the flushed segments (docs/indexes.md)")
+    started = time.perf_counter()
+    index = await client.create_index(
+        name, "vector", {"index_type": "HNSW", "metric_type": "L2", "M": 16, "efConstruction": 200}
+    )
+    say(f"create_index {index.index_name}", f"{index.build_type}, {index.metric_type}, {index.params}")
+    done = await client.wait_for_index_building_complete(name, timeout=300)
+    say(
+        "  describe_index",
+        f"{done.state.value}: {done.indexed_rows:,} of {done.total_rows:,} rows indexed "
+        f"in {time.perf_counter() - started:.1f} s",
+    )
+    shown = (await status(client.config))["indexes"].get(name, {}).get(index.index_name, {})
+    say("  ./osprey status: index", {k: shown.get(k) for k in ("state", "progress", "tasks")})
+    await asyncio.sleep(1.2)  # the query node attaches the build, then reports it
+    hits = await client.search(
+        name, queries, limit=10, consistency_level="Strong", search_params={"params": {"ef": 64}}
+    )
+    say(
+        f"search {len(queries)} queries through the index (ef 64): recall@10",
+        round(recall_at_k([[h["id"] for h in q] for q in hits], truth), 3),
+    )
+    try:
+        await client.drop_index(name)
+    except OspreyError as err:
+        say("  drop_index while loaded", f"refused: code {err.code}, {err.reason}")
 
 
 def run_demo(config: OspreyConfig) -> int:

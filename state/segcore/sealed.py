@@ -145,6 +145,7 @@ class SealedSegment(GrowingSegment):
         self._var_bytes = var_bytes
         self._pk_index = None  # built on the first delete or version check (PkIndex.of)
         self._ts_sorted = bool(np.all(ts[1:] >= ts[:-1]))
+        self._max_ts = int(ts.max())
 
     @staticmethod
     def _adopt_vectors(field: FieldSchema, values: Any, n: int) -> np.ndarray:

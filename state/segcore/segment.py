@@ -202,6 +202,7 @@ class GrowingSegment:
         self._capacity = 0
         self._var_bytes = 0  # estimated payload of the Python objects in VARCHAR/JSON columns
         self._ts_sorted = True  # timestamps non-decreasing: visibility is a prefix
+        self._max_ts = 0  # the largest insert timestamp: a read at or above it sees every live row
         # One buffer per column, all with the same capacity; "\0..." keys never clash with field names.
         self._buffers: dict[str, np.ndarray] = {}
         self._pk_key, self._ts_key, self._dead_key = "\0pk", "\0ts", "\0dead"
@@ -523,6 +524,8 @@ class GrowingSegment:
         if self._ts_sorted and n:
             previous_last = buffers[self._ts_key][start - 1] if start else ts_array[0]
             self._ts_sorted = bool(ts_array[0] >= previous_last) and bool(np.all(ts_array[1:] >= ts_array[:-1]))
+        if n:
+            self._max_ts = max(self._max_ts, int(ts_array.max()))
         if self._pk_index is not None:
             self._pk_index.append(pk_array, start)
         hidden = dead_array != np.uint64(MAX_TIMESTAMP)
@@ -665,9 +668,14 @@ class GrowingSegment:
         return self._min_dead <= min(ts, MAX_TIMESTAMP - 1)
 
     def _visible_prefix(self, ts: int) -> int | None:
-        """Rows visible at ``ts`` form the prefix [0, result) when timestamps are sorted and no row
-        is dead at ``ts``, else None."""
-        if not self._ts_sorted or self._dead_at(ts):
+        """Rows visible at ``ts`` form the prefix [0, result) when no row is dead at ``ts`` and either
+        the timestamps are sorted or ``ts`` is at or above every one of them (a read after the
+        rows' inserts: the usual case, whatever order two proxies' rows arrived in), else None."""
+        if self._dead_at(ts):
+            return None
+        if ts >= self._max_ts:
+            return self._n
+        if not self._ts_sorted:
             return None
         return int(np.searchsorted(self.timestamps_view(), np.uint64(ts), side="right"))
 
