@@ -223,7 +223,7 @@ class IndexNode(Service):
             latest = await self.tasks.get(build_id)
             if latest is None or not self._mine(latest, version):
                 break
-            final = latest.attempts >= self.config.index_max_attempts
+            final = latest.attempts + 1 >= self.config.index_max_attempts  # this failure included
             changes: dict[str, Any] = {"fail_reason": reason, "attempts": latest.attempts + 1}
             changes.update({"state": IndexState.FAILED} if final else {"state": IndexState.UNISSUED, "node_id": 0})
             if await self.tasks.cas(latest, **changes) is not None:
