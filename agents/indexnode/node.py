@@ -168,6 +168,11 @@ class IndexNode(Service):
                 build_index, self.root, task, self.config.index_build_threads
             )
         except Exception as exc:
+            latest = await self.tasks.get(build_id)
+            if latest is None or not self._mine(latest, version):
+                # taken away mid-build: the coordinator may have removed this version's directory
+                # under it (recycling after a newer version was recorded). Stale, not a failure.
+                return await self._stale(build_id, version, latest)
             return await self._record_failure(build_id, version, repr(exc))
         for _ in range(CAS_RETRIES):
             latest = await self.tasks.get(build_id)
