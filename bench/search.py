@@ -99,17 +99,23 @@ def bench_numpy(w: Workload, sequential: int) -> dict[str, Any]:
 INDEX_WAIT_S = 600.0
 
 
+async def querynode_segments(client: InProcessClient) -> list[dict[str, Any]]:
+    """Every segment entry of the querynodes' status documents."""
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+    return [
+        segment
+        for doc in (await board.read("querynode")).values()
+        for pchannel in doc.get("pchannels", {}).values()
+        for delegator in pchannel.get("vchannels", {}).values()
+        for segment in delegator.get("segments", {}).values()
+    ]
+
+
 async def wait_indexed(client: InProcessClient, rows: int) -> None:
     """Until the querynodes' status shows every row of every segment in the interim index."""
-    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     deadline = time.monotonic() + INDEX_WAIT_S
     while time.monotonic() < deadline:
-        indexed = 0
-        for doc in (await board.read("querynode")).values():
-            for pchannel in doc.get("pchannels", {}).values():
-                for delegator in pchannel.get("vchannels", {}).values():
-                    indexed += sum(seg.get("indexed_rows") or 0 for seg in delegator.get("segments", {}).values())
-        if indexed >= rows:
+        if sum(seg.get("indexed_rows") or 0 for seg in await querynode_segments(client)) >= rows:
             return
         await asyncio.sleep(0.2)
     raise RuntimeError(f"the interim index did not cover {rows} rows within {INDEX_WAIT_S:g} s")
@@ -117,30 +123,30 @@ async def wait_indexed(client: InProcessClient, rows: int) -> None:
 
 async def wait_built_indexes(client: InProcessClient, segments: int) -> None:
     """Until the querynodes' status shows ``segments`` sealed segments searched through a built index."""
-    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     deadline = time.monotonic() + INDEX_WAIT_S
     while time.monotonic() < deadline:
-        built = 0
-        for doc in (await board.read("querynode")).values():
-            for pchannel in doc.get("pchannels", {}).values():
-                for delegator in pchannel.get("vchannels", {}).values():
-                    built += sum(1 for seg in delegator.get("segments", {}).values() if seg.get("built_indexes"))
-        if built >= segments:
+        if sum(1 for seg in await querynode_segments(client) if seg.get("built_indexes")) >= segments:
             return
         await asyncio.sleep(0.05)
     raise RuntimeError(f"{segments} segments were not searched through their indexes within {INDEX_WAIT_S:g} s")
 
 
-async def osprey_point(client: InProcessClient, w: Workload, ef: int, sequential: int) -> dict[str, Any]:
-    """Sequential (nq=1, Bounded) and batched (nq=100) QPS and recall@10 of Osprey at ``ef``."""
-    params = {"metric_type": "L2", "params": {"ef": ef}}
-    for q in w.queries[:10]:
-        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level="Bounded")
+async def timed_sequential(
+    client: InProcessClient, queries: np.ndarray, params: dict[str, Any], level: str, warm: int
+) -> list[float]:
+    """Seconds of each nq=1 search of ``queries`` (after ``warm`` untimed ones)."""
+    for q in queries[:warm]:  # warm the connections and caches
+        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
     latencies = []
-    for q in w.queries[:sequential]:
+    for q in queries:
         t = time.perf_counter()
-        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level="Bounded")
+        await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
         latencies.append(time.perf_counter() - t)
+    return latencies
+
+
+async def timed_batched(client: InProcessClient, w: Workload, params: dict[str, Any]) -> tuple[float, float]:
+    """(QPS, recall@10) of every query in batches of BATCH_NQ, Bounded."""
     found: list[list[int]] = []
     started = time.perf_counter()
     for lo in range(0, len(w.queries), BATCH_NQ):
@@ -148,18 +154,25 @@ async def osprey_point(client: InProcessClient, w: Workload, ef: int, sequential
             "bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params, consistency_level="Bounded"
         )
         found.extend([h["id"] for h in per_query] for per_query in hits)
-    batched_s = time.perf_counter() - started
+    return len(w.queries) / (time.perf_counter() - started), recall_at_k(found, w.truth)
+
+
+async def osprey_point(client: InProcessClient, w: Workload, ef: int, sequential: int) -> dict[str, Any]:
+    """Sequential (nq=1, Bounded) and batched (nq=100) QPS and recall@10 of Osprey at ``ef``."""
+    params = {"metric_type": "L2", "params": {"ef": ef}}
+    latencies = await timed_sequential(client, w.queries[:sequential], params, "Bounded", warm=10)
+    batched_qps, recall = await timed_batched(client, w, params)
     return {
         "ef": ef,
         "sequential_qps": len(latencies) / sum(latencies),
         "sequential_p50_ms": percentile_ms(latencies, 50),
         "sequential_p99_ms": percentile_ms(latencies, 99),
-        "batched_qps": len(w.queries) / batched_s,
-        "recall_at_10": recall_at_k(found, w.truth),
+        "batched_qps": batched_qps,
+        "recall_at_10": recall,
     }
 
 
-async def build_indexes(client: InProcessClient, n: int) -> dict[str, Any]:
+async def build_indexes(client: InProcessClient) -> dict[str, Any]:
     """Flush, CreateIndex, wait until every segment is searched through its index (issue 13)."""
     out: dict[str, Any] = {}
     started = time.perf_counter()  # right after the last insert was acknowledged
@@ -172,15 +185,13 @@ async def build_indexes(client: InProcessClient, n: int) -> dict[str, Any]:
     await wait_built_indexes(client, segments)
     out["last_insert_to_indexed_s"] = time.perf_counter() - started
     out["segments"] = segments
-    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
-    nodes = await board.read("indexnode")
+    nodes = await StatusBoard(client.proxy.redis, client.proxy.config.cluster).read("indexnode")
     out["indexnode_rows_per_s"] = {str(k): d.get("rows_per_s") for k, d in nodes.items()}
     print(
         f"  flush {out['flush_s']:.1f} s, index Finished {out['index_finished_s']:.1f} s, every segment searched "
         f"through its index {out['last_insert_to_indexed_s']:.1f} s after the last insert ({segments} segments); "
         f"index node build rows/s {out['indexnode_rows_per_s']}"
     )
-    del n
     return out
 
 
@@ -216,18 +227,12 @@ async def bench_osprey(
             out["insert_rows_per_s_indexed"] = n / indexed_s
             print(f"  interim index over all rows after {indexed_s:.1f} s: {n / indexed_s:,.0f} rows/s")
         else:
-            out["index"] = await build_indexes(client, n)
+            out["index"] = await build_indexes(client)
 
         params = {"metric_type": "L2", "params": {"ef": EF}}
         for level in ("Bounded", "Strong"):
             count = sequential if level == "Bounded" else strong
-            for q in w.queries[:20]:  # warm the connections and caches
-                await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
-            latencies = []
-            for q in w.queries[:count]:
-                t = time.perf_counter()
-                await client.search("bench", [q], limit=TOP_K, search_params=params, consistency_level=level)
-                latencies.append(time.perf_counter() - t)
+            latencies = await timed_sequential(client, w.queries[:count], params, level, warm=20)
             key = level.lower()
             out[f"sequential_qps_{key}"] = len(latencies) / sum(latencies)
             out[f"sequential_p50_ms_{key}"] = percentile_ms(latencies, 50)
@@ -237,15 +242,7 @@ async def bench_osprey(
                 f"p50 {out[f'sequential_p50_ms_{key}']:.2f} ms, p99 {out[f'sequential_p99_ms_{key}']:.2f} ms"
             )
 
-        found: list[list[int]] = []
-        started = time.perf_counter()
-        for lo in range(0, len(w.queries), BATCH_NQ):
-            hits = await client.search(
-                "bench", w.queries[lo : lo + BATCH_NQ], limit=TOP_K, search_params=params, consistency_level="Bounded"
-            )
-            found.extend([h["id"] for h in per_query] for per_query in hits)
-        out["batched_qps"] = len(w.queries) / (time.perf_counter() - started)
-        out["recall_at_10"] = recall_at_k(found, w.truth)
+        out["batched_qps"], out["recall_at_10"] = await timed_batched(client, w, params)
         print(f"  batched nq={BATCH_NQ}: {out['batched_qps']:,.0f} QPS, recall@10 {out['recall_at_10']:.4f}")
         out["sweep"] = []
         for ef in EF_SWEEP:

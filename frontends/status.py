@@ -6,7 +6,7 @@ from typing import Any
 
 from agents.proxy.index import describe_index
 from schemas.config import OspreyConfig
-from schemas.index import IndexTask
+from schemas.index import IndexState, IndexTask
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
@@ -159,7 +159,7 @@ async def _indexes(meta: SegmentMeta, tasks: IndexTaskStore, view: MetaView) -> 
                 "building": {
                     t.build_id: {"node": t.node_id, "version": t.version}
                     for t in mine
-                    if t.node_id and t.state.value == "InProgress"
+                    if t.node_id and t.state is IndexState.IN_PROGRESS
                 },
                 **({"fail_reason": d.fail_reason} if d.fail_reason else {}),
             }

@@ -127,9 +127,8 @@ class IndexCoordinator(Service):
     async def _on_index_event(self, event: AnyIndexEvent) -> None:
         if isinstance(event, IndexBuildFinished):
             task = await self.tasks.get(event.task.build_id)
-            fresh = task is not None and task.version == event.task.version and not task.announced
-            if fresh and task is not None and await self.tasks.cas(task, announced=True) is None:
-                self.counts["conflicts"] += 1
+            if task is not None and task.version == event.task.version and not task.announced:
+                await self._write(task, announced=True)
         self.kick()
 
     async def _run(self) -> None:
@@ -161,7 +160,6 @@ class IndexCoordinator(Service):
             physical_ms(now),
             int(self.config.index_file_grace_s * 1000),
             self.config.index_min_segment_rows,
-            {t.build_id: physical_ms(t.deleted_ts) for t in tasks if t.mark_deleted},
         )
         self.waiting = plan.waiting
         for index, segment, exact in plan.create:

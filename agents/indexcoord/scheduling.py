@@ -28,10 +28,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from schemas.index import INDEX_FLAT, IndexInfo, IndexState, IndexTask
-from schemas.segment import SegmentInfo, SegmentState
+from schemas.segment import SegmentInfo
+from state.meta.segment_meta import FLUSHED_STATES as LIVE_SEGMENT_STATES
+from state.meta.tso import physical_ms
 
 NODE_SLOTS = 2  # tasks in progress per index node: one building, one ready to start
-LIVE_SEGMENT_STATES = (SegmentState.FLUSHED, SegmentState.INDEXED)
 
 
 class NodeManager:
@@ -53,9 +54,6 @@ class NodeManager:
         heapq.heapreplace(self._heap, (load + 1, node))
         return node
 
-    def loads(self) -> dict[int, int]:
-        return {node: load for load, node in self._heap}
-
 
 @dataclass
 class ScanPlan:
@@ -67,12 +65,6 @@ class ScanPlan:
     recycle: list[IndexTask] = field(default_factory=list)
     purge: list[IndexTask] = field(default_factory=list)
     waiting: int = 0  # unissued tasks left without a node
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.create or self.delete or self.reset or self.assign or self.announce or self.recycle or self.purge
-        )
 
 
 def is_exact(index: IndexInfo, segment: SegmentInfo, min_segment_rows: int) -> bool:
@@ -88,18 +80,15 @@ def plan_scan(
     now_ms: int,
     grace_ms: int,
     min_segment_rows: int,
-    deleted_ms: Mapping[int, int] | None = None,
 ) -> ScanPlan:
     """The scan's plan (module doc). ``indexes``: collection id -> its index definitions;
-    ``now_ms`` and the tasks' ``deleted_ts`` are on the TSO clock (``deleted_ms``: build id ->
-    physical ms of ``deleted_ts``)."""
+    ``now_ms`` is the physical part of a TSO timestamp, like the tasks' ``deleted_ts``."""
     out = ScanPlan()
     alive = set(alive_nodes)
     by_segment = {s.segment_id: s for s in segments}
     live_index = {i.index_id: i for infos in indexes.values() for i in infos}
     task_list = list(tasks)
     have = {(t.index_id, t.segment_id) for t in task_list}
-    deleted_ms = deleted_ms or {}
     for cid, infos in indexes.items():
         for index in infos:
             for segment in by_segment.values():
@@ -111,7 +100,7 @@ def plan_scan(
     unissued: list[IndexTask] = []
     for task in task_list:
         if task.mark_deleted:
-            if now_ms - deleted_ms.get(task.build_id, now_ms) >= grace_ms:
+            if now_ms - physical_ms(task.deleted_ts) >= grace_ms:
                 out.purge.append(task)
             continue
         held = by_segment.get(task.segment_id)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schemas.index import IndexDescription, IndexInfo, IndexState, IndexTask
-from schemas.segment import SegmentInfo, SegmentState
-
-FLUSHED = (SegmentState.FLUSHED, SegmentState.INDEXED)
+from schemas.segment import SegmentInfo
+from state.meta.segment_meta import FLUSHED_STATES
 
 
 def describe_index(index: IndexInfo, segments: Iterable[SegmentInfo], tasks: Iterable[IndexTask]) -> IndexDescription:
@@ -23,7 +22,7 @@ def describe_index(index: IndexInfo, segments: Iterable[SegmentInfo], tasks: Ite
     total = indexed = count = done = 0
     failed = ""
     for segment in segments:
-        if segment.collection_id != index.collection_id or segment.state not in FLUSHED:
+        if segment.collection_id != index.collection_id or segment.state not in FLUSHED_STATES:
             continue
         count += 1
         total += segment.num_rows

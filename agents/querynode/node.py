@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from agents.dml_cursor import DmlCursor, Verdict
-from agents.querynode.delegator import ShardDelegator
+from agents.querynode.delegator import SEGMENT_SEALED, ShardDelegator
 from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
 from schemas.codec import decode
@@ -469,7 +469,7 @@ class QueryNode:
             if shard is None or shard.collection.collection_id != collection_id:
                 continue
             entry = shard.distribution().get(segment_id)
-            if entry is not None and entry.kind == "sealed":
+            if entry is not None and entry.kind == SEGMENT_SEALED:
                 return shard
         return None
 

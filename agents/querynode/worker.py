@@ -456,11 +456,6 @@ class Worker:
                 "rows": s.row_count,
                 "indexed_rows": s.indexed_rows,
                 "memory_bytes": s.memory_bytes,
-                **(
-                    {"built_indexes": {f: {"build_id": b, "version": v} for f, (b, v) in s.built_indexes.items()}}
-                    if isinstance(s, SealedSegment)
-                    else {}
-                ),
             }
             for sid, s in self._segments.items()
         }

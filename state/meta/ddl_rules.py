@@ -446,20 +446,17 @@ async def _create_index(e: ddl.CreateIndex, view: MetaView, new_id: NewId) -> Pl
             raise InvalidParameter("field_name", RULE_ONE_INDEX_PER_FIELD, field.name)
     index_id = await new_id()
 
+    def created(ts: int) -> IndexInfo:  # created_ts is the meta write's timestamp
+        return wanted.model_copy(update={"index_id": index_id, "created_ts": ts})
+
     def record(ts: int) -> tuple[str, str]:
-        index = wanted.model_copy(update={"index_id": index_id, "created_ts": ts})
-        return keys.index_key(cid, index_id), index.model_dump_json()
+        return keys.index_key(cid, index_id), created(ts).model_dump_json()
 
     reply_type = ddl.IndexReply
     return Plan(
         additions=[record],
         make_reply=lambda ts: reply_type(
-            request_id=e.request_id,
-            proxy_id=e.proxy_id,
-            ts=ts,
-            collection_id=cid,
-            index=wanted.model_copy(update={"index_id": index_id, "created_ts": ts}),
-            invalidate=[cid],
+            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, collection_id=cid, index=created(ts), invalidate=[cid]
         ),
     )
 

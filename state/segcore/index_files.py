@@ -20,16 +20,23 @@ import time
 import uuid
 from pathlib import Path
 
-import hnswlib
 import numpy as np
 
-from schemas.index import HNSW_FILE, INDEX_DIR, INDEX_FLAT, INDEX_META_FILE, IndexTask, index_dir
-from state.segcore.segment_files import _sync_and_describe, fsync_dir, make_dirs, read_vectors
-from state.segcore.vector_index import HNSW_RANDOM_SEED, VectorIndex
+from schemas.index import (
+    AUTOINDEX_EF_CONSTRUCTION,
+    AUTOINDEX_M,
+    HNSW_FILE,
+    INDEX_DIR,
+    INDEX_FLAT,
+    INDEX_META_FILE,
+    IndexTask,
+    index_dir,
+)
+from state.segcore.segment_files import fsync_dir, make_dirs, read_vectors, sync_and_describe
+from state.segcore.vector_index import VectorIndex
 
 __all__ = ["build_index", "has_files", "load_index", "remove_index", "remove_versions_below"]
 
-_HNSW_SPACE = {"L2": "l2", "IP": "ip", "COSINE": "cosine"}
 TMP_PREFIX = ".tmp-"
 
 
@@ -50,20 +57,20 @@ def build_index(root: Path | str, task: IndexTask, threads: int) -> tuple[str, l
         return relative, [], 0.0
     vectors = read_vectors(root, task.segment_path, task.field_name, task.dim)
     began = time.perf_counter()
-    index = hnswlib.Index(space=_HNSW_SPACE[task.metric_type], dim=task.dim)
-    index.init_index(
-        max_elements=max(1, len(vectors)),
-        M=task.params.get("M", 16),
-        ef_construction=task.params.get("efConstruction", 200),
-        random_seed=HNSW_RANDOM_SEED,
+    index = VectorIndex(
+        task.dim,
+        task.metric_type,
+        max_elements=len(vectors),
+        M=task.params.get("M", AUTOINDEX_M),
+        ef_construction=task.params.get("efConstruction", AUTOINDEX_EF_CONSTRUCTION),
     )
-    index.add_items(vectors, np.arange(len(vectors)), num_threads=threads)
+    index.add(vectors, np.arange(len(vectors)), threads=threads)
     seconds = time.perf_counter() - began
     make_dirs(final.parent)
     tmp = final.parent / f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex}"
     tmp.mkdir()
-    index.save_index(str(tmp / HNSW_FILE))
-    entry = _sync_and_describe(tmp / HNSW_FILE)
+    index.save(str(tmp / HNSW_FILE))
+    entry = sync_and_describe(tmp / HNSW_FILE)
     meta = {
         "build_id": task.build_id,
         "version": task.version,
@@ -101,8 +108,8 @@ def load_index(root: Path | str, task: IndexTask) -> VectorIndex | None:
         task.dim,
         task.metric_type,
         max_elements=int(meta["num_rows"]),
-        M=task.params.get("M", 16),
-        ef_construction=task.params.get("efConstruction", 200),
+        M=task.params.get("M", AUTOINDEX_M),
+        ef_construction=task.params.get("efConstruction", AUTOINDEX_EF_CONSTRUCTION),
         path=str(directory / HNSW_FILE),
     )
 

@@ -351,7 +351,7 @@ def _write_bytes(path: Path, data: bytes) -> FileEntry:
     return FileEntry(name=path.name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-def _sync_and_describe(path: Path) -> FileEntry:
+def sync_and_describe(path: Path) -> FileEntry:
     """fsync a written file and describe it (size, sha256 of what is on disk)."""
     h = hashlib.sha256()
     size = 0
@@ -376,7 +376,7 @@ def _write_parquet(path: Path, table: pa.Table, schema: CollectionSchema) -> Fil
         use_dictionary=scalars,
         write_statistics=scalars,
     )
-    return _sync_and_describe(path)
+    return sync_and_describe(path)
 
 
 def _same_segment(a: SegmentManifest, b: SegmentManifest) -> bool:

@@ -320,20 +320,27 @@ class VectorIndex:
         upper = int(self.size / math.log(max(self.M, 2)) * 4 * (self.M + 1))
         return level0 + upper
 
-    def add(self, vectors: np.ndarray, labels: np.ndarray) -> None:
-        """Add (n, dim) float32 ``vectors`` under int ``labels`` (n,), growing capacity as needed."""
+    def add(self, vectors: np.ndarray, labels: np.ndarray, threads: int | None = None) -> None:
+        """Add (n, dim) float32 ``vectors`` under int ``labels`` (n,), growing capacity as needed, on
+        ``threads`` hnswlib threads (default: ADD_THREADS for big batches, else one)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         labels = np.ascontiguousarray(labels, dtype=np.int64)
         if vectors.ndim != 2 or vectors.shape[1] != self.dim or labels.shape != (vectors.shape[0],):
             raise InvalidParameter("vectors", f"must be (n, {self.dim}) with n labels", vectors.shape)
         if not len(labels):
             return
-        threads = ADD_THREADS if len(labels) >= PARALLEL_ADD_MIN_ROWS else 1
+        if threads is None:
+            threads = ADD_THREADS if len(labels) >= PARALLEL_ADD_MIN_ROWS else 1
         with self._lock.adding():
             needed = self.size + len(labels)
             if needed > self.capacity:
                 self._index.resize_index(max(needed, INDEX_GROWTH_FACTOR * self.capacity))
             self._index.add_items(vectors, labels, num_threads=threads)
+
+    def save(self, path: str) -> None:
+        """Write the index to ``path`` in hnswlib's format (what ``VectorIndex(..., path=path)`` loads)."""
+        with self._lock.adding():
+            self._index.save_index(path)
 
     def search(
         self, queries: np.ndarray, k: int, ef: int, timeout_s: float | None = None

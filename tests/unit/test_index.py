@@ -25,6 +25,7 @@ from schemas.index import (
     parse_index_params,
 )
 from schemas.segment import SegmentInfo, SegmentKey, SegmentState
+from state.meta.tso import compose_ts
 from state.segcore.index_files import build_index, load_index, remove_index, remove_versions_below
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment_files import segment_path, write_segment
@@ -119,10 +120,8 @@ def task(build_id: int, sid: int, **changes: object) -> IndexTask:
     return base.model_copy(update=changes)
 
 
-def plan(
-    tasks: list[IndexTask], segments: list[SegmentInfo], nodes: set[int], deleted_ms: dict[int, int] | None = None
-) -> ScanPlan:
-    return plan_scan({1: [index()]}, segments, tasks, nodes, 10_000, 1_000, 1_024, deleted_ms)
+def plan(tasks: list[IndexTask], segments: list[SegmentInfo], nodes: set[int]) -> ScanPlan:
+    return plan_scan({1: [index()]}, segments, tasks, nodes, 10_000, 1_000, 1_024)
 
 
 def test_every_flushed_segment_of_an_indexed_field_gets_one_task() -> None:
@@ -141,11 +140,11 @@ def test_orphaned_tasks_are_deleted_and_purged_after_the_grace_period() -> None:
         task(1, 10),
         task(2, 11),
         task(3, 12, index_id=99),
-        task(4, 13, mark_deleted=True, deleted_ts=1),
-        task(5, 14, mark_deleted=True, deleted_ts=2),
+        task(4, 13, mark_deleted=True, deleted_ts=compose_ts(8_000, 0)),
+        task(5, 14, mark_deleted=True, deleted_ts=compose_ts(9_500, 0)),
     ]
     segments = [segment(10), segment(11, state=SegmentState.DROPPED)]
-    out = plan(tasks, segments, nodes=set(), deleted_ms={4: 8_000, 5: 9_500})
+    out = plan(tasks, segments, nodes=set())
     assert sorted((t.build_id, why) for t, why in out.delete) == [
         (2, "segment dropped"),
         (3, "index dropped"),
