@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from agents.ports import port_open
 from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess
 from schemas.config import OspreyConfig
@@ -67,7 +68,13 @@ class LocalCluster:
         module = PROXY_MODULE if role == "proxy" else WORKER_MODULES[role]
         worker = WorkerProcess(role, module, self.config.to_env(), Path(self.config.data_dir))
         worker.name = name or role
-        worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
+        if role == "proxy":
+            # the lease is taken before the REST front end binds: ready once both are there
+            worker.ready_check = lambda: worker.pid() in live_pids(self.config, role) and port_open(
+                *self.config.proxy_host_port
+            )
+        else:
+            worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
         return worker
 
     def extra_worker(self, role: str, name: str) -> WorkerProcess:
