@@ -42,6 +42,7 @@ from schemas.errors import InvalidParameter
 from schemas.ingest import DeadLetter
 from streams.topics import Topics
 from tests.conftest import make_config
+from tests.integration.dml_helpers import insert_events
 
 pytestmark = pytest.mark.integration
 
@@ -590,4 +591,29 @@ def test_upsert_driver_killed_mid_stream_then_restarted(
     print(f"killed the driver with {seen} of {len(expected)} keys visible")
     wait_job(start_upsert_job(module_config, tmp_path / "in", name, tmp_path / "ckpt"))
     assert_each_pk_once(module_config, name, expected)
-    assert_exact(module_config, name, expected)
+    try:
+        assert_exact(module_config, name, expected)
+    except AssertionError as failure:
+        wrong = [r["id"] for r in rows_of(module_config, name, ("tag",)) if r["tag"] != expected[r["id"]][1]]
+        history = key_history(module_config, name, wrong[:3])
+        raise AssertionError(f"{failure}\n{len(wrong)} keys not at their last write\n{history}") from failure
+
+
+def key_history(config: OspreyConfig, name: str, pks: list[int]) -> str:
+    """Every Insert event on dml holding one of ``pks``, in log order: what a failing upsert test shows."""
+
+    async def read(client: InProcessClient) -> str:
+        collection_id = (await client.proxy.cache.get(name)).info.collection_id
+        lines = []
+        for n, (partition, _, event) in enumerate(await insert_events(client, collection_id)):
+            keys = event.column("id").array()  # type: ignore[union-attr]
+            tags = event.column("tag").array()  # type: ignore[union-attr]
+            for pk in pks:
+                for row in np.flatnonzero(keys == pk):
+                    lines.append(
+                        f"pk {pk}: #{n} dml[{partition}] ts {event.ts} identity {event.identity} "
+                        f"segment {event.segment_id} request {event.request_id} tag {tags[row]}"
+                    )
+        return "\n".join(lines)
+
+    return str(run(_with_client(config, read)))
