@@ -70,8 +70,8 @@ class LocalCluster:
         worker.name = name or role
         if role == "proxy":
             # the lease is taken before the REST front end binds: ready once both are there
-            worker.ready_check = lambda: worker.pid() in live_pids(self.config, role) and port_open(
-                *self.config.proxy_host_port
+            worker.ready_check = lambda: (
+                worker.pid() in live_pids(self.config, role) and port_open(*self.config.proxy_host_port)
             )
         else:
             worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)
