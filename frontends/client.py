@@ -54,6 +54,7 @@ from schemas.errors import (
     ServiceUnavailable,
     from_status,
 )
+from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.meta import (
     AliasDescription,
@@ -259,14 +260,14 @@ def _brief(d: Mapping[str, Any]) -> CollectionBrief:
     )
 
 
-def _hits(rows: list[dict[str, Any]], nq: int) -> list[list[dict[str, Any]]]:
+def _hits(rows: list[dict[str, Any]], nq: int) -> list[Hits]:
     """Flat REST hit rows -> per query vector, ``{"id", "distance", "entity"}`` best first."""
     hits: list[list[dict[str, Any]]] = [[] for _ in range(max(nq, 1))]
     for row in rows:
         entity = dict(row)
         q = entity.pop("query", 0) if nq > 1 else 0
         hits[q].append({"id": entity.pop("id"), "distance": entity.pop("distance"), "entity": entity})
-    return hits
+    return [Hits.of(h) for h in hits]
 
 
 def _index_info(d: Mapping[str, Any]) -> IndexInfo:
@@ -763,11 +764,12 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
-    ) -> list[list[dict[str, Any]]]:
+    ) -> list[Hits]:
         """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
         (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
-        best first. ``search_params`` is ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``.
-        ``timeout`` in seconds bounds the wait for the shards' tsafe."""
+        best first, as :class:`~schemas.hits.Hits` (also ``.ids``, ``.distances``). ``search_params``
+        is ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``timeout`` in seconds
+        bounds the wait for the shards' tsafe."""
         vectors = _jsonable(data) if hasattr(data, "tolist") else data
         body: dict[str, Any] = {
             "collectionName": collection_name,

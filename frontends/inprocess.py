@@ -19,6 +19,7 @@ from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
+from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
@@ -315,10 +316,11 @@ class InProcessClient:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
-    ) -> list[list[dict[str, Any]]]:
+    ) -> list[Hits]:
         """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
-        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
-        best first (L2 ascending, IP/COSINE descending, ties by id). ``search_params`` is
+        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``
+        as :class:`~schemas.hits.Hits` (also ``.ids``, ``.distances``), best first (L2 ascending,
+        IP/COSINE descending, ties by id). ``search_params`` is
         ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``consistency_level``
         overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
         ``timeout`` in seconds bounds the wait for the shards' tsafe."""

@@ -39,6 +39,7 @@ from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
 from schemas.errors import CollectionNotLoaded, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import LoadInfo, LoadProgress, LoadState
@@ -418,9 +419,7 @@ class Proxy(Service):
         ts, taken = self._last_now
         return add_ms(ts, int((time.monotonic() - taken) * 1000))
 
-    async def search(
-        self, collection_name: str, data: Any, limit: int = 10, **options: Any
-    ) -> list[list[dict[str, Any]]]:
+    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[Hits]:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
         task = SearchTask(self, collection_name, data, limit, **options)

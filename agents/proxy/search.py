@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from schemas.errors import (
     RequestTimeout,
     from_error_status,
 )
+from schemas.hits import Hits
 from schemas.meta import CollectionInfo
 from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.readpath.consistency import guarantee_ts
@@ -164,7 +165,10 @@ class DqRouter:
                 self._call(address, request.model_copy(update={"vchannels": vchannels}), deadline)
                 for address, vchannels in groups.items()
             ]
-            for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            outcomes = (
+                await asyncio.gather(*calls, return_exceptions=True) if len(calls) != 1 else [await _caught(calls[0])]
+            )
+            for outcome in outcomes:
                 if isinstance(outcome, OspreyError):
                     last_error = outcome.reason
                     continue
@@ -249,6 +253,14 @@ class DqRouter:
 
     def health(self) -> dict[str, Any]:
         return {"path": self.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
+
+
+async def _caught(call: Awaitable[list[Result]]) -> list[Result] | BaseException:
+    """``call``'s result or its exception, as ``gather(..., return_exceptions=True)`` gives (without a task)."""
+    try:
+        return await call
+    except Exception as exc:
+        return exc
 
 
 def _raise_errors(results: Sequence[Result]) -> None:
@@ -423,17 +435,12 @@ class SearchTask(_ReadTask):
         all_pks, all_distances = hits.pks.tolist(), hits.distances.tolist()  # one conversion, not one per query
         out = []
         for q, n in enumerate(counts):
-            pairs = zip(all_pks[q][:n], all_distances[q][:n], strict=True)
+            ids = all_pks[q][:n]
+            entities = None
             if names:
                 found = lookup[q]
-                out.append(
-                    [
-                        {"id": pk, "distance": d, "entity": _inline_dynamic(dict(found.get(pk, {})), keys)}
-                        for pk, d in pairs
-                    ]
-                )
-            else:
-                out.append([{"id": pk, "distance": d, "entity": {}} for pk, d in pairs])
+                entities = [_inline_dynamic(dict(found.get(pk, {})), keys) for pk in ids]
+            out.append(Hits(ids, all_distances[q][:n], entities))  # hit dicts made when looked at
         self.result = out
 
 

@@ -1,0 +1,79 @@
+"""What a search returns per query vector: :class:`Hits`, as pymilvus's ``MilvusClient.search`` does.
+
+A search answers a list with one :class:`Hits` per query vector. Each is a sequence of hits
+``{"id": pk, "distance": d, "entity": {field: value}}``, best first, and has the primary keys and
+distances as plain lists (``hits.ids``, ``hits.distances``, pymilvus's names). The hit dicts are
+made the first time a hit is looked at: a batch of 100 queries with limit 10 would otherwise build
+1,000 dicts per request whether the caller reads them or only ``ids`` (docs/benchmarks.md measured
+them as a third of the asking process's time in a batched search).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+__all__ = ["Hits"]
+
+
+class Hits(Sequence[dict[str, Any]]):
+    """One query's hits, best first. ``entities``: each hit's output fields (None: none asked for).
+    Compares equal to the list of its hit dicts; ``list(hits)`` is that list (JSON-ready)."""
+
+    __slots__ = ("_entities", "_hits", "distances", "ids")
+
+    def __init__(self, ids: list[Any], distances: list[float], entities: list[dict[str, Any]] | None = None) -> None:
+        if len(ids) != len(distances) or (entities is not None and len(entities) != len(ids)):
+            raise ValueError(f"ids ({len(ids)}), distances ({len(distances)}) and entities must have one item per hit")
+        self.ids = ids
+        self.distances = distances
+        self._entities = entities
+        self._hits: list[dict[str, Any]] | None = None
+
+    def _made(self) -> list[dict[str, Any]]:
+        if self._hits is None:
+            if self._entities is None:
+                self._hits = [
+                    {"id": i, "distance": d, "entity": {}} for i, d in zip(self.ids, self.distances, strict=True)
+                ]
+            else:
+                self._hits = [
+                    {"id": i, "distance": d, "entity": e}
+                    for i, d, e in zip(self.ids, self.distances, self._entities, strict=True)
+                ]
+        return self._hits
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Hits):
+            return self._made() == other._made()
+        if isinstance(other, list):
+            return self._made() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents, like a list
+
+    def __repr__(self) -> str:
+        return repr(self._made())
+
+    @classmethod
+    def of(cls, hits: Sequence[dict[str, Any]]) -> Hits:
+        """Hits from hit dicts (a REST answer's): the same dicts, with ``ids`` and ``distances``."""
+        made = list(hits)
+        out = cls([h["id"] for h in made], [h["distance"] for h in made])
+        out._hits = made
+        return out
