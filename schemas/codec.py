@@ -51,7 +51,7 @@ def encode(model: BaseModel) -> bytes:
 
 def decode(data: bytes, adapter: TypeAdapter[T] | type[T]) -> T:
     """The model in ``data`` (framed by :func:`encode`, or plain JSON), validated by ``adapter``."""
-    validator = adapter if isinstance(adapter, TypeAdapter) else TypeAdapter(adapter)
+    validator = adapter if isinstance(adapter, TypeAdapter) else _adapter(adapter)
     if not data.startswith(MAGIC):
         return validator.validate_json(data)
     start = len(MAGIC) + _HEADER_LEN.size
@@ -74,6 +74,17 @@ def decode(data: bytes, adapter: TypeAdapter[T] | type[T]) -> T:
         return value
 
     return validator.validate_python(restore(header))
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(model: type[T]) -> TypeAdapter[T]:
+    """One TypeAdapter per model class (building one costs more than decoding a search request)."""
+    adapter = _ADAPTERS.get(model)
+    if adapter is None:
+        adapter = _ADAPTERS[model] = TypeAdapter(model)
+    return adapter
 
 
 def _json_default(value: Any) -> Any:

@@ -648,7 +648,10 @@ class QueryNode:
                     results.append(moved.model_copy(update={"moved": True}))
                 continue
             jobs.append(self._serve_shard(prepared, state, vchannel, guarantee))
-        results.extend(await asyncio.gather(*jobs))
+        if len(jobs) == 1:  # one shard here (the common case): no task to schedule
+            results.append(await jobs[0])
+        else:
+            results.extend(await asyncio.gather(*jobs))
         return results
 
     async def serve_safely(
