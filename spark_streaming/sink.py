@@ -14,7 +14,8 @@ Register it first (``spark.dataSource.register(OspreyDataSource)``, done by
   :func:`spark_streaming.stream.write_stream` before the query exists, by a plain ``writeStream``
   when Spark plans the writer, before any row is sent). ``upsert``: each row replaces every older
   version of its primary key. Keys given by the client: the rows are inserted, and the query
-  nodes read only a key's newest version (a key twice in one chunk: the later row wins). An
+  nodes read only a key's newest version (a key twice in one chunk: the later row wins; in two
+  partitions of one micro-batch: either, as Spark orders micro-batches, not their tasks). An
   auto_id collection: the key column is required, the rows get new keys and the keys given are
   deleted; rows whose key repeats within a chunk go to the dead-letter topic
   (``agents/proxy/ingest.py``);
