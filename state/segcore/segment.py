@@ -918,8 +918,16 @@ class GrowingSegment:
     def _finish(
         self, distances: np.ndarray, row_ids: np.ndarray, invalid: np.ndarray | None, metric: str, top_k: int
     ) -> SearchHits:
-        """Sort candidates by (invalid last, distance best first, pk), keep top_k, pad. O(nq * C log C)."""
+        """Sort candidates by (invalid last, distance best first, pk), keep top_k, pad. O(nq * C log C).
+
+        Candidates that are exactly top_k valid ones already strictly best first (an index's own
+        top-k with no tie, the common case) are taken as they are: nothing to sort, nothing to pad."""
         nq = len(distances)
+        if invalid is None and distances.shape[1] == top_k and top_k > 0:
+            scores = scores_of(distances, metric)
+            if bool((scores[:, 1:] > scores[:, :-1]).all()):
+                pks = self._buffers[self._pk_key][row_ids]
+                return SearchHits(pks, distances.astype(np.float32, copy=False), np.full(nq, top_k, np.int64))
         order = self._order(distances, row_ids, invalid, metric)[:, :top_k]
         kept = order.shape[1]
         counts = np.full(nq, kept, np.int64) if invalid is None else np.minimum((~invalid).sum(axis=1), top_k)
