@@ -7,6 +7,7 @@ and the REST front end on ``proxy_http``, runs until SIGTERM or SIGINT, then sto
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Awaitable
@@ -25,6 +26,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
     """Run the client and the REST front end until ``stop`` is set, then stop both (REST first)."""
+    gc.freeze()  # the modules and classes loaded live as long as the process: no full collection walks them again
     client = InProcessClient(config)
     await client.start()
     try:

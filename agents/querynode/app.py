@@ -17,6 +17,7 @@ an event. Either way it is loaded once (the node loads each segment id once).
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -73,6 +74,11 @@ class QueryNodeRuntime(Service):
         return self.node
 
     async def on_start(self) -> None:
+        # What is alive before the node exists (modules, classes, the Faust app: ~100k objects)
+        # lives as long as the process: frozen, no full collection walks it again (one took 40-65
+        # ms of a batched search's wall time on two busy cores). Frozen before any segment or
+        # delegator exists, so nothing a release could free is kept alive by it.
+        gc.freeze()
         config, ns = self.config, self.config.cluster
         await ensure_topics(config)
         self.redis = connect(config)
