@@ -10,7 +10,10 @@ broker, redis-server, a rootcoord, a querynode and a proxy process serving the i
 - upsert mode (``.option("mode", "upsert")``): micro-batches re-writing keys leave each key once
   with its last write, also when Spark replays the last batch (its commit forgotten) or the
   driver is killed mid-stream and restarted; into an auto_id collection the rows come back under
-  new keys and the given keys are gone, a replay adding none; any other mode fails the query.
+  new keys and the given keys are gone, a replay adding none; any other mode fails the query;
+- a restart that runs two files as one micro-batch (a driver killed between Spark's file source
+  log and its offset log, the state made on purpose): each key once, at a write of its last
+  micro-batch as Spark ran it (read from the checkpoint).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -604,6 +608,47 @@ def test_upsert_driver_killed_mid_stream_then_restarted(
     if wrong:
         history = key_history(module_config, name, wrong[:3])
         pytest.fail(f"{len(wrong)} keys not at a write of their last micro-batch, first {wrong[:3]}\n{history}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_upsert_restart_that_merges_two_files_into_one_micro_batch(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    """The state a driver leaves when killed after its file source logged batch 2's file but
+    before the offset log recorded batch 2, made on purpose: the restart runs v2 and v3 as one
+    micro-batch. Each key once, at a write of its last micro-batch; nothing lost."""
+    name = "upsert_merged"
+    create_collection(module_config, name)
+    versions = [np.arange(4_000)] + [
+        np.r_[f * 1_000 : f * 1_000 + 2_000, 4_000 + f * 1_000 : 5_000 + f * 1_000] for f in range(4)
+    ]
+    expected = write_versions(tmp_path / "all", versions, seed=12)
+    inputs, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    inputs.mkdir()
+    for f in (0, 1):
+        shutil.copy2(tmp_path / "all" / f"part-{f:03d}.parquet", inputs)
+    wait_job(start_upsert_job(module_config, inputs, name, checkpoint))  # batches 0 and 1, committed
+    for f in (2, 3, 4):
+        shutil.copy2(tmp_path / "all" / f"part-{f:03d}.parquet", inputs)
+    logged = inputs / "part-002.parquet"
+    entry = {"path": logged.resolve().as_uri(), "timestamp": int(logged.stat().st_mtime * 1000), "batchId": 2}
+    (checkpoint / "sources" / "0" / "2").write_text("v1\n" + json.dumps(entry))
+    wait_job(start_upsert_job(module_config, inputs, name, checkpoint))
+    batches = micro_batches(checkpoint)
+    assert batches == [
+        ["part-000.parquet"],
+        ["part-001.parquet"],
+        ["part-002.parquet", "part-003.parquet"],
+        ["part-004.parquet"],
+    ]
+    assert_each_pk_once(module_config, name, expected)
+    allowed = last_micro_batch_writes(batches, inputs)
+    rows = rows_of(module_config, name)
+    assert all(
+        (np.asarray(r["vector"], dtype=np.float32).tobytes(), r["tag"], r["score"]) in allowed[r["id"]] for r in rows
+    )
+    assert any(len(allowed[r["id"]]) == 2 for r in rows)  # keys both merged files wrote: either row
 
 
 def micro_batches(checkpoint: Path) -> list[list[str]]:
