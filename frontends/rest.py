@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,6 +80,7 @@ from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter, OspreyError, from_status
+from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, parse_index_params
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
 from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
@@ -695,7 +696,7 @@ def _deleted(result: DeleteResult) -> dict[str, Any]:
     return {"deleteCount": result.delete_count, "deleteIds": result.primary_keys, "timestamp": result.timestamp}
 
 
-def _hits(result: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _hits(result: Sequence[Hits]) -> list[dict[str, Any]]:
     """Search hits flattened as Milvus's REST API returns them: one object per hit, with the
     entity's fields inline (and ``query`` = the index of its query vector when nq > 1)."""
     flat = []
