@@ -64,6 +64,17 @@ def bench_hnswlib(w: Workload, sequential: int) -> tuple[dict[str, Any], hnswlib
     return {"build_rows_per_s": len(w.base) / build_s, "build_s": build_s, **point}, index
 
 
+def raw_batched_pass(index: hnswlib.Index, w: Workload, ef: int) -> tuple[float, list[list[int]]]:
+    """(QPS, labels per query) of one pass of raw hnswlib over every query in batches of BATCH_NQ."""
+    index.set_ef(ef)
+    found: list[list[int]] = []
+    started = time.perf_counter()
+    for lo in range(0, len(w.queries), BATCH_NQ):
+        labels, _ = index.knn_query(w.queries[lo : lo + BATCH_NQ], k=TOP_K)
+        found.extend(labels.tolist())
+    return len(w.queries) / (time.perf_counter() - started), found
+
+
 def hnswlib_point(index: hnswlib.Index, w: Workload, ef: int, sequential: int) -> dict[str, Any]:
     """Sequential (nq=1) and batched (nq=100) QPS and recall@10 of raw hnswlib at ``ef``."""
     index.set_ef(ef)
@@ -72,18 +83,13 @@ def hnswlib_point(index: hnswlib.Index, w: Workload, ef: int, sequential: int) -
         t = time.perf_counter()
         index.knn_query(q[None, :], k=TOP_K)
         latencies.append(time.perf_counter() - t)
-    started = time.perf_counter()
-    found = []
-    for lo in range(0, len(w.queries), BATCH_NQ):
-        labels, _ = index.knn_query(w.queries[lo : lo + BATCH_NQ], k=TOP_K)
-        found.extend(labels.tolist())
-    batched_s = time.perf_counter() - started
+    batched_qps, found = raw_batched_pass(index, w, ef)
     return {
         "ef": ef,
         "sequential_qps": len(latencies) / sum(latencies),
         "sequential_p50_ms": percentile_ms(latencies, 50),
         "sequential_p99_ms": percentile_ms(latencies, 99),
-        "batched_qps": len(w.queries) / batched_s,
+        "batched_qps": batched_qps,
         "recall_at_10": recall_at_k(found, w.truth),
     }
 
@@ -161,15 +167,6 @@ async def timed_batched(client: InProcessClient, w: Workload, params: dict[str, 
     return len(w.queries) / (time.perf_counter() - started), recall_at_k(found, w.truth)
 
 
-def raw_batched_pass(index: hnswlib.Index, w: Workload, ef: int) -> float:
-    """QPS of one pass of raw hnswlib over every query in batches of BATCH_NQ."""
-    index.set_ef(ef)
-    started = time.perf_counter()
-    for lo in range(0, len(w.queries), BATCH_NQ):
-        index.knn_query(w.queries[lo : lo + BATCH_NQ], k=TOP_K)
-    return len(w.queries) / (time.perf_counter() - started)
-
-
 async def paired_batched(
     client: InProcessClient, raw: hnswlib.Index, w: Workload, ef: int, passes: int
 ) -> dict[str, Any]:
@@ -180,7 +177,7 @@ async def paired_batched(
     await timed_batched(client, w, params)  # warm
     osprey, reference, recall = [], [], 0.0
     for _ in range(passes):
-        reference.append(await asyncio.to_thread(raw_batched_pass, raw, w, ef))
+        reference.append((await asyncio.to_thread(raw_batched_pass, raw, w, ef))[0])
         qps, recall = await timed_batched(client, w, params)
         osprey.append(qps)
     osprey_qps, raw_qps = float(np.median(osprey)), float(np.median(reference))
