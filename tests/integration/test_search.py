@@ -189,7 +189,10 @@ async def test_exact_search_matches_brute_force_l2_ip_cosine(client: InProcessCl
         again = await client.search(
             coll, queries[:2], limit=k, search_params={"metric_type": metric.lower()}, consistency_level="Strong"
         )
-        assert again == hits[:2]
+        # same hits; distances equal up to float32 rounding (the BLAS kernel, and so the last
+        # bit of a dot product, depends on the batch shape and the CPU)
+        assert [h.ids for h in again] == [h.ids for h in hits[:2]]
+        np.testing.assert_allclose([h.distances for h in again], [h.distances for h in hits[:2]], rtol=1e-5, atol=TOL)
     assert decided >= 0.9 * 3 * nq * k  # the check compared ids at nearly every rank
     # a row's own vector is its nearest neighbour under L2 (distance ~0) and COSINE (similarity ~1)
     own = await client.search(coll, data["embedding"][:5], limit=1, consistency_level="Strong")
