@@ -43,6 +43,12 @@ class _Request(_Event):
         None, ge=0, description="serve once every row with ts <= this is applied; 0 = no wait"
     )
     timeout_ms: int = Field(DEFAULT_TIMEOUT_MS, ge=1, description="how long a delegator may wait for tsafe")
+    newest_snapshot: bool = Field(
+        False,
+        description="read the newest snapshot the shard has applied (never below guarantee_ts, never above ts), "
+        "as a consistency level asks; False: read exactly at guarantee_ts (a timestamp the caller gave: "
+        "time travel). A request without guarantee_ts always reads the newest snapshot",
+    )
 
 
 class SearchRequest(_Request):

@@ -419,6 +419,16 @@ class ShardDelegator:
         """The MVCC timestamp of a request: ``guarantee_ts``, or for Eventually ``tsafe - 1``."""
         return guarantee_ts if guarantee_ts != EVENTUALLY_TS else max(self._tsafe - 1, 0)
 
+    def newest_read_ts(self, guarantee_ts: int, request_ts: int = 0) -> int:
+        """The newest consistent snapshot this shard can serve a request guaranteed ``guarantee_ts``
+        and stamped ``request_ts`` (0: not stamped) at, once :meth:`wait_tsafe` returned:
+        ``max(guarantee_ts, min(request_ts, tsafe - 1))``. Every event with ``ts < tsafe`` is
+        applied (the time tick's contract), so a read at ``tsafe - 1`` sees a whole snapshot; as in
+        Milvus, a Bounded or Session read thus sees every row the node has applied, not only those
+        older than its guarantee timestamp."""
+        newest = self._tsafe - 1 if request_ts <= 0 else min(request_ts, self._tsafe - 1)
+        return max(guarantee_ts, newest, 0)
+
     # ------------------------------------------------------------------ search & query
 
     def segments_by_worker(self, partition_ids: Sequence[int] | None) -> dict[Worker, list[int]]:

@@ -678,6 +678,9 @@ class QueryNode:
                     )
                 raise CollectionNotLoaded(f"collection not loaded[collection={prepared.info.collection_name}]")
             timeout_s = request.timeout_ms / 1000
+            if request.newest_snapshot or request.guarantee_ts is None:  # a consistency level, not a timestamp
+                await delegator.wait_tsafe(guarantee, timeout_s)
+                guarantee = delegator.newest_read_ts(guarantee, request.ts)  # then read (and fetch fields) there
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
                 assert prepared.queries is not None  # prepare() sets them for a search

@@ -163,6 +163,24 @@ async def test_rows_after_the_guarantee_timestamp_are_invisible(client: InProces
     assert await client.get(coll, [1, 2], consistency_level="Strong") == [{"id": 1}, {"id": 2}]
 
 
+async def test_bounded_and_eventually_read_every_row_the_node_applied(client: InProcessClient, querynode: Any) -> None:
+    """As in Milvus: a consistency level only says how long to wait (until tsafe passes the
+    guarantee timestamp); the read then sees the newest snapshot the shard applied, so rows
+    younger than Bounded's graceful time are visible once consumed. A given guarantee_timestamp
+    still reads exactly at it (time travel)."""
+    coll = name()
+    await client.create_collection(coll, vec_schema(), shards_num=2, consistency_level="Bounded")
+    await wait_served(client, coll, 0)
+    v = np.ones(DIM, np.float32)
+    a = await client.insert(coll, [{"id": 1, "age": 1, "tag": "a", "embedding": v}])
+    assert await client.count(coll, consistency_level="Strong") == 1  # now applied by the query node
+    for level in (None, "Bounded", "Eventually"):
+        assert await client.count(coll, consistency_level=level) == 1, level
+        hits = await client.search(coll, [v], limit=1, consistency_level=level)
+        assert [h["id"] for h in hits[0]] == [1], level
+    assert await client.count(coll, guarantee_timestamp=a.timestamp - 1) == 0  # time travel: before the insert
+
+
 # ---------------------------------------------------------------------------- exact search
 
 
