@@ -63,6 +63,7 @@ def embedded_cluster(name: str, proxy: bool = False, **overrides: Any) -> Iterat
             "cluster": f"bench{name}",
             "data_dir": Path(tmp),
             "proxy_http": f"127.0.0.1:{free_port()}",
+            "proxy_grpc": f"127.0.0.1:{free_port()}",
         }
         values.update(overrides)
         config = OspreyConfig(**values)

@@ -1,7 +1,8 @@
 """``./osprey proxy`` (or ``python -m frontends.proxy_server``): the proxy process in the foreground.
 
 Waits for the broker and Redis, starts a :class:`InProcessClient` (its proxy registers the node lease)
-and the REST front end on ``proxy_http``, runs until SIGTERM or SIGINT, then stops both.
+the REST front end on ``proxy_http`` and the Milvus gRPC front end on ``proxy_grpc`` (unless it is
+empty), runs until SIGTERM or SIGINT, then stops them (the front ends first).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Awaitable
 
 from agents.ports import wait_for_port
 from frontends.inprocess import InProcessClient
+from frontends.milvus_grpc.server import GrpcFrontEnd
 from frontends.rest import RestFrontEnd
 from schemas.config import OspreyConfig
 
@@ -25,7 +27,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
-    """Run the client and the REST front end until ``stop`` is set, then stop both (REST first)."""
+    """Run the client and the front ends until ``stop`` is set, then stop them (front ends first)."""
     gc.freeze()  # the modules and classes loaded live as long as the process: no full collection walks them again
     client = InProcessClient(config)
     await client.start()
@@ -33,9 +35,15 @@ async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
         rest = RestFrontEnd(client)
         await rest.start()
         log.info("proxy %s: REST front end on %s", client.proxy.proxy_id, rest.url)
+        grpc_front = GrpcFrontEnd(client) if config.proxy_grpc else None
         try:
+            if grpc_front is not None:
+                await grpc_front.start()
+                log.info("proxy %s: Milvus gRPC front end on %s", client.proxy.proxy_id, grpc_front.address)
             await stop.wait()
         finally:
+            if grpc_front is not None:
+                await _bounded(grpc_front.stop(), "Milvus gRPC front end")
             await _bounded(rest.stop(), "REST front end")
     finally:
         await _bounded(client.stop(), "client")

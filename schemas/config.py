@@ -8,12 +8,13 @@ A component receives an :class:`OspreyConfig`; nothing reads the environment beh
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ENV_PREFIX = "OSPREY_"
 
@@ -52,6 +53,21 @@ class OspreyConfig(BaseModel):
     redis: str = Field(f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", description="Redis URL of the meta store")
     proxy_http: str = Field(
         "127.0.0.1:19121", description="host:port of the proxy's REST front end (Milvus RESTful v2 style)"
+    )
+    proxy_grpc: str = Field(
+        "127.0.0.1:19530",
+        description="host:port of the proxy's Milvus gRPC front end (MilvusService, what pymilvus talks to); "
+        "empty: no gRPC front end",
+    )
+    rest_max_body_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="largest REST request body accepted, bytes (larger: a JSON error)"
+    )
+    authorization_enabled: bool = Field(
+        False, description="require credentials on gRPC and REST (Milvus common.security.authorizationEnabled)"
+    )
+    users: dict[str, str] = Field(
+        default_factory=lambda: {"root": "Milvus"},
+        description="user -> password accepted when authorization_enabled (JSON in OSPREY_USERS)",
     )
     cluster: str = Field(
         "osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys"
@@ -191,8 +207,22 @@ class OspreyConfig(BaseModel):
         return cls(**values)
 
     def to_env(self) -> dict[str, str]:
-        """The ``OSPREY_*`` variables that rebuild this config in a child process."""
-        return {ENV_PREFIX + k.upper(): str(v) for k, v in self.model_dump().items()}
+        """The ``OSPREY_*`` variables that rebuild this config in a child process (dicts as JSON)."""
+        return {
+            ENV_PREFIX + k.upper(): json.dumps(v) if isinstance(v, dict) else str(v)
+            for k, v in self.model_dump().items()
+        }
+
+    @field_validator("users", mode="before")
+    @classmethod
+    def _users_from_json(cls, value: Any) -> Any:
+        """``users`` from the environment or ``--set``: a JSON object of user -> password."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError('must be a JSON object of user -> password, e.g. {"root": "Milvus"}') from None
+        return value
 
     @property
     def object_store_dir(self) -> Path:
@@ -207,6 +237,11 @@ class OspreyConfig(BaseModel):
     @property
     def proxy_host_port(self) -> tuple[str, int]:
         host, _, port = self.proxy_http.rpartition(":")
+        return host, int(port)
+
+    @property
+    def proxy_grpc_host_port(self) -> tuple[str, int]:
+        host, _, port = self.proxy_grpc.rpartition(":")
         return host, int(port)
 
     @property

@@ -85,6 +85,19 @@ class RequestTimeout(ServiceUnavailable):
     retriable = False
 
 
+class Unsupported(OspreyError):
+    """An operation Osprey does not offer (merr ErrServiceUnimplemented), e.g. a MilvusService RPC
+    outside the compatibility notes."""
+
+    code = 10
+
+
+class DatabaseNotFound(OspreyError):
+    """Osprey has one database, ``default`` (merr ErrDatabaseNotFound)."""
+
+    code = 800
+
+
 class CollectionNotFound(OspreyError):
     code = 100
 

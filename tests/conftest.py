@@ -93,6 +93,8 @@ def make_config(
         "ddl_timeout_s": 30.0,
         # scheduled compaction off: tests that count segments would race it (compaction tests ask)
         "compaction_interval_s": 0.0,
+        # no gRPC front end unless a test asks for one on a free port (19530 may be taken)
+        "proxy_grpc": "",
     }
     values.update(overrides)
     return OspreyConfig(**values)  # type: ignore[arg-type]

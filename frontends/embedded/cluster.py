@@ -69,9 +69,11 @@ class LocalCluster:
         worker = WorkerProcess(role, module, self.config.to_env(), Path(self.config.data_dir))
         worker.name = name or role
         if role == "proxy":
-            # the lease is taken before the REST front end binds: ready once both are there
+            # the lease is taken before the front ends bind: ready once the lease and their ports are there
             worker.ready_check = lambda: (
-                worker.pid() in live_pids(self.config, role) and port_open(*self.config.proxy_host_port)
+                worker.pid() in live_pids(self.config, role)
+                and port_open(*self.config.proxy_host_port)
+                and (not self.config.proxy_grpc or port_open(*self.config.proxy_grpc_host_port))
             )
         else:
             worker.ready_check = lambda: worker.pid() in live_pids(self.config, role)

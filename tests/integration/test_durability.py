@@ -67,6 +67,7 @@ def stack_config(tmp_path: Path, **overrides: Any) -> OspreyConfig:
         kafka_controller_port=free_port(),
         redis=f"redis://127.0.0.1:{free_port()}/0",
         proxy_http=f"127.0.0.1:{free_port()}",
+        proxy_grpc=f"127.0.0.1:{free_port()}",
         cluster="d" + uuid.uuid4().hex[:10],
         data_dir=tmp_path / "data",
         dml_partitions=4,

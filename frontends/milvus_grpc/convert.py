@@ -1,0 +1,459 @@
+"""MilvusService messages <-> Osprey's models: statuses, schemas, columns, hits and rows.
+
+Pure functions (no I/O), so each rule is unit-tested without a server. The contract is
+``../shared/milvus_compat.md``: what pymilvus 2.6 sends and what it reads back.
+
+- A status is success iff ``code == 0 and error_code == 0``; an Osprey error keeps its
+  Milvus-compatible ``code`` and gets the legacy ``error_code`` pymilvus still checks
+  (:data:`LEGACY_ERROR_CODES`).
+- Field ids start at 100; the hidden ``$meta`` JSON field (``is_dynamic``) is never listed in a
+  described schema, but travels as a ``FieldData`` with ``is_dynamic`` in inserts and results.
+- Search results are flattened: ``ids``/``scores`` of every query one after the other, ``topks``
+  says how many belong to each; output fields are flattened the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
+from schemas.errors import (
+    CollectionNotFound,
+    DatabaseNotFound,
+    IndexNotFound,
+    InvalidParameter,
+    OspreyError,
+    PartitionNotFound,
+)
+from schemas.hits import Hits
+from schemas.meta import CollectionDescription
+
+DEFAULT_DATABASE = "default"
+COUNT_STAR = "count(*)"
+
+# Milvus's legacy common.ErrorCode for the merr codes pymilvus still looks at (milvus_compat.md)
+LEGACY_ERROR_CODES: dict[int, int] = {
+    CollectionNotFound.code: common_pb2.CollectionNotExists,
+    InvalidParameter.code: common_pb2.IllegalArgument,
+    IndexNotFound.code: common_pb2.IndexNotExist,
+    PartitionNotFound.code: common_pb2.MetaFailed,
+    8: 49,  # merr ErrServiceRateLimit -> RateLimit
+}
+
+# common.ConsistencyLevel numbers (Customized = 4: the request's own guarantee timestamp)
+CONSISTENCY_BY_NUMBER: dict[int, ConsistencyLevel] = {
+    common_pb2.Strong: ConsistencyLevel.Strong,
+    common_pb2.Session: ConsistencyLevel.Session,
+    common_pb2.Bounded: ConsistencyLevel.Bounded,
+    common_pb2.Eventually: ConsistencyLevel.Eventually,
+}
+NUMBER_BY_CONSISTENCY = {level: number for number, level in CONSISTENCY_BY_NUMBER.items()}
+
+# FieldData.scalars member holding each scalar type's values
+_SCALAR_MEMBER: dict[DataType, str] = {
+    DataType.BOOL: "bool_data",
+    DataType.INT8: "int_data",
+    DataType.INT16: "int_data",
+    DataType.INT32: "int_data",
+    DataType.INT64: "long_data",
+    DataType.FLOAT: "float_data",
+    DataType.DOUBLE: "double_data",
+    DataType.VARCHAR: "string_data",
+    DataType.JSON: "json_data",
+}
+
+
+# ---------------------------------------------------------------------------- statuses
+
+
+def ok_status() -> common_pb2.Status:
+    return common_pb2.Status(code=0, error_code=common_pb2.Success, reason="")
+
+
+def error_status(err: OspreyError) -> common_pb2.Status:
+    """``err`` as a failed status: its code, the legacy error_code, its text and retriable flag."""
+    return common_pb2.Status(
+        code=err.code,
+        error_code=LEGACY_ERROR_CODES.get(err.code, common_pb2.UnexpectedError),
+        reason=err.reason,
+        retriable=err.retriable,
+    )
+
+
+def check_database(db_name: str) -> None:
+    """Osprey has one database: ``""`` and ``default`` name it (the ORM sends ``default``)."""
+    if db_name not in ("", DEFAULT_DATABASE):
+        raise DatabaseNotFound(f"database not found[database={db_name}]")
+
+
+def key_values(pairs: Iterable[common_pb2.KeyValuePair]) -> dict[str, str]:
+    return {pair.key: pair.value for pair in pairs}
+
+
+def params_of(pairs: Iterable[common_pb2.KeyValuePair], what: str) -> dict[str, Any]:
+    """``extra_params`` / ``search_params`` as a dict; the ``params`` entry (JSON) parsed to a dict.
+    Values that are JSON numbers become numbers (MilvusClient sends ``"16"`` for M)."""
+    out: dict[str, Any] = {}
+    for key, value in key_values(pairs).items():
+        if key == "params":
+            try:
+                parsed = json.loads(value) if value else {}
+            except ValueError:
+                raise InvalidParameter(f"{what}.params", "must be a JSON object", value) from None
+            if not isinstance(parsed, dict):
+                raise InvalidParameter(f"{what}.params", "must be a JSON object", value)
+            out["params"] = parsed
+        else:
+            out[key] = _number_or_text(value)
+    return out
+
+
+def _number_or_text(value: str) -> Any:
+    try:
+        number = json.loads(value)
+    except ValueError:
+        return value
+    return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
+
+
+def consistency_of(number: int, use_default: bool) -> ConsistencyLevel | None:
+    """The request's level (None: the collection's default). Customized (4) is handled by the
+    caller (it means: use the request's guarantee timestamp)."""
+    if use_default:
+        return None
+    level = CONSISTENCY_BY_NUMBER.get(number)
+    if level is None:
+        raise InvalidParameter(
+            "consistency_level", "must be Strong, Session, Bounded, Eventually or Customized", number
+        )
+    return level
+
+
+# ---------------------------------------------------------------------------- schemas
+
+
+def schema_from_proto(raw: bytes, collection_name: str) -> dict[str, Any]:
+    """A CreateCollection ``schema`` (serialized ``schema.CollectionSchema``) as Osprey's schema dict.
+    Field ids the client sent are ignored (the rootcoord assigns 100, 101, ...); a field of a type
+    Osprey has not is refused naming the field."""
+    proto = schema_pb2.CollectionSchema()
+    try:
+        proto.ParseFromString(raw)
+    except Exception:
+        raise InvalidParameter("schema", "must be a serialized milvus.proto.schema.CollectionSchema") from None
+    fields: list[dict[str, Any]] = []
+    for i, f in enumerate(proto.fields):
+        if f.is_dynamic:  # the server adds $meta itself
+            continue
+        try:
+            dtype = DataType.from_milvus_code(f.data_type)
+        except ValueError:
+            name = schema_pb2.DataType.Name(f.data_type) if f.data_type in schema_pb2.DataType.values() else f.data_type
+            raise InvalidParameter(
+                f"schema.fields[{i}].data_type",
+                f"field {f.name!r}: {name} is not supported by Osprey (supported: "
+                + ", ".join(t.value for t in DataType)
+                + ")",
+            ) from None
+        params = key_values(f.type_params)
+        field: dict[str, Any] = {
+            "name": f.name,
+            "dtype": dtype.value,
+            "is_primary": f.is_primary_key,
+            "auto_id": bool(f.autoID or (f.is_primary_key and proto.autoID)),
+            "description": f.description,
+        }
+        if "dim" in params:
+            field["dim"] = params["dim"]
+        if "max_length" in params:
+            field["max_length"] = params["max_length"]
+        fields.append(field)
+    return {
+        "fields": fields,
+        "description": proto.description,
+        "enable_dynamic_field": proto.enable_dynamic_field,
+    }
+
+
+def schema_to_proto(collection_name: str, schema: CollectionSchema) -> schema_pb2.CollectionSchema:
+    """The described schema: user fields only (ids from 100), no ``$meta``; autoID on the schema
+    and its primary key as Milvus sets them."""
+    primary = schema.primary_field
+    return schema_pb2.CollectionSchema(
+        name=collection_name,
+        description=schema.description,
+        autoID=primary.auto_id,
+        enable_dynamic_field=schema.enable_dynamic_field,
+        fields=[_field_to_proto(f) for f in schema.fields if not f.is_dynamic],
+    )
+
+
+def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
+    type_params = []
+    if f.dim is not None:
+        type_params.append(common_pb2.KeyValuePair(key="dim", value=str(f.dim)))
+    if f.max_length is not None:
+        type_params.append(common_pb2.KeyValuePair(key="max_length", value=str(f.max_length)))
+    return schema_pb2.FieldSchema(
+        fieldID=f.field_id or 0,
+        name=f.name,
+        is_primary_key=f.is_primary,
+        description=f.description,
+        data_type=f.dtype.milvus_code,
+        type_params=type_params,
+        autoID=f.auto_id,
+    )
+
+
+def describe_collection(desc: CollectionDescription, shards_num: int, db_name: str) -> dict[str, Any]:
+    """The fields of a DescribeCollectionResponse (besides its status)."""
+    info = desc.info
+    return {
+        "schema": schema_to_proto(info.collection_name, info.collection_schema),
+        "collectionID": info.collection_id,
+        "virtual_channel_names": info.vchannels,
+        "physical_channel_names": info.pchannels,
+        "created_timestamp": info.created_ts,
+        "created_utc_timestamp": info.created_ts >> 18,
+        "shards_num": shards_num,
+        "aliases": desc.aliases,
+        "consistency_level": NUMBER_BY_CONSISTENCY[info.consistency_level],
+        "collection_name": info.collection_name,
+        "db_name": db_name or DEFAULT_DATABASE,
+        "num_partitions": len(desc.partitions),
+    }
+
+
+# ---------------------------------------------------------------------------- inserted columns
+
+
+def columns_from_fields_data(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> Any:
+    """An Insert/Upsert's ``fields_data`` as what the proxy's insert takes: columns (a dict of
+    field -> values; vectors as an (n, dim) float32 array) or, when the dynamic ``$meta`` field
+    carries keys, rows (a list of dicts, the keys inlined, as pymilvus's users wrote them)."""
+    columns: dict[str, Any] = {}
+    dynamic: list[Any] | None = None
+    for i, fd in enumerate(fields_data):
+        name = fd.field_name
+        if fd.is_dynamic or name == DYNAMIC_FIELD_NAME:
+            dynamic = [_json_value(raw, f"fields_data[{i}]") for raw in fd.scalars.json_data.data]
+            continue
+        columns[name] = field_values(fd, f"fields_data[{i}]")
+    if dynamic is None or not any(dynamic):
+        return columns
+    if len(dynamic) != num_rows:
+        raise InvalidParameter(DYNAMIC_FIELD_NAME, f"must have {num_rows} values, like the other fields", len(dynamic))
+    for j, doc in enumerate(dynamic):
+        if not isinstance(doc, dict):
+            raise InvalidParameter(DYNAMIC_FIELD_NAME, f"row {j}: the dynamic field must hold a JSON object", doc)
+    rows: list[dict[str, Any]] = [{} for _ in range(num_rows)]
+    for name, values in columns.items():
+        if len(values) != num_rows:
+            raise InvalidParameter(name, f"must have {num_rows} values, like the other fields", len(values))
+        listed = values.tolist() if isinstance(values, np.ndarray) and values.ndim == 1 else list(values)
+        for row, value in zip(rows, listed, strict=True):
+            row[name] = value
+    for row, doc in zip(rows, dynamic, strict=True):
+        for key, value in doc.items():
+            row.setdefault(key, value)  # a static field wins over a same-named dynamic key
+    return rows
+
+
+def field_values(fd: schema_pb2.FieldData, where: str) -> Any:
+    """One FieldData's values: numpy for numbers and vectors, list of str or of parsed JSON."""
+    if fd.HasField("vectors"):
+        if fd.vectors.WhichOneof("data") != "float_vector":
+            raise InvalidParameter(fd.field_name, "only FLOAT_VECTOR vectors are supported by Osprey")
+        dim = int(fd.vectors.dim)
+        if dim < 1:
+            raise InvalidParameter(fd.field_name, "vectors.dim must be >= 1", dim)
+        flat = np.array(fd.vectors.float_vector.data, dtype=np.float32)
+        if flat.size % dim:
+            raise InvalidParameter(fd.field_name, f"holds {flat.size} floats, not a multiple of dim {dim}")
+        return flat.reshape(-1, dim)
+    member = fd.scalars.WhichOneof("data")
+    if member is None:
+        return []
+    data = getattr(fd.scalars, member).data
+    if member == "json_data":
+        return [_json_value(raw, where) for raw in data]
+    if member == "string_data":
+        return list(data)
+    if member == "bool_data":
+        return np.array(data, dtype=bool)
+    if member in ("int_data", "long_data"):
+        return np.array(data, dtype=np.int64)
+    if member == "float_data":
+        return np.array(data, dtype=np.float32)
+    if member == "double_data":
+        return np.array(data, dtype=np.float64)
+    raise InvalidParameter(fd.field_name, f"{member} values are not supported by Osprey")
+
+
+def _json_value(raw: bytes, where: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise InvalidParameter(where, "must hold JSON documents", raw[:64]) from None
+
+
+def ids_proto(keys: Sequence[Any]) -> schema_pb2.IDs:
+    """Primary keys as ``schema.IDs`` (int_id for INT64 keys, str_id for VARCHAR)."""
+    if keys and isinstance(keys[0], str):
+        return schema_pb2.IDs(str_id=schema_pb2.StringArray(data=[str(k) for k in keys]))
+    return schema_pb2.IDs(int_id=schema_pb2.LongArray(data=[int(k) for k in keys]))
+
+
+# ---------------------------------------------------------------------------- search and query
+
+
+def placeholder_vectors(raw: bytes, nq: int) -> np.ndarray:
+    """The query vectors of a ``common.PlaceholderGroup`` (one little-endian float32 blob each)."""
+    group = common_pb2.PlaceholderGroup()
+    try:
+        group.ParseFromString(raw)
+    except Exception:
+        raise InvalidParameter("placeholder_group", "must be a serialized common.PlaceholderGroup") from None
+    if len(group.placeholders) != 1:
+        raise InvalidParameter("placeholder_group", "must hold exactly one placeholder", len(group.placeholders))
+    holder = group.placeholders[0]
+    if holder.type != common_pb2.FloatVector:
+        raise InvalidParameter("placeholder_group", "only FloatVector queries are supported by Osprey", holder.type)
+    blobs = list(holder.values)
+    if not blobs:
+        raise InvalidParameter("nq", "a search needs at least one query vector", 0)
+    sizes = {len(b) for b in blobs}
+    if len(sizes) != 1 or next(iter(sizes)) % 4:
+        raise InvalidParameter("placeholder_group", "every query must be a float32 vector of the same dim")
+    vectors = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+    if nq and nq != len(blobs):
+        raise InvalidParameter("nq", f"must equal the number of query vectors ({len(blobs)})", nq)
+    return vectors
+
+
+def output_columns(
+    rows: Sequence[Mapping[str, Any]], schema: CollectionSchema, names: Sequence[str]
+) -> list[schema_pb2.FieldData]:
+    """``rows`` (dicts whose dynamic keys are inlined) as one FieldData per static field in
+    ``names`` (schema order) plus, when the schema is dynamic and the rows carry other keys,
+    one ``$meta`` FieldData (is_dynamic) holding them, as Milvus returns them."""
+    static = {f.name: f for f in schema.fields if not f.is_dynamic}
+    wanted = [f for f in schema.fields if not f.is_dynamic and f.name in names]
+    out = [_field_data(f, [row.get(f.name) for row in rows]) for f in wanted]
+    if schema.enable_dynamic_field and (DYNAMIC_FIELD_NAME in names or any(n not in static for n in names)):
+        docs = [json.dumps({k: v for k, v in row.items() if k not in static}).encode() for row in rows]
+        out.append(
+            schema_pb2.FieldData(
+                type=schema_pb2.JSON,
+                field_name=DYNAMIC_FIELD_NAME,
+                is_dynamic=True,
+                field_id=schema.dynamic_field.field_id if schema.dynamic_field and schema.dynamic_field.field_id else 0,
+                scalars=schema_pb2.ScalarField(json_data=schema_pb2.JSONArray(data=docs)),
+            )
+        )
+    return out
+
+
+def _field_data(f: FieldSchema, values: list[Any]) -> schema_pb2.FieldData:
+    fd = schema_pb2.FieldData(type=f.dtype.milvus_code, field_name=f.name, field_id=f.field_id or 0)
+    if f.dtype.is_vector:
+        flat = np.asarray(values, dtype=np.float32).reshape(-1)
+        fd.vectors.dim = int(f.dim or 0)
+        fd.vectors.float_vector.data.extend(flat.tolist())
+        return fd
+    member = _SCALAR_MEMBER[f.dtype]
+    if f.dtype is DataType.JSON:
+        getattr(fd.scalars, member).data.extend(json.dumps(v).encode() for v in values)
+    elif f.dtype is DataType.VARCHAR:
+        getattr(fd.scalars, member).data.extend(str(v) for v in values)
+    else:
+        getattr(fd.scalars, member).data.extend(_py_list(values))
+    return fd
+
+
+def _py_list(values: list[Any]) -> list[Any]:
+    return [v.item() if isinstance(v, np.generic) else v for v in values]
+
+
+def output_names(requested: Sequence[str], schema: CollectionSchema) -> list[str]:
+    """The ``output_fields`` of a reply: ``*`` expanded to every static field (and ``$meta`` for
+    a dynamic schema, which tells pymilvus to expand every dynamic key); other names as asked."""
+    names: list[str] = []
+    for name in requested:
+        if name == "*":
+            names.extend(f.name for f in schema.fields if not f.is_dynamic)
+            if schema.enable_dynamic_field:
+                names.append(DYNAMIC_FIELD_NAME)
+        else:
+            names.append(name)
+    return list(dict.fromkeys(names))
+
+
+def search_result_data(
+    hits: Sequence[Hits], schema: CollectionSchema, output_fields: Sequence[str], top_k: int
+) -> schema_pb2.SearchResultData:
+    """Per-query hits flattened: ``topks[i]`` hits of query ``i``, then query ``i + 1``'s; the
+    scores are Osprey's distances (squared L2 ascending, IP/COSINE descending)."""
+    ids: list[Any] = []
+    scores: list[float] = []
+    topks: list[int] = []
+    entities: list[Mapping[str, Any]] = []
+    for query in hits:
+        ids.extend(query.ids)
+        scores.extend(query.distances)
+        topks.append(len(query.ids))
+        if output_fields:
+            entities.extend(hit["entity"] for hit in query)
+    names = output_names(output_fields, schema)
+    return schema_pb2.SearchResultData(
+        num_queries=len(hits),
+        top_k=top_k,
+        ids=ids_proto(ids),
+        scores=scores,
+        topks=topks,
+        fields_data=output_columns(entities, schema, names) if names else [],
+        output_fields=names,
+        primary_field_name=schema.primary_field.name,
+    )
+
+
+def query_fields_data(
+    rows: Sequence[Mapping[str, Any]], schema: CollectionSchema, names: Sequence[str]
+) -> list[schema_pb2.FieldData]:
+    """Query rows as FieldData: the primary key always, then the asked fields (``count(*)`` as
+    one Int64 column of one value)."""
+    if names == [COUNT_STAR]:
+        count = int(rows[0][COUNT_STAR]) if rows else 0
+        return [
+            schema_pb2.FieldData(
+                type=schema_pb2.Int64,
+                field_name=COUNT_STAR,
+                scalars=schema_pb2.ScalarField(long_data=schema_pb2.LongArray(data=[count])),
+            )
+        ]
+    with_pk = [schema.primary_field.name, *names]
+    return output_columns(rows, schema, with_pk)
+
+
+__all__ = [
+    "COUNT_STAR",
+    "check_database",
+    "columns_from_fields_data",
+    "consistency_of",
+    "describe_collection",
+    "error_status",
+    "ids_proto",
+    "ok_status",
+    "output_names",
+    "params_of",
+    "placeholder_vectors",
+    "query_fields_data",
+    "schema_from_proto",
+    "schema_to_proto",
+    "search_result_data",
+]

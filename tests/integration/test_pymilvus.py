@@ -1,0 +1,165 @@
+"""pymilvus, unchanged, against Osprey's Milvus gRPC front end: a real proxy process (its
+``proxy_grpc`` on a free port) over a real broker, redis-server, rootcoord, query node, data node
+and index node. The flows are the ones Milvus users write (../shared/milvus_compat.md)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import free_port
+from schemas.config import OspreyConfig
+from tests.conftest import make_config
+
+pytestmark = pytest.mark.integration
+
+DIM = 8
+CLIENT_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def grpc_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    return make_config(
+        redis_server,
+        broker,
+        "g" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("pymilvus"),
+        proxy_http=f"127.0.0.1:{free_port()}",
+        proxy_grpc=f"127.0.0.1:{free_port()}",
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(grpc_config: OspreyConfig) -> Iterator[LocalCluster]:
+    """Rootcoord, query node, data node, index node and a proxy process serving MilvusService."""
+    cluster = LocalCluster(grpc_config, embedded=False)
+    cluster.up(proxy=True)
+    yield cluster
+    cluster.down()
+
+
+@pytest.fixture
+def milvus(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[MilvusClient]:
+    client = MilvusClient(uri=f"http://{grpc_config.proxy_grpc}", timeout=CLIENT_TIMEOUT_S)
+    yield client
+    client.close()
+
+
+def coll_name() -> str:
+    return "py_" + uuid.uuid4().hex[:10]
+
+
+def vectors(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+
+
+def test_quick_start(milvus: MilvusClient) -> None:
+    """MilvusClient's quick start: create with a dimension (AUTOINDEX, COSINE, loaded), insert rows
+    with dynamic keys, search with a filter and output fields, query, get, count, delete, upsert,
+    drop."""
+    name = coll_name()
+    milvus.create_collection(name, dimension=DIM)
+    assert milvus.has_collection(name)
+    assert name in milvus.list_collections()
+    desc = milvus.describe_collection(name)
+    assert [f["name"] for f in desc["fields"]] == ["id", "vector"]
+    assert desc["enable_dynamic_field"] is True
+    assert milvus.list_indexes(name) == ["vector"]
+    assert milvus.get_load_state(name)["state"].name == "Loaded"
+
+    vecs = vectors(100, seed=1)
+    rows = [{"id": i, "vector": vecs[i].tolist(), "color": ["red", "green"][i % 2], "rank": i} for i in range(100)]
+    res = milvus.insert(name, rows)
+    assert res["insert_count"] == 100 and list(res["ids"]) == list(range(100))
+
+    hits = milvus.search(
+        name,
+        data=[vecs[3].tolist(), vecs[4].tolist()],
+        limit=5,
+        filter='color == "green"',
+        output_fields=["color", "rank"],
+        consistency_level="Strong",
+    )
+    assert len(hits) == 2
+    assert hits[0][0]["id"] == 3 and hits[0][0]["entity"] == {"color": "green", "rank": 3}
+    assert all(h["entity"]["color"] == "green" for q in hits for h in q)
+    assert len(hits[1]) == 5 and hits[1][0]["id"] != 4  # 4 is red: filtered out
+    # COSINE: the best hit is the most similar, ~1.0
+    assert hits[0][0]["distance"] == pytest.approx(1.0, abs=1e-4)
+
+    got = milvus.query(name, filter="rank < 3", output_fields=["*"], consistency_level="Strong")
+    assert [r["id"] for r in got] == [0, 1, 2]
+    assert got[1]["color"] == "green" and got[1]["rank"] == 1
+    assert np.allclose(got[2]["vector"], vecs[2], atol=1e-6)
+
+    one = milvus.get(name, ids=[7, 8])  # Bounded, as Milvus: sees every row the query node applied
+    assert [r["id"] for r in one] == [7, 8] and one[0]["color"] == "green"
+
+    count = milvus.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
+    assert count[0]["count(*)"] == 100
+
+    deleted = milvus.delete(name, ids=[0, 1, 2])
+    assert deleted["delete_count"] == 3
+    left = milvus.query(name, filter="id in [0, 1, 2, 3]", consistency_level="Strong")  # all fields: "*"
+    assert [r["id"] for r in left] == [3] and left[0]["color"] == "green"
+
+    up = milvus.upsert(name, [{"id": 3, "vector": vecs[3].tolist(), "color": "blue", "rank": 300}])
+    assert up["upsert_count"] == 1
+    again = milvus.query(name, filter="id == 3", output_fields=["color", "rank"], consistency_level="Strong")
+    assert [dict(r) for r in again] == [{"id": 3, "color": "blue", "rank": 300}]
+
+    milvus.drop_collection(name)
+    assert not milvus.has_collection(name)
+
+
+def test_schema_index_load_flush_and_stats(milvus: MilvusClient) -> None:
+    """A schema of its own, HNSW/L2 created by index params, flush and row counts, release,
+    drop_index, and squared L2 distances."""
+    name = coll_name()
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("title", DataType.VARCHAR, max_length=32)
+    schema.add_field("emb", DataType.FLOAT_VECTOR, dim=DIM)
+    index_params = milvus.prepare_index_params()
+    index_params.add_index("emb", index_type="HNSW", metric_type="L2", M=8, efConstruction=64)
+    milvus.create_collection(name, schema=schema, index_params=index_params)
+    desc = milvus.describe_collection(name)
+    assert [(f["name"], f["field_id"]) for f in desc["fields"]] == [("pk", 100), ("title", 101), ("emb", 102)]
+
+    vecs = vectors(300, seed=2)
+    milvus.insert(name, [{"pk": i, "title": f"t{i}", "emb": vecs[i].tolist()} for i in range(300)])
+    milvus.flush(name)
+    assert milvus.get_collection_stats(name)["row_count"] == 300
+    index = milvus.describe_index(name, "emb")
+    assert index["index_type"] == "HNSW" and index["metric_type"] == "L2"
+
+    q = vecs[10] + 0.01
+    hits = milvus.search(name, [q.tolist()], limit=3, search_params={"params": {"ef": 64}})
+    assert hits[0][0]["pk"] == 10  # hits are keyed by the primary key's name
+    assert hits[0][0]["distance"] == pytest.approx(float(((vecs[10] - q) ** 2).sum()), rel=1e-3)
+
+    milvus.release_collection(name)
+    with pytest.raises(MilvusException) as err:
+        milvus.search(name, [q.tolist()], limit=3)
+    assert err.value.code == 101
+    milvus.drop_index(name, "emb")
+    assert milvus.list_indexes(name) == []
+    milvus.drop_collection(name)
+
+
+def test_errors_carry_milvus_codes(milvus: MilvusClient) -> None:
+    missing = coll_name()
+    assert not milvus.has_collection(missing)
+    with pytest.raises(MilvusException) as err:
+        milvus.describe_collection(missing)
+    assert err.value.code == 100 and "can't find collection" in err.value.message
+    with pytest.raises(MilvusException) as err:
+        milvus.create_collection(coll_name(), dimension=0)
+    assert err.value.code == 1100
+    milvus.drop_alias("no_such_alias_" + uuid.uuid4().hex[:6])  # Milvus: success
