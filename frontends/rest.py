@@ -3,7 +3,15 @@
 Every endpoint is ``POST /v2/vectordb/<group>/<action>`` with a JSON object body whose fields are
 camelCase like Milvus's (``collectionName``, ``partitionName``, ``aliasName``). The answer is
 always HTTP 200 with ``{"code": 0, "data": ...}`` on success or ``{"code": <Milvus code>,
-"message": <reason>}`` on error, as Milvus does; an unknown path is HTTP 404.
+"message": <reason>}`` on error, as Milvus does. A request refused before any endpoint reads it keeps
+its HTTP status, with the same JSON error (code 1100, ``field`` and ``rule`` as below):
+
+- an unknown path: HTTP 404, ``[field=path]``, the path named;
+- a wrong method (GET on a POST route): HTTP 405 (``Allow`` header kept), ``[field=method]``,
+  naming the allowed method and the path;
+- a body larger than the config's ``rest_max_body_bytes`` (default 64 MiB): HTTP 413,
+  ``[field=body]``, naming the limit and the setting; refused from its Content-Length before
+  anything is read, or (chunked, no Content-Length) once the bytes read pass the limit.
 
 - Body keys are matched like Go's ``encoding/json`` (Milvus): exact first, else case-insensitively,
   so ``autoID`` and ``autoId`` both work. Unknown keys are ignored, except Milvus features Osprey
@@ -72,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from agents.service import Service
@@ -90,7 +99,7 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/v2/vectordb"
 DEFAULT_DB_NAME = "default"  # the one database Osprey has
-MAX_BODY_BYTES = 1 << 20  # request bodies larger than 1 MiB are refused (HTTP 413)
+MAX_BODY_SETTING = "rest_max_body_bytes"  # OspreyConfig field: largest request body, bytes
 
 # Milvus RESTful dataType spelling -> Osprey DataType. Looked up ignoring case and "_", so
 # "Int64", "int64", "FloatVector" and Osprey's own "FLOAT_VECTOR" all work.
@@ -1002,6 +1011,25 @@ def failure(err: OspreyError, python: OspreyError | None = None) -> dict[str, An
     return answer
 
 
+def http_error(request: web.Request, exc: web.HTTPException, max_body_bytes: int) -> OspreyError:
+    """The error an HTTP-level refusal of aiohttp's (``exc``) answers as JSON. Every client-side
+    refusal is code 1100 (Milvus's invalid parameter, what it answers for a bad request): 404 names
+    the ``path``, 405 the ``method`` allowed, 413 the ``body`` limit and its setting; any other 4xx
+    is an invalid ``request``, a 5xx the service's (code 5)."""
+    if isinstance(exc, web.HTTPNotFound):
+        return InvalidParameter("path", f"must be an endpoint of the REST API ({API_PREFIX}/...)", request.path)
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = " or ".join(sorted(exc.allowed_methods))
+        return InvalidParameter("method", f"must be {allowed} on {request.path}", exc.method)
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return InvalidParameter(
+            "body", f"must be at most {max_body_bytes} bytes (setting {MAX_BODY_SETTING})", request.content_length
+        )
+    if exc.status < 500:
+        return InvalidParameter("request", f"refused: HTTP {exc.status} {exc.reason}")
+    return OspreyError(f"internal error: HTTP {exc.status} {exc.reason}")
+
+
 # -- the front end
 # Osprey's stream-writer routes (the Spark sink): path -> (request model, InProcessClient method). Bodies are
 # codec frames (schemas/codec.py; Arrow bytes travel raw) or JSON, up to MAX_CHUNK_BYTES.
@@ -1015,22 +1043,26 @@ INGEST_ENDPOINTS: dict[str, tuple[Any, str]] = {
 
 class RestFrontEnd(Service):
     """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
-    ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine."""
+    ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine.
+    Endpoint bodies may be up to ``max_body_bytes`` (default: the client config's
+    ``rest_max_body_bytes``); a larger one is refused with a JSON error, HTTP 413."""
 
     service_name = "REST front end"
 
-    def __init__(self, client: InProcessClient, bind: str | None = None) -> None:
+    def __init__(self, client: InProcessClient, bind: str | None = None, max_body_bytes: int | None = None) -> None:
         super().__init__()
         self.client = client
         host, _, port = (bind or client.config.proxy_http).rpartition(":")
         self.host, self.port = host, int(port)
+        self.max_body_bytes = max_body_bytes if max_body_bytes is not None else client.config.rest_max_body_bytes
         self.requests = 0
         self.errors = 0
 
     def app(self) -> web.Application:
-        """The aiohttp application: one POST route per :data:`ENDPOINTS` entry, and the stream
-        writers' routes (:data:`INGEST_ENDPOINTS`)."""
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        """The aiohttp application: one POST route per :data:`ENDPOINTS` entry (bodies up to
+        :attr:`max_body_bytes`), the stream writers' routes (:data:`INGEST_ENDPOINTS`, bodies up to
+        ``MAX_CHUNK_BYTES``, checked by their handler), and :meth:`json_errors` around them all."""
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[self.json_errors])
         for path, endpoint in ENDPOINTS.items():
             app.router.add_post(f"{API_PREFIX}/{path}", self._handler(endpoint))
         for path, (model, method) in INGEST_ENDPOINTS.items():
@@ -1075,8 +1107,30 @@ class RestFrontEnd(Service):
             log.exception("rest: %s failed", method)
             return failure(OspreyError(f"internal error in {method}: {exc!r}"))
 
+    @web.middleware
+    async def json_errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """aiohttp's HTTP-level refusals (unknown path 404, wrong method 405, body too large 413,
+        ...) as the front end's JSON error (:func:`http_error`), with their HTTP status and headers
+        (``Allow`` of a 405) kept. Successful answers and redirects pass through."""
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            self.requests += 1
+            self.errors += 1
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            error = http_error(request, exc, self.max_body_bytes)
+            return web.json_response(failure(error), status=exc.status, headers=headers)
+
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
+            # a declared length over the limit is refused before a byte is read; a chunked body
+            # is cut by aiohttp's own check in read() (client_max_size): both raise the 413 that
+            # json_errors answers
+            length = request.content_length
+            if length is not None and length > self.max_body_bytes:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body_bytes, actual_size=length)
             return web.json_response(await self.serve(endpoint, await request.read()))
 
         return handle

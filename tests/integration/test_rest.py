@@ -5,6 +5,7 @@ with a querynode worker too, deletes and upserts checked by Strong and time-trav
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -386,11 +387,65 @@ async def test_bad_request_names_field_and_rule(rest: Rest, path: str, body: dic
     assert code == 1100 and f"[field={field}]" in message and rule in message, message
 
 
-async def test_unknown_path_is_404_and_get_is_405(rest: Rest) -> None:
-    async with rest.session.post(f"{rest.url}{API_PREFIX}/collections/rename", json={}) as resp:
+async def http_error(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The JSON error answer of an HTTP-level refusal (code 1100, a message, field and rule)."""
+    assert resp.content_type == "application/json", await resp.text()
+    answer = await resp.json()
+    assert answer["code"] == 1100 and "data" not in answer, answer
+    assert answer["message"].startswith(f"invalid parameter[field={answer['field']}]"), answer
+    return answer
+
+
+@pytest.mark.parametrize("path", [f"{API_PREFIX}/collections/rename", "/nowhere", "/"])
+async def test_unknown_path_is_a_json_404(rest: Rest, path: str) -> None:
+    async with rest.session.post(f"{rest.url}{path}", json={}) as resp:
         assert resp.status == 404
-    async with rest.session.get(f"{rest.url}{API_PREFIX}/collections/list") as resp:
-        assert resp.status == 405
+        answer = await http_error(resp)
+    assert answer["field"] == "path" and repr(path) in answer["message"], answer
+
+
+async def test_get_on_a_post_route_is_a_json_405(rest: Rest) -> None:
+    path = f"{API_PREFIX}/collections/list"
+    async with rest.session.get(f"{rest.url}{path}") as resp:
+        assert resp.status == 405 and resp.headers["Allow"] == "POST"
+        answer = await http_error(resp)
+    assert answer["field"] == "method" and answer["rule"] == f"must be POST on {path}", answer
+    assert "'GET'" in answer["message"], answer
+
+
+SMALL_LIMIT_BYTES = 4096  # max_body_bytes of a second front end, to cut a chunked body quickly
+
+
+async def test_body_limit_by_content_length_and_when_chunked(rest: Rest) -> None:
+    """A body over the limit is a JSON 413 naming the limit and the setting: refused from its
+    Content-Length, or (chunked, no length) by aiohttp's own size check while it is read; a body
+    at the limit is served."""
+    front = RestFrontEnd(rest.client, bind="127.0.0.1:0", max_body_bytes=SMALL_LIMIT_BYTES)
+    await front.start()
+    try:
+        url = f"{front.url}{API_PREFIX}/collections/has"
+        at_limit = json.dumps({"collectionName": "c", "pad": ""}).encode()
+        at_limit = at_limit[:-2] + b" " * (SMALL_LIMIT_BYTES - len(at_limit)) + at_limit[-2:]
+        assert len(at_limit) == SMALL_LIMIT_BYTES
+        async with rest.session.post(url, data=at_limit) as resp:
+            assert resp.status == 200 and (await resp.json()) == {"code": 0, "data": {"has": False}}
+
+        over = at_limit[:-2] + b" " + at_limit[-2:]
+
+        async def chunked() -> AsyncIterator[bytes]:
+            for start in range(0, len(over), 1000):
+                yield over[start : start + 1000]
+
+        for data, got in ((over, f": got {len(over)}"), (chunked(), "")):
+            async with rest.session.post(url, data=data) as resp:
+                assert resp.status == 413
+                answer = await http_error(resp)
+            assert answer["field"] == "body" and answer["message"].endswith(
+                f"[rule=must be at most {SMALL_LIMIT_BYTES} bytes (setting rest_max_body_bytes)]{got}"
+            ), answer
+        assert front.errors == 2
+    finally:
+        await front.stop()
 
 
 async def test_load_release_stats_and_flush_state_routes(rest: Rest) -> None:
@@ -761,10 +816,11 @@ def data_rows(ids: range | list[int], seed: int) -> list[dict[str, Any]]:
     ]
 
 
-async def create_served(rest: Rest, auto_id: bool = False) -> str:
-    """A new collection, once a Strong count of it answers 0 (the querynode serves every shard)."""
+async def create_served(rest: Rest, auto_id: bool = False, schema: dict[str, Any] | None = None) -> str:
+    """A new collection (``schema``, default :func:`data_schema`), once a Strong count of it
+    answers 0 (the querynode serves every shard)."""
     coll = name("dml")
-    await rest.ok("collections/create", {"collectionName": coll, "schema": data_schema(auto_id)})
+    await rest.ok("collections/create", {"collectionName": coll, "schema": schema or data_schema(auto_id)})
     deadline = time.monotonic() + SERVED_BUDGET_S
     while True:
         answer = await rest.call("entities/query", {"collectionName": coll, "outputFields": ["count(*)"], **STRONG})
@@ -896,3 +952,60 @@ async def test_upsert_on_an_auto_id_collection_assigns_new_keys(rest: Rest, quer
     assert got == [{"id": new_key, "title": "moved"}]
     assert await count(rest, coll) == 3
     assert sorted(await ids_of(rest, coll)) == sorted([keys[0], keys[2], new_key])
+
+
+# -- large bodies: up to rest_max_body_bytes (64 MiB by default) accepted, larger refused unread
+BIG_DIM = 128
+ACCEPTED_BODY_BYTES = 20 * 1024 * 1024  # an insert body of at least this is served (aiohttp's default: 1 MiB)
+REFUSED_BODY_BYTES = 70 * 1024 * 1024  # over the default rest_max_body_bytes
+VECTOR_POOL = 64  # distinct vectors the big bodies' rows cycle through: formatting millions of floats is slow
+BIG_SCHEMA = {
+    "autoID": False,
+    "enableDynamicField": False,
+    "fields": [
+        {"fieldName": "id", "dataType": "Int64", "isPrimary": True},
+        {"fieldName": "vector", "dataType": "FloatVector", "elementTypeParams": {"dim": BIG_DIM}},
+    ],
+}
+
+
+def big_insert_body(coll: str, min_bytes: int, first_id: int = 0) -> tuple[bytes, int]:
+    """An ``entities/insert`` body of at least ``min_bytes``: rows ``{"id", "vector"}`` (BIG_DIM
+    float32 values) with ids counting from ``first_id``; and its number of rows."""
+    vectors = np.random.default_rng(7).standard_normal((VECTOR_POOL, BIG_DIM)).astype(np.float32)
+    pool = [json.dumps(v) for v in vectors.tolist()]
+    head, tail = json.dumps({"collectionName": coll})[:-1] + ', "data": [', "]}"
+    rows: list[str] = []
+    size = len(head) + len(tail)
+    while size < min_bytes:
+        i = len(rows)
+        rows.append(f'{{"id": {first_id + i}, "vector": {pool[i % VECTOR_POOL]}}}')
+        size += len(rows[-1]) + 1
+    body = (head + ",".join(rows) + tail).encode()
+    assert len(body) >= min_bytes
+    return body, len(rows)
+
+
+async def test_a_20_mib_insert_is_served_and_70_mib_refused(rest: Rest, querynode: WorkerProcess) -> None:
+    limit = rest.client.config.rest_max_body_bytes
+    assert ACCEPTED_BODY_BYTES < limit < REFUSED_BODY_BYTES
+    coll = await create_served(rest, schema=BIG_SCHEMA)
+    url = f"{rest.url}{API_PREFIX}/entities/insert"
+    json_type = {"Content-Type": "application/json"}
+
+    refused, _ = big_insert_body(coll, REFUSED_BODY_BYTES)
+    async with rest.session.post(url, data=refused, headers=json_type) as resp:
+        assert resp.status == 413
+        answer = await http_error(resp)
+    assert answer["field"] == "body", answer
+    assert answer["rule"] == f"must be at most {limit} bytes (setting rest_max_body_bytes)", answer
+    assert answer["message"].endswith(f": got {len(refused)}"), answer
+    del refused
+    assert await count(rest, coll) == 0  # refused unread: no row of it inserted
+
+    accepted, rows = big_insert_body(coll, ACCEPTED_BODY_BYTES)
+    async with rest.session.post(url, data=accepted, headers=json_type) as resp:
+        assert resp.status == 200
+        answer = await resp.json()
+    assert answer["code"] == 0 and answer["data"]["insertCount"] == rows, str(answer)[:1000]
+    assert await count(rest, coll) == rows
