@@ -34,6 +34,22 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "v2.6.0"  # the Milvus API line Osprey follows (pymilvus 2.6); GetVersion answers it
 SERVICE = milvus_pb2.DESCRIPTOR.services_by_name["MilvusService"]
 STATUS_TYPE = common_pb2.Status.DESCRIPTOR.full_name
+# search_params keys about the request, not the index search (pymilvus repeats them inside ``params``)
+REQUEST_LEVEL_SEARCH_KEYS = frozenset(
+    {
+        "metric_type",
+        "topk",
+        "limit",
+        "offset",
+        "round_decimal",
+        "ignore_growing",
+        "anns_field",
+        "hints",
+        "page_retain_order",
+        "analyzer_name",
+        "params",
+    }
+)
 LOAD_STATE_NUMBER = {
     LoadState.NOT_LOAD: common_pb2.LoadStateNotLoad,
     LoadState.LOADING: common_pb2.LoadStateLoading,
@@ -414,9 +430,15 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         top_k = params.pop("topk", params.pop("limit", 10))
         if params.get("offset"):
             raise Unsupported("search offset is not supported by Osprey")
-        search_params: dict[str, Any] = {"params": params.get("params", {})}
-        if params.get("metric_type"):
-            search_params["metric_type"] = params["metric_type"]
+        # pymilvus (>= 2.5.2) also copies every top-level key of the user's search_params into
+        # the ``params`` JSON: the request-level ones are taken from there too, never passed on
+        inner = dict(params.get("params", {}))
+        metric = params.get("metric_type") or inner.get("metric_type")
+        for key in REQUEST_LEVEL_SEARCH_KEYS:
+            inner.pop(key, None)
+        search_params: dict[str, Any] = {"params": inner}
+        if metric:
+            search_params["metric_type"] = metric
         level, guarantee = self._consistency(request)
         collection = request.collection_name
         hits = await self.client.search(

@@ -163,3 +163,112 @@ def test_errors_carry_milvus_codes(milvus: MilvusClient) -> None:
         milvus.create_collection(coll_name(), dimension=0)
     assert err.value.code == 1100
     milvus.drop_alias("no_such_alias_" + uuid.uuid4().hex[:6])  # Milvus: success
+
+
+def test_orm_flow(grpc_config: OspreyConfig, stack: LocalCluster) -> None:
+    """The ORM: connections, CollectionSchema, Collection, create_index (one JSON params value),
+    load, search, query, num_entities after flush, release, drop_index, drop."""
+    from pymilvus import Collection, CollectionSchema, FieldSchema, connections, utility
+
+    alias = "orm_" + uuid.uuid4().hex[:6]
+    host, port = grpc_config.proxy_grpc_host_port
+    connections.connect(alias, host=host, port=str(port), timeout=CLIENT_TIMEOUT_S)
+    try:
+        name = coll_name()
+        fields = [
+            FieldSchema("id", DataType.INT64, is_primary=True),
+            FieldSchema("price", DataType.DOUBLE),
+            FieldSchema("embedding", DataType.FLOAT_VECTOR, dim=DIM),
+        ]
+        coll = Collection(name, CollectionSchema(fields, description="orm"), using=alias)
+        assert utility.has_collection(name, using=alias)
+        vecs = vectors(200, seed=3)
+        coll.insert([list(range(200)), [float(i) for i in range(200)], vecs.tolist()])
+        coll.flush()
+        assert coll.num_entities == 200
+        coll.create_index(
+            "embedding", {"index_type": "HNSW", "metric_type": "IP", "params": {"M": 8, "efConstruction": 64}}
+        )
+        assert coll.index().params["index_type"] == "HNSW"
+        coll.load()
+        assert utility.load_state(name, using=alias).name == "Loaded"
+        res = coll.search(
+            vecs[:2].tolist(),
+            "embedding",
+            {"metric_type": "IP", "params": {"ef": 32}},
+            limit=3,
+            expr="price >= 0",
+            output_fields=["price"],
+            consistency_level="Strong",
+        )
+        best = int(np.argmax(vecs @ vecs[0]))
+        assert res[0][0].id == best and res[0][0].entity.get("price") == float(best)
+        rows = coll.query("id in [5, 6]", output_fields=["price"], consistency_level="Strong")
+        assert sorted((r["id"], r["price"]) for r in rows) == [(5, 5.0), (6, 6.0)]
+        coll.release()
+        coll.drop_index()
+        assert not coll.has_index()
+        coll.drop()
+        assert not utility.has_collection(name, using=alias)
+    finally:
+        connections.disconnect(alias)
+
+
+def test_partitions(milvus: MilvusClient) -> None:
+    name = coll_name()
+    milvus.create_collection(name, dimension=DIM, consistency_level="Strong")
+    milvus.create_partition(name, "p1")
+    assert milvus.has_partition(name, "p1")
+    assert sorted(milvus.list_partitions(name)) == ["_default", "p1"]
+    vecs = vectors(20, seed=4)
+    milvus.insert(name, [{"id": i, "vector": vecs[i].tolist()} for i in range(10)], partition_name="p1")
+    milvus.insert(name, [{"id": i, "vector": vecs[i].tolist()} for i in range(10, 20)])
+    only = milvus.search(name, [vecs[15].tolist()], limit=20, partition_names=["p1"])
+    assert sorted(h["id"] for h in only[0]) == list(range(10))
+    assert milvus.query(name, filter="id >= 0", output_fields=["count(*)"], partition_names=["p1"])[0]["count(*)"] == 10
+    milvus.release_partitions(name, ["p1"])
+    with pytest.raises(MilvusException) as err:
+        milvus.search(name, [vecs[0].tolist()], limit=1, partition_names=["p1"])
+    assert err.value.code == 201
+    milvus.release_collection(name)
+    milvus.drop_partition(name, "p1")
+    assert milvus.list_partitions(name) == ["_default"]
+    milvus.drop_collection(name)
+
+
+def test_aliases(milvus: MilvusClient) -> None:
+    """create, describe, list; searches through the alias follow alter_alias at once; drop."""
+    a, b, alias = coll_name(), coll_name(), "al_" + uuid.uuid4().hex[:8]
+    va, vb = np.ones(DIM, np.float32), -np.ones(DIM, np.float32)
+    for name, v, key in ((a, va, 1), (b, vb, 2)):
+        milvus.create_collection(name, dimension=DIM, consistency_level="Strong")
+        milvus.insert(name, [{"id": key, "vector": v.tolist()}])
+    milvus.create_alias(a, alias)
+    milvus.create_alias(a, alias)  # the same alias on the same collection again: Milvus succeeds
+    assert milvus.describe_alias(alias)["collection_name"] == a
+    assert milvus.list_aliases(a)["aliases"] == [alias]
+    assert milvus.describe_collection(alias)["collection_name"] == a
+    assert milvus.search(alias, [va.tolist()], limit=1)[0][0]["id"] == 1
+    milvus.alter_alias(b, alias)
+    assert milvus.search(alias, [va.tolist()], limit=1)[0][0]["id"] == 2
+    with pytest.raises(MilvusException) as err:
+        milvus.create_alias(a, b)  # an alias may not be a collection's name
+    assert err.value.code == 1601
+    milvus.drop_alias(alias)
+    with pytest.raises(MilvusException) as err:
+        milvus.describe_alias(alias)
+    assert err.value.code == 1600
+    for name in (a, b):
+        milvus.drop_collection(name)
+
+
+def test_consistency_levels_and_session(milvus: MilvusClient) -> None:
+    name = coll_name()
+    milvus.create_collection(name, dimension=DIM, consistency_level="Session")
+    v = vectors(1, seed=5)[0]
+    milvus.insert(name, [{"id": 42, "vector": v.tolist()}])
+    for level in ("Session", "Strong", "Bounded", "Eventually"):
+        got = milvus.query(name, filter="id == 42", output_fields=["id"], consistency_level=level)
+        assert [r["id"] for r in got] in ([42], []) if level == "Eventually" else [r["id"] for r in got] == [42]
+    assert milvus.describe_collection(name)["consistency_level"] == 1  # Session
+    milvus.drop_collection(name)
