@@ -299,16 +299,42 @@ async def indexes_walkthrough(client: InProcessClient, name: str, queries: np.nd
         say("  drop_index while loaded", f"refused: code {err.code}, {err.reason}")
 
 
+def pymilvus_walkthrough(config: OspreyConfig) -> None:
+    """pymilvus, unchanged, against the proxy's Milvus gRPC front end (blocking: run on a thread)."""
+    from pymilvus import MilvusClient
+
+    print(f"pymilvus MilvusClient against the Milvus gRPC front end (http://{config.proxy_grpc})")
+    milvus = MilvusClient(uri=f"http://{config.proxy_grpc}")
+    try:
+        name = f"pymilvus_demo_{int(time.time())}"
+        milvus.create_collection(name, dimension=4)  # AUTOINDEX (COSINE), dynamic field, loaded
+        say(f"create_collection({name!r}, dimension=4)", milvus.describe_collection(name)["fields"][1]["type"])
+        rows = [
+            {"id": i, "vector": [float(i), 1.0, 0.5, -1.0], "genre": ["sf", "drama"][i % 2], "year": 1990 + i}
+            for i in range(10)
+        ]
+        say("insert 10 rows with dynamic keys genre, year", milvus.insert(name, rows)["insert_count"])
+        hits = milvus.search(name, [[3.0, 1.0, 0.5, -1.0]], limit=3, filter='genre == "drama"', output_fields=["year"])
+        say('search limit 3, filter genre == "drama"', [(h["id"], h["entity"]["year"]) for h in hits[0]])
+        say("query count(*)", milvus.query(name, filter="", output_fields=["count(*)"])[0]["count(*)"])
+        milvus.drop_collection(name)
+        say(f"drop_collection({name!r}); has_collection", milvus.has_collection(name))
+    finally:
+        milvus.close()
+
+
 def run_demo(config: OspreyConfig) -> int:
     cluster = LocalCluster(config)
     already = cluster.status()
     print(f"bringing up the embedded stack (kafka {config.kafka}, redis {config.redis})", flush=True)
-    cluster.up(proxy=True)
     try:
+        cluster.up(proxy=True)  # inside the try: a part that fails to start must not leave the others running
 
         async def main() -> None:
             async with InProcessClient(config) as client:
                 await walkthrough(client)
+            if config.proxy_grpc:
+                await asyncio.to_thread(pymilvus_walkthrough, config)
 
         asyncio.run(main())
     finally:

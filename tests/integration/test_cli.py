@@ -143,4 +143,5 @@ def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
     assert "as of before the flip" in out
     assert 'delete title == "emma"' in out and "upsert dune" in out
     assert "describe_index" in out and "Finished" in out and "please release it first" in out
+    assert "pymilvus MilvusClient" in out and "query count(*)" in out
     assert not port_open(*config.kafka_host_port) and not port_open(*config.redis_host_port)

@@ -165,6 +165,7 @@ def test_errors_carry_milvus_codes(milvus: MilvusClient) -> None:
     milvus.drop_alias("no_such_alias_" + uuid.uuid4().hex[:6])  # Milvus: success
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pymilvus 2.6 marks the ORM deprecated; users still run it
 def test_orm_flow(grpc_config: OspreyConfig, stack: LocalCluster) -> None:
     """The ORM: connections, CollectionSchema, Collection, create_index (one JSON params value),
     load, search, query, num_entities after flush, release, drop_index, drop."""
