@@ -49,6 +49,7 @@ def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempP
         "c" + uuid.uuid4().hex[:12],
         tmp_path_factory.mktemp("client"),
         proxy_http=f"127.0.0.1:{free_port()}",
+        rest_max_body_bytes=1 << 20,  # a small limit, so an over-limit insert stays quick to build
     )
 
 
@@ -390,7 +391,7 @@ async def test_not_started_and_bad_addresses() -> None:
 async def test_an_insert_over_the_proxy_body_limit_is_refused_whole(thin: Client) -> None:
     coll = name("big")
     await thin.create_collection(coll, schema(dynamic=False))
-    n = 12_000  # about 2 MiB of JSON: over the proxy's 1 MiB request limit
+    n = 12_000  # about 2 MiB of JSON: over this module's 1 MiB rest_max_body_bytes
     columns = {
         "id": np.arange(n, dtype=np.int64),
         "tag": ["t"] * n,
