@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import EmbeddedProcess
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from frontends.workload import gaussian_mixture, recall_at_k, write_parquet_files
@@ -324,6 +325,8 @@ def pymilvus_walkthrough(config: OspreyConfig) -> None:
 
 
 def run_demo(config: OspreyConfig) -> int:
+    # the demo owns the parts it starts: if it is killed (Ctrl-C twice, a timeout), they go with it
+    EmbeddedProcess.die_with_parent = True
     cluster = LocalCluster(config)
     already = cluster.status()
     print(f"bringing up the embedded stack (kafka {config.kafka}, redis {config.redis})", flush=True)
