@@ -32,6 +32,7 @@ from schemas.errors import (
 )
 from schemas.hits import Hits
 from schemas.meta import CollectionDescription
+from state.meta.tso import physical_ms
 
 DEFAULT_DATABASE = "default"
 COUNT_STAR = "count(*)"
@@ -219,7 +220,7 @@ def describe_collection(desc: CollectionDescription, shards_num: int, db_name: s
         "virtual_channel_names": info.vchannels,
         "physical_channel_names": info.pchannels,
         "created_timestamp": info.created_ts,
-        "created_utc_timestamp": info.created_ts >> 18,
+        "created_utc_timestamp": physical_ms(info.created_ts),
         "shards_num": shards_num,
         "aliases": desc.aliases,
         "consistency_level": NUMBER_BY_CONSISTENCY[info.consistency_level],

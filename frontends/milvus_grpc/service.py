@@ -28,6 +28,7 @@ from frontends.milvus_grpc import convert
 from schemas.errors import AliasNotFound, CollectionNotFound, InvalidParameter, OspreyError, Unsupported
 from schemas.index import IndexState
 from schemas.meta import LoadState
+from state.meta.tso import physical_ms
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 collection_names=[b.collection_name for b in briefs],
                 collection_ids=[b.collection_id for b in briefs],
                 created_timestamps=[b.created_ts for b in briefs],
-                created_utc_timestamps=[b.created_ts >> 18 for b in briefs],
+                created_utc_timestamps=[physical_ms(b.created_ts) for b in briefs],
             )
         )
 
@@ -219,7 +220,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 partition_names=[p.partition_name for p in parts],
                 partitionIDs=[p.partition_id for p in parts],
                 created_timestamps=[p.created_ts for p in parts],
-                created_utc_timestamps=[p.created_ts >> 18 for p in parts],
+                created_utc_timestamps=[physical_ms(p.created_ts) for p in parts],
             )
         )
 
