@@ -83,6 +83,14 @@ class OspreyConfig(BaseModel):
     time_tick_interval_ms: int = Field(
         50, ge=5, le=10_000, description="how often proxies report and the rootcoord writes time ticks"
     )
+    time_tick_idle_interval_ms: int = Field(
+        1_000,
+        ge=5,
+        le=60_000,
+        description="the time tick's pace while no proxy has written for this long (a quiet proxy reports, "
+        "and the rootcoord writes ticks, this often; a write or a Strong read brings back the fast pace at "
+        "once); at most time_tick_interval_ms has no effect",
+    )
     tso_window_ms: int = Field(
         3_000, ge=100, description="TSO persisted window lead over the last issued physical time"
     )
@@ -223,6 +231,11 @@ class OspreyConfig(BaseModel):
             except ValueError:
                 raise ValueError('must be a JSON object of user -> password, e.g. {"root": "Milvus"}') from None
         return value
+
+    @property
+    def time_tick_idle_ms(self) -> int:
+        """The idle pace of the time tick, never faster than ``time_tick_interval_ms``."""
+        return max(self.time_tick_idle_interval_ms, self.time_tick_interval_ms)
 
     @property
     def object_store_dir(self) -> Path:

@@ -48,6 +48,7 @@ class FlushTask(Task[FlushResult]):
             if not waiting:
                 self.records = [r for r in records if r is not None]
                 return
+            host.request_tick()  # keep ticks coming while quiet proxies slow them (docs/data-path.md)
             if time.monotonic() >= deadline:
                 raise ServiceUnavailable(
                     f"flush of collection {self.collection_name}: segments {waiting} not flushed after "

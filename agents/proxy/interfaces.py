@@ -71,7 +71,8 @@ class DeleteHost(InsertHost, Protocol):
 
 
 class FlushHost(Protocol):
-    """What a FlushTask uses: meta, the segment allocator (to seal) and the segment meta (to wait)."""
+    """What a FlushTask uses: meta, the segment allocator (to seal), the segment meta (to wait) and
+    the time tick (a data node flushes a sealed segment once a tick passes its last expiry)."""
 
     @property
     def config(self) -> OspreyConfig: ...
@@ -81,6 +82,7 @@ class FlushHost(Protocol):
     def segment_assigner(self) -> SegmentAssigner: ...
     @property
     def segment_meta(self) -> SegmentMeta: ...
+    def request_tick(self) -> None: ...
 
 
 class ReadHost(Protocol):

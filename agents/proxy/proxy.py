@@ -49,6 +49,7 @@ from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
+from state.meta.quiet_proxies import QuietProxies
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.segment_alloc import SegmentAssigner
@@ -72,7 +73,23 @@ REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
 ROUTER_RETRY_S = 0.5
 STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
+QUIET_FLAG_TTL_IDLE_ROUNDS = 5  # a quiet flag outlives this many idle rounds (it is set again each round)
 STOP_LOOP_TIMEOUT_S = 5.0
+
+
+class ProxyQuietFlag:
+    """This proxy's quiet flag (:class:`agents.proxy.timeticker.QuietFlag`) in ``QuietProxies``."""
+
+    def __init__(self, flags: QuietProxies, proxy_id: int, ttl_ms: int) -> None:
+        self._flags = flags
+        self._proxy_id = proxy_id
+        self._ttl_ms = ttl_ms
+
+    async def set(self) -> None:
+        await self._flags.mark(self._proxy_id, self._ttl_ms)
+
+    async def clear(self) -> None:
+        await self._flags.unmark(self._proxy_id)
 
 
 class Proxy(Service):
@@ -133,7 +150,17 @@ class Proxy(Service):
             batch_rows=config.segment_quota_batch_rows,
             ttl_ms=config.segment_quota_ttl_ms,
         )
-        self.dm_stats = DmTaskStats(self.tso.now)
+        self.quiet_flag = ProxyQuietFlag(
+            QuietProxies(self.redis, ns),
+            self.proxy_id,
+            ttl_ms=int(max(config.node_lease_ttl_s * 1000, QUIET_FLAG_TTL_IDLE_ROUNDS * config.time_tick_idle_ms)),
+        )
+        self.dm_stats = DmTaskStats(
+            self.tso.now,
+            quiet_flag=self.quiet_flag,
+            quiet_after_s=config.time_tick_idle_ms / 1000,
+            on_wake=self._tick_soon.set,
+        )
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
         self.on_close(self.dm_queue.stop, "dm queue")
         self.ticker = ChannelsTimeTicker(config.time_tick_interval_ms, idle_reports_now=True)
@@ -434,8 +461,11 @@ class Proxy(Service):
 
     async def _tick_loop(self) -> None:
         """channelsTimeTicker: every interval, report per pchannel the timestamp below which every
-        DML task of this proxy was acknowledged, on proxy-tt."""
+        DML task of this proxy was acknowledged, on proxy-tt. While the proxy is quiet (no DML for
+        ``time_tick_idle_interval_ms``, see ``DmTaskStats``) it reports at that slower pace; a
+        write or a Strong read wakes the loop at once."""
         interval_s = self.config.time_tick_interval_ms / 1000
+        idle_s = self.config.time_tick_idle_ms / 1000
         next_status = 0.0
         while not self._closing.is_set():
             try:
@@ -453,7 +483,7 @@ class Proxy(Service):
             # alone is not enough: a client library that swallows CancelledError would keep this
             # loop alive).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._tick_soon.wait(), interval_s)
+                await asyncio.wait_for(self._tick_soon.wait(), idle_s if self.dm_stats.quiet else interval_s)
             self._tick_soon.clear()
 
     async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:

@@ -31,15 +31,22 @@ itself. The seed's ``current`` is the previous round's ``now``, so a tick above 
 ``g`` (what a Strong read waits for) needed two rounds after ``g``; with the shared lock a task
 missing from the snapshot takes its timestamp after ``now``, so ``now`` is already safe, and the
 tick comes one round (up to one interval) earlier.
+
+Quiet proxies: a proxy with no DML for ``time_tick_idle_interval_ms`` sets its quiet flag
+(:class:`DmTaskStats`, ``state/meta/quiet_proxies.py``) and reports at that slower pace; the
+rootcoord counts it as having reported the TSO's now, so an idle proxy neither holds the tick of
+the others back nor costs twenty reports a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from state.meta.tso import add_ms
 
@@ -105,20 +112,59 @@ class PChanStats:
         return {p: PChanStatistics(info.min_ts, info.max_ts) for p, info in self.infos.items()}
 
 
+class QuietFlag(Protocol):
+    """This proxy's quiet flag in shared storage (``state/meta/quiet_proxies.py``); both calls
+    return once the storage has applied them."""
+
+    async def set(self) -> None: ...
+
+    async def clear(self) -> None: ...
+
+
 class DmTaskStats:
     """PChanStats guarded so that "take a timestamp and enter" and "take now and snapshot" never
-    interleave (the safety condition of the module docstring)."""
+    interleave (the safety condition of the module docstring).
 
-    def __init__(self, tso_now: Callable[[], Awaitable[int]]) -> None:
+    With a ``quiet_flag``, the proxy goes *quiet* at a snapshot that finds no task in flight and
+    none entered for ``quiet_after_s``: the flag is set under the lock, so no task enters while it
+    is set; the next ``enter`` clears it (and waits for that) before it takes its timestamp. That
+    is the contract ``state/meta/quiet_proxies.py`` states, which lets the rootcoord count a quiet
+    proxy as having reported the TSO's now. ``quiet`` turns true *before* the set is sent, so a set
+    whose reply was lost (it may have applied) is still cleared before the next timestamp; a clear
+    that fails fails its task and leaves ``quiet`` true. ``on_wake`` runs when a task ends a quiet
+    spell (the proxy goes back to the fast report pace).
+    """
+
+    def __init__(
+        self,
+        tso_now: Callable[[], Awaitable[int]],
+        quiet_flag: QuietFlag | None = None,
+        quiet_after_s: float = 1.0,
+        on_wake: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._tso_now = tso_now
         self._lock = asyncio.Lock()
         self.stats = PChanStats()
+        self._flag = quiet_flag
+        self._quiet_after_s = quiet_after_s
+        self._on_wake = on_wake
+        self._clock = clock
+        self._last_entered = clock()
+        self.quiet = False
 
     async def enter(self, pchannels: Iterable[str]) -> int:
         """A new task's timestamp, already counted as in flight on ``pchannels``."""
         async with self._lock:
+            if self.quiet:
+                assert self._flag is not None
+                await self._flag.clear()  # before the timestamp: see the class docstring
+                self.quiet = False
+                if self._on_wake is not None:
+                    self._on_wake()
             ts = await self._tso_now()
             self.stats.add(pchannels, ts)
+            self._last_entered = self._clock()
             return ts
 
     def leave(self, pchannels: Iterable[str], ts: int) -> None:
@@ -126,10 +172,15 @@ class DmTaskStats:
         self.stats.pop(pchannels, ts)
 
     async def snapshot(self) -> tuple[int, dict[str, PChanStatistics]]:
-        """``now`` from the TSO, then the statistics, with no task entering in between."""
+        """``now`` from the TSO, then the statistics, with no task entering in between; with a
+        quiet flag, sets it (again) when the proxy is quiet (class docstring)."""
         async with self._lock:
             now = await self._tso_now()
-            return now, self.stats.statistics()
+            statistics = self.stats.statistics()
+            if self._flag is not None and not statistics and self._clock() - self._last_entered >= self._quiet_after_s:
+                self.quiet = True  # before the set: see the class docstring
+                await self._flag.set()
+            return now, statistics
 
 
 class ChannelsTimeTicker:

@@ -12,6 +12,10 @@ partition. Why it holds:
 - With no live proxy at all, every pchannel advances to ``tso_now``. The TSO is read *before* the
   registry, so a proxy missing from that registry read registers after ``tso_now`` was issued; a
   proxy registers before it takes any DML timestamp, so all its timestamps exceed ``tso_now``.
+- A live proxy whose quiet flag is set (``state/meta/quiet_proxies.py``) counts as having reported
+  ``tso_now``: the flags are read after ``tso_now``, and a proxy sets its flag only with nothing in
+  flight and clears it before it takes its next DML timestamp, so a flag seen set means all its
+  DML below ``tso_now`` is on the log and all its later DML is above ``tso_now``.
 - A proxy whose lease expired is dead: its reports are dropped. This rests on the lease (as
   Milvus's rests on its session): a proxy that lost its lease must stop writing DML.
 
@@ -20,6 +24,11 @@ skipped. The last ticks are saved in Redis (``<cluster>:timetick``) *before* the
 restarted rootcoord, whose proxy-tt consumer may resume from an older committed offset (reports
 lower than those it used before), never writes a tick below or equal to one it may have written.
 A tick is only a lower bound, so skipping a round (errors, nothing advanced) is always safe.
+
+Pace: a round runs on every report, and otherwise every ``time_tick_interval_ms`` while some
+live proxy is not quiet, every ``time_tick_idle_interval_ms`` while all are (or none is live). A
+quiet proxy reports at the idle pace too, so an idle stack sends a tick per second, not twenty;
+a Strong read or a write makes its proxy report at once, which starts a round at once.
 
 Only pchannels in use (some collection's vchannel maps to them) get ticks, as Milvus's rootcoord
 sends ticks to the dml channels collections hold: an unused pchannel has no reader, and ticking
@@ -43,6 +52,7 @@ from agents.service import Service
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
+from state.meta.quiet_proxies import QuietProxies
 from state.meta.registry import NodeRegistry
 from state.meta.timetick_checkpoint import TimeTickCheckpoint
 from state.meta.tso import TimestampOracle
@@ -82,19 +92,21 @@ class TimeTickSync:
             if ts > held.get(pchannel, 0):
                 held[pchannel] = ts
 
-    def ticks(self, live_proxies: set[int], tso_now: int) -> dict[str, int]:
-        """Per pchannel the minimum over ``live_proxies`` of their latest reports; a pchannel that
-        some live proxy has not reported is absent (held). With no live proxy every pchannel gets
-        ``tso_now`` (which must be read before the liveness). Reports of other proxies are dropped."""
+    def ticks(self, live_proxies: set[int], tso_now: int, quiet: Collection[int] = ()) -> dict[str, int]:
+        """Per pchannel the minimum over ``live_proxies`` of their latest reports, a ``quiet`` one
+        counting as having reported ``tso_now``; a pchannel that some live, not quiet proxy has not
+        reported is absent (held). With every live proxy quiet, or none live, every pchannel gets
+        ``tso_now`` (which must be read before the liveness and the quiet flags). Reports of
+        proxies not live are dropped."""
         for proxy_id in [p for p in self._reports if p not in live_proxies]:
             del self._reports[proxy_id]
-        if not live_proxies:
-            return {p: tso_now for p in self.pchannels}
+        reporting = [p for p in live_proxies if p not in quiet]
+        floor = [tso_now] if len(reporting) < len(live_proxies) or not live_proxies else []
         out: dict[str, int] = {}
         for pchannel in self.pchannels:
-            values = [self._reports.get(proxy_id, {}).get(pchannel) for proxy_id in live_proxies]
+            values = [self._reports.get(proxy_id, {}).get(pchannel) for proxy_id in reporting]
             if all(v is not None for v in values):
-                out[pchannel] = min(v for v in values if v is not None)
+                out[pchannel] = min([*floor, *(v for v in values if v is not None)])
         return out
 
     def advanced(self, ticks: dict[str, int]) -> dict[str, int]:
@@ -144,6 +156,9 @@ class TimeTickAgent(Service):
         self._registry = registry
         self._producer = producer
         self._interval_s = config.time_tick_interval_ms / 1000
+        self._idle_s = config.time_tick_idle_ms / 1000
+        self._quiet = QuietProxies(redis, config.cluster)
+        self._quiet_ids: set[int] = set()
         self._stopping = False
         self._restored = False
         self._live: set[int] = set()
@@ -181,10 +196,11 @@ class TimeTickAgent(Service):
             saved = await self.checkpoint.load()
             self.sync.mark_published({p: ts for p, ts in saved.items() if p in self.sync.pchannels})
             self._restored = True
-        tso_now = await self._tso.now()  # before the liveness read: see the module docstring
+        tso_now = await self._tso.now()  # before the liveness and quiet reads: see the module docstring
         live = set(await self._registry.alive(PROXY_ROLE))
-        self._live = live
-        advanced = self.sync.advanced(self.sync.ticks(live, tso_now))
+        quiet = await self._quiet.which(live)
+        self._live, self._quiet_ids = live, quiet
+        advanced = self.sync.advanced(self.sync.ticks(live, tso_now, quiet))
         if self._in_use is not None:
             wanted = set(self._in_use())
             advanced = {p: ts for p, ts in advanced.items() if p in wanted}
@@ -223,8 +239,9 @@ class TimeTickAgent(Service):
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
                 continue
             backoff_s = BACKOFF_MIN_S
+            interval_s = self._idle_s if self._live <= self._quiet_ids else self._interval_s
             with contextlib.suppress(TimeoutError):  # the next report, or the interval
-                await asyncio.wait_for(self._fed.wait(), max(0.0, self._interval_s - (time.monotonic() - started)))
+                await asyncio.wait_for(self._fed.wait(), max(0.0, interval_s - (time.monotonic() - started)))
 
     def health(self) -> dict[str, Any]:
         since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)
@@ -234,6 +251,8 @@ class TimeTickAgent(Service):
             "interval_ms": self.config.time_tick_interval_ms,
             "last_published": dict(self.sync.last_published),
             "live_proxies": sorted(self._live),
+            "quiet_proxies": sorted(self._quiet_ids),
+            "idle_interval_ms": self.config.time_tick_idle_ms,
             "reports_held": {str(k): v for k, v in self.sync.reports_held().items()},
             "rounds": self._rounds,
             "events_published": self._events_published,

@@ -27,6 +27,7 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, DmlEvent, InsertEvent, ProxyTimeTick, TimeTickEvent
 from state.meta.idalloc import IdAllocator
+from state.meta.quiet_proxies import QuietProxies
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.tso import TimestampOracle
@@ -207,9 +208,47 @@ async def test_ticks_follow_the_min_of_live_proxies_and_hold_unreported_pchannel
             await lease.stop()
 
 
-async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
-    client: InProcessClient, module_config: OspreyConfig, dml_ticks: DmlTicks
+async def test_a_quiet_proxy_holds_nothing_until_it_clears_its_flag(
+    module_config: OspreyConfig,
+    cluster_redis: aioredis.Redis,
+    dml_ticks: DmlTicks,
+    report_producer: Callable[[ProxyTimeTick], None],
 ) -> None:
+    """A live proxy that never reports holds every pchannel, unless its quiet flag is set: then it
+    counts as the TSO's now. Clearing the flag holds the pchannels at its reports again."""
+    ns = module_config.cluster
+    tso = TimestampOracle(cluster_redis, ns, window_ms=module_config.tso_window_ms)
+    registry = NodeRegistry(cluster_redis, ns, module_config.node_lease_ttl_s)
+    quiet = QuietProxies(cluster_redis, ns)
+    proxy_id = await IdAllocator(cluster_redis, ns, "node", batch=1).alloc()
+    parts = dml_ticks.partitions
+    lease = await registry.register("proxy", proxy_id, {"fake": True})
+    try:
+        await quiet.mark(proxy_id, ttl_ms=60_000)
+        marked = await tso.now()
+        await dml_ticks.wait_until(lambda: all(dml_ticks.last(i) > marked for i in parts), "ticks pass the TSO")
+        await quiet.unmark(proxy_id)
+        unmarked = await tso.now()
+        await asyncio.sleep(2 * module_config.time_tick_idle_ms / 1000)
+        dml_ticks.poll()
+        assert all(dml_ticks.last(i) < unmarked for i in parts), (
+            "a proxy that is not quiet holds what it has not reported"
+        )
+        pch = [pchannel_name(Topics.of(module_config).dml, i) for i in parts]
+        reported = await tso.now()
+        report_producer(ProxyTimeTick(proxy_id=proxy_id, ticks=dict.fromkeys(pch, reported)))
+        await dml_ticks.wait_until(lambda: all(dml_ticks.last(i) == reported for i in parts), "ticks follow its report")
+        dml_ticks.assert_strictly_increasing()
+    finally:
+        await quiet.unmark(proxy_id)
+        await lease.stop()
+
+
+async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
+    client: InProcessClient, module_config: OspreyConfig, cluster_redis: aioredis.Redis, dml_ticks: DmlTicks
+) -> None:
+    """Also across a quiet spell: the proxy goes quiet when idle, and its next inserts still
+    precede every tick above their timestamps."""
     coll = name()
     await client.create_collection(coll, schema(), shards_num=2)
     rows = [{"title": f"t{i}", "embedding": [float(i)] * 8} for i in range(20)]
@@ -218,6 +257,19 @@ async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
     await dml_ticks.wait_until(
         lambda: all(dml_ticks.last(i) > last_insert for i in dml_ticks.partitions),
         "every partition ticks past the last insert while the proxy is live",
+    )
+    quiet = QuietProxies(cluster_redis, module_config.cluster)
+    proxy_id = client.proxy.proxy_id
+    deadline = time.monotonic() + WAIT_S
+    while not await quiet.which([proxy_id]):
+        assert time.monotonic() < deadline, "the idle proxy did not go quiet"
+        await asyncio.sleep(0.05)
+    results += await asyncio.gather(*(client.insert(coll, rows) for _ in range(8)))
+    assert not await quiet.which([proxy_id])  # a write ends the quiet spell
+    last_insert = max(r.timestamp for r in results)
+    await dml_ticks.wait_until(
+        lambda: all(dml_ticks.last(i) > last_insert for i in dml_ticks.partitions),
+        "every partition ticks past the inserts after the quiet spell",
     )
     inserts = 0
     for partition, events in dml_ticks.events.items():

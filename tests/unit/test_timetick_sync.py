@@ -34,6 +34,21 @@ def test_tick_is_the_min_over_live_proxies_per_pchannel() -> None:
     assert s.ticks({1, 2}, NOW) == {A: ts(100), B: ts(250), C: ts(500)}
 
 
+def test_a_quiet_proxy_counts_as_the_tso_now_and_holds_nothing() -> None:
+    s = sync()
+    s.feed(report(1, p0=100, p1=300, p2=500))
+    s.feed(report(2, p0=50))  # proxy 2's old report, before it went quiet
+    assert s.ticks({1, 2}, NOW, quiet={2}) == {A: ts(100), B: ts(300), C: ts(500)}
+    assert s.ticks({1, 2, 3}, NOW, quiet={2, 3}) == {A: ts(100), B: ts(300), C: ts(500)}  # 3 never reported
+    # every live proxy quiet: the TSO's now everywhere, as with no live proxy
+    assert s.ticks({1, 2}, NOW, quiet={1, 2}) == {A: NOW, B: NOW, C: NOW}
+    # the quiet flag of a proxy that is not live changes nothing
+    assert s.ticks({1}, NOW, quiet={7}) == {A: ts(100), B: ts(300), C: ts(500)}
+    # a reporting proxy's tick above the TSO read (it cannot happen: reports precede the read) is capped
+    s.feed(report(1, p0=9_000))
+    assert s.ticks({1, 2}, NOW, quiet={2})[A] == NOW
+
+
 def test_a_live_proxy_without_a_report_holds_the_pchannel() -> None:
     s = sync()
     s.feed(report(1, p0=100, p1=300, p2=500))
@@ -137,7 +152,9 @@ class _Producer:
 
 
 def _agent(redis: _Redis, tso: _Tso, producer: _Producer) -> TimeTickAgent:
-    config = OspreyConfig(cluster="c", dml_partitions=3, time_tick_interval_ms=5, kafka="127.0.0.1:1")
+    config = OspreyConfig(
+        cluster="c", dml_partitions=3, time_tick_interval_ms=5, time_tick_idle_interval_ms=5, kafka="127.0.0.1:1"
+    )
     return TimeTickAgent(config, redis, tso, _Registry(), producer)  # type: ignore[arg-type]
 
 

@@ -141,3 +141,147 @@ async def test_reported_tick_never_passes_an_unacknowledged_task(idle_reports_no
     ticker_task.append(asyncio.create_task(ticking()))
     await asyncio.gather(ticker_task[0], *(task(d % 7) for d in range(300)))
     assert not violations
+
+
+class _Flag:
+    """A quiet flag in memory whose calls take a few event-loop turns, like a Redis round trip;
+    ``state`` is what a reader sees, ``fail_clear`` makes the next clears raise."""
+
+    def __init__(self) -> None:
+        self.state = False
+        self.sets = 0
+        self.fail_clear = 0
+
+    async def set(self) -> None:
+        self.sets += 1
+        await asyncio.sleep(0)
+        self.state = True
+        await asyncio.sleep(0)
+
+    async def clear(self) -> None:
+        await asyncio.sleep(0)
+        if self.fail_clear:
+            self.fail_clear -= 1
+            raise ConnectionError("redis is away")
+        self.state = False
+        await asyncio.sleep(0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_quiet_only_after_the_idle_time_with_nothing_in_flight_and_cleared_before_the_next_ts() -> None:
+    clock, flag, order = _Clock(), _Flag(), []
+    counter = itertools.count(1000)
+
+    async def now() -> int:
+        order.append(("ts", flag.state))
+        return ts(next(counter))
+
+    woken = []
+    stats = DmTaskStats(now, quiet_flag=flag, quiet_after_s=1.0, on_wake=lambda: woken.append(1), clock=clock)
+    await stats.snapshot()
+    assert not stats.quiet and flag.sets == 0  # not idle for 1 s yet
+    t = await stats.enter([A])
+    clock.t = 5.0
+    await stats.snapshot()
+    assert not stats.quiet  # a task is in flight
+    stats.leave([A], t)
+    await stats.snapshot()
+    assert stats.quiet and flag.state and flag.sets == 1
+    await stats.snapshot()
+    assert flag.sets == 2  # set again at every round while quiet (its TTL is renewed)
+    order.clear()
+    t = await stats.enter([A])
+    assert order == [("ts", False)]  # the flag was cleared before the timestamp was taken
+    assert not stats.quiet and woken == [1]
+    stats.leave([A], t)
+    clock.t = 5.5
+    await stats.snapshot()
+    assert not stats.quiet  # the idle time counts from the last task's entry
+
+
+async def test_a_failed_clear_fails_the_task_and_the_proxy_stays_quiet() -> None:
+    clock, flag = _Clock(), _Flag()
+    counter = itertools.count(1000)
+
+    async def now() -> int:
+        return ts(next(counter))
+
+    stats = DmTaskStats(now, quiet_flag=flag, quiet_after_s=1.0, clock=clock)
+    clock.t = 2.0
+    await stats.snapshot()
+    flag.fail_clear = 1
+    with pytest.raises(ConnectionError):
+        await stats.enter([A])
+    assert stats.quiet and flag.state and stats.stats.statistics() == {}
+    t = await stats.enter([A])  # the next task clears it
+    assert not stats.quiet and not flag.state and stats.stats.statistics() == {A: PChanStatistics(t, t)}
+
+
+async def test_a_quiet_flag_seen_after_now_means_no_timestamp_below_now_is_in_flight() -> None:
+    """The rootcoord's read (TSO now, then the flag) against tasks entering and leaving and the
+    proxy going quiet and waking: whenever the flag is seen set, no task with a timestamp below
+    that now is in flight, so the rootcoord may count the proxy as having reported now."""
+    clock, flag = _Clock(), _Flag()
+    counter = itertools.count(1000)
+    latency = itertools.cycle([0, 3, 17, 1, 40, 5, 2])
+    in_flight: set[int] = set()
+    readers: list[asyncio.Task[None]] = []
+
+    async def now() -> int:
+        value = ts(next(counter))
+        if asyncio.current_task() not in readers:
+            in_flight.add(value)
+        for _ in range(next(latency)):
+            await asyncio.sleep(0)
+        return value
+
+    stats = DmTaskStats(now, quiet_flag=flag, quiet_after_s=1.0, clock=clock)
+    violations: list[tuple[int, int]] = []
+    seen_quiet = 0
+
+    async def task(delay: int) -> None:
+        t = await stats.enter([A])
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        in_flight.discard(t)
+        stats.leave([A], t)
+
+    async def writer() -> None:
+        """Bursts of tasks, with pauses from none to long enough for the proxy to go quiet."""
+        for burst in range(120):
+            await asyncio.gather(*(task((burst + k) % 7) for k in range(burst % 4 + 1)))
+            until = clock.t + (burst % 6) * 0.4
+            while clock.t < until:
+                await asyncio.sleep(0)
+
+    async def proxy_ticking() -> None:
+        while not done.is_set():
+            clock.t += 0.3
+            await stats.snapshot()
+            await asyncio.sleep(0)
+
+    async def rootcoord() -> None:
+        nonlocal seen_quiet
+        while not done.is_set():
+            tso_now = await now()
+            for _ in range(next(latency) % 4):
+                await asyncio.sleep(0)
+            if flag.state:
+                seen_quiet += 1
+                violations.extend((tso_now, t) for t in in_flight if t < tso_now)
+            await asyncio.sleep(0)
+
+    done = asyncio.Event()
+    readers.append(asyncio.create_task(rootcoord()))
+    readers.append(asyncio.create_task(proxy_ticking()))
+    await writer()
+    done.set()
+    await asyncio.gather(*readers)
+    assert seen_quiet > 0 and flag.sets > 20 and not violations
