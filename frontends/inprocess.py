@@ -74,7 +74,8 @@ class InProcessClient:
         return reply.collection_id
 
     async def drop_collection(self, collection_name: str) -> int:
-        """Drop a collection by its own name (not an alias); returns the dropped id."""
+        """Drop a collection by its own name (not an alias); returns the dropped id, 0 if it was
+        missing (Milvus: dropping a missing collection succeeds)."""
         return (await self._call(ddl.DropCollection, collection_name=collection_name)).collection_id
 
     async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:

@@ -10,7 +10,6 @@ Osprey" (code 10) in their own reply type (:func:`unsupported_methods`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
@@ -25,7 +24,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb
 
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc import convert
-from schemas.errors import AliasNotFound, CollectionNotFound, InvalidParameter, OspreyError, Unsupported
+from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, Unsupported
 from schemas.index import IndexState
 from schemas.meta import LoadState
 from state.meta.tso import physical_ms
@@ -280,8 +279,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def DropAlias(self, request: milvus_pb2.DropAliasRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        with contextlib.suppress(AliasNotFound):  # Milvus answers success to dropping a missing alias
-            await self.client.drop_alias(request.alias)
+        await self.client.drop_alias(request.alias)  # a missing alias: success (the rootcoord's rule)
         return convert.ok_status()
 
     @rpc

@@ -163,12 +163,9 @@ async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
     info = view.collection_by_name(name)
     if info is None:
         if name in view.aliases:
-            raise InvalidParameter(
-                "collection_name",
-                "must name a collection, not an alias: a collection cannot be dropped through an alias",
-                name,
-            )
-        raise collection_not_found(name)
+            raise InvalidParameter("collection_name", f"cannot drop the collection via alias = {name}", name)
+        # Milvus makes the drop idempotent: a missing collection is dropped already (collection_id 0)
+        return Plan(make_reply=_reply(e, collection_id=0))
     aliases = view.aliases_of(info.collection_id)
     if aliases:
         raise InvalidParameter(
@@ -352,8 +349,8 @@ def _create_alias(e: ddl.CreateAlias, view: MetaView) -> Plan:
 def _drop_alias(e: ddl.DropAlias, view: MetaView) -> Plan:
     alias = validate_name("alias", e.alias)
     existing = view.aliases.get(alias)
-    if existing is None:
-        raise alias_not_found(alias)
+    if existing is None:  # Milvus makes the drop idempotent: a missing alias is dropped already
+        return Plan(make_reply=_reply(e, collection_id=0))
     cid = existing.collection_id
     return Plan(removals=[keys.alias_key(alias)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
 

@@ -354,8 +354,7 @@ async def test_unknown_names(thin: Client) -> None:
     missing = name("missing")
     with pytest.raises(CollectionNotFound, match=missing):
         await thin.describe_collection(missing)
-    with pytest.raises(CollectionNotFound):
-        await thin.drop_collection(missing)
+    await thin.drop_collection(missing)  # Milvus: dropping a missing collection succeeds
     with pytest.raises(CollectionNotFound):
         await thin.insert(missing, rows(range(1), seed=4))
     with pytest.raises(CollectionNotFound):

@@ -104,8 +104,18 @@ async def test_names_and_aliases_share_one_namespace() -> None:
         await meta.run(ddl.CreateCollection, collection_name="z", collection_schema=SCHEMA)
     with pytest.raises(AliasCollectionNameConflict):
         await meta.run(ddl.CreateAlias, alias="a", collection_name="a")
-    with pytest.raises(InvalidParameter, match="not an alias"):
+    with pytest.raises(InvalidParameter, match="cannot drop the collection via alias = z"):
         await meta.run(ddl.DropCollection, collection_name="z")
+
+
+async def test_drops_of_missing_collections_and_aliases_write_nothing() -> None:
+    """Milvus 2.6: both drops are idempotent."""
+    meta = Meta()
+    for kind, fields in ((ddl.DropCollection, {"collection_name": "nope"}), (ddl.DropAlias, {"alias": "nope"})):
+        event = kind(request_id=7, proxy_id=1, ts=1, **fields)
+        change = await plan(event, meta.view, meta.new_id, TOPICS)
+        assert not change.additions and not change.removals and not change.removal_prefixes
+        assert change.make_reply(5).collection_id == 0
 
 
 async def test_reads_do_not_write() -> None:
