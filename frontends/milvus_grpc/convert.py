@@ -15,6 +15,7 @@ Pure functions (no I/O), so each rule is unit-tested without a server. The contr
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -115,11 +116,15 @@ def params_of(pairs: Iterable[common_pb2.KeyValuePair], what: str) -> dict[str, 
 
 
 def _number_or_text(value: str) -> Any:
+    """A JSON number as a number; anything else, NaN and infinities included, stays text (so a
+    check downstream names the key and its rule instead of comparing with NaN)."""
     try:
         number = json.loads(value)
     except ValueError:
         return value
-    return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        return value
+    return number if math.isfinite(number) else value
 
 
 def consistency_of(number: int, use_default: bool) -> ConsistencyLevel | None:

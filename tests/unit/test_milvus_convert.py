@@ -286,6 +286,12 @@ def test_params_of_parses_params_json_and_numbers() -> None:
     )
     assert got == {"params": {"ef": 64, "nprobe": 8}, "M": 16, "efConstruction": 64, "metric_type": "L2", "radius": 0.5}
     assert convert.params_of(kv(params=""), "x") == {"params": {}}
+    # NaN and infinities are not numbers here: they stay text, for the checks downstream to refuse
+    assert convert.params_of(kv(M="NaN", ef="Infinity", radius="-Infinity"), "x") == {
+        "M": "NaN",
+        "ef": "Infinity",
+        "radius": "-Infinity",
+    }
 
 
 @pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
