@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from schemas.auth import masked_users
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.validation import invalid_from_validation_error
@@ -44,11 +45,12 @@ def _print(value: Any) -> None:
 
 def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) -> Any:
     """``action`` on a thin client of the running proxy at ``config.proxy_http`` (``osprey proxy``
-    or ``osprey up``); no proxy there: ServiceUnavailable, printed as an error."""
+    or ``osprey up``), sending the config's credential (:func:`schemas.auth.client_token`) when
+    ``authorization_enabled``; no proxy there: ServiceUnavailable, printed as an error."""
     from frontends.client import Client
 
     async def run() -> Any:
-        async with Client(config.proxy_http) as client:
+        async with Client(config) as client:  # config.proxy_http, with its credential when required
             return await action(client)
 
     return asyncio.run(run())
@@ -403,11 +405,19 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
+def shown_setting(name: str, value: Any) -> Any:
+    """A setting's value as it may be printed: ``users`` with every password ``***``."""
+    return masked_users(value) if name == "users" and isinstance(value, dict) else value
+
+
 def settings_table(config: OspreyConfig) -> str:
-    """Every OspreyConfig field as a Markdown table: name, value in effect, default, meaning."""
+    """Every OspreyConfig field as a Markdown table: name, value in effect, default, meaning.
+    No password is printed (:func:`shown_setting`)."""
     rows = ["| setting | value | default | what |", "|---|---|---|---|"]
     for name, field in OspreyConfig.model_fields.items():
-        rows.append(f"| `{name}` | `{getattr(config, name)}` | `{field.default}` | {field.description or ''} |")
+        value = shown_setting(name, getattr(config, name))
+        default = shown_setting(name, field.get_default(call_default_factory=True))
+        rows.append(f"| `{name}` | `{value}` | `{default}` | {field.description or ''} |")
     return "\n".join(rows)
 
 

@@ -13,6 +13,11 @@ The contract:
 - One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
   or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
   :class:`OspreyConfig`, or ``host:port`` / ``http://host:port``; default ``OSPREY_PROXY_HTTP``.
+- Credentials: ``token`` (``user:password``) is sent on every request as ``Authorization: Bearer
+  <token>``. Without one, a client of a config (or of the ``OSPREY_*`` environment) sends the
+  config's :func:`schemas.auth.client_token` (the first of ``users`` when
+  ``authorization_enabled``), a client of an address sends none. A proxy requiring credentials
+  refuses a request without a valid one: ``NotAuthenticated`` (code 1800).
 - A request the proxy refuses (a non-zero ``code``) raises ``from_status(code, message, field, rule)``:
   the OspreyError of the code with the in-process client's reason, field and rule, so an
   InvalidParameter names the keyword argument (``collection_name``, not REST's ``collectionName``;
@@ -43,6 +48,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel
 
+from schemas.auth import bearer_headers, client_token
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
@@ -329,11 +335,17 @@ class Client:
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        token: str | None = None,
     ) -> None:
         if config_or_address is None:
             config_or_address = OspreyConfig.from_env()
-        address = config_or_address if isinstance(config_or_address, str) else config_or_address.proxy_http
+        if isinstance(config_or_address, str):
+            address = config_or_address
+        else:
+            address = config_or_address.proxy_http
+            token = token if token is not None else client_token(config_or_address)
         self.url = proxy_url(address)
+        self.token = token
         self.address = urlsplit(self.url).netloc
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -343,7 +355,8 @@ class Client:
         """Open the HTTP session (no request is sent: an absent proxy shows on the first call)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s)
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s),
+                headers=bearer_headers(self.token),
             )
         return self
 

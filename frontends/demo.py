@@ -24,6 +24,7 @@ from frontends.embedded.stack import EmbeddedProcess
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from frontends.workload import gaussian_mixture, recall_at_k, write_parquet_files
+from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError
 
@@ -305,7 +306,7 @@ def pymilvus_walkthrough(config: OspreyConfig) -> None:
     from pymilvus import MilvusClient
 
     print(f"pymilvus MilvusClient against the Milvus gRPC front end (http://{config.proxy_grpc})")
-    milvus = MilvusClient(uri=f"http://{config.proxy_grpc}")
+    milvus = MilvusClient(uri=f"http://{config.proxy_grpc}", token=client_token(config) or "")
     try:
         name = f"pymilvus_demo_{int(time.time())}"
         milvus.create_collection(name, dimension=4)  # AUTOINDEX (COSINE), dynamic field, loaded

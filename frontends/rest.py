@@ -13,6 +13,13 @@ its HTTP status, with the same JSON error (code 1100, ``field`` and ``rule`` as 
   ``[field=body]``, naming the limit and the setting; refused from its Content-Length before
   anything is read, or (chunked, no Content-Length) once the bytes read pass the limit.
 
+With the config's ``authorization_enabled``, every request (the stream writers' routes and unknown
+paths too) needs ``Authorization: Bearer <user>:<password>`` naming a user of ``users`` (Milvus
+RESTful v2's token; checked by :func:`schemas.auth.check_token`, as the gRPC front end checks
+pymilvus's). A missing, malformed or wrong one is refused before anything reads the request, as
+Milvus does: HTTP 401 (``WWW-Authenticate: Bearer``) with ``{"code": 1800, "message": "user hasn't
+authenticated"}``.
+
 - Body keys are matched like Go's ``encoding/json`` (Milvus): exact first, else case-insensitively,
   so ``autoID`` and ``autoId`` both work. Unknown keys are ignored, except Milvus features Osprey
   lacks (partition keys, nullable fields, ...) which are refused when set.
@@ -85,6 +92,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.service import Service
 from frontends.inprocess import InProcessClient
+from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, bearer_token, check_token
 from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
@@ -100,6 +108,8 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/v2/vectordb"
 DEFAULT_DB_NAME = "default"  # the one database Osprey has
 MAX_BODY_SETTING = "rest_max_body_bytes"  # OspreyConfig field: largest request body, bytes
+UNAUTHENTICATED_HTTP_STATUS = 401  # Milvus's REST answer to a request without a valid credential
+AUTH_CHALLENGE = f'{BEARER_SCHEME} realm="osprey"'  # the WWW-Authenticate header of that answer
 
 # Milvus RESTful dataType spelling -> Osprey DataType. Looked up ignoring case and "_", so
 # "Int64", "int64", "FloatVector" and Osprey's own "FLOAT_VECTOR" all work.
@@ -1045,7 +1055,8 @@ class RestFrontEnd(Service):
     """The REST front end of one proxy. ``start`` binds ``bind`` (default: the client config's
     ``proxy_http``; port 0 picks a free port, see :attr:`url`); ``stop`` closes it, twice is fine.
     Endpoint bodies may be up to ``max_body_bytes`` (default: the client config's
-    ``rest_max_body_bytes``); a larger one is refused with a JSON error, HTTP 413."""
+    ``rest_max_body_bytes``); a larger one is refused with a JSON error, HTTP 413. With the client
+    config's ``authorization_enabled``, :meth:`authenticate` guards every route."""
 
     service_name = "REST front end"
 
@@ -1055,14 +1066,20 @@ class RestFrontEnd(Service):
         host, _, port = (bind or client.config.proxy_http).rpartition(":")
         self.host, self.port = host, int(port)
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else client.config.rest_max_body_bytes
+        config = client.config
+        # user -> password when credentials are required (authorization_enabled), else None
+        self.users: dict[str, str] | None = dict(config.users) if config.authorization_enabled else None
         self.requests = 0
         self.errors = 0
+        self.unauthenticated = 0
 
     def app(self) -> web.Application:
         """The aiohttp application: one POST route per :data:`ENDPOINTS` entry (bodies up to
         :attr:`max_body_bytes`), the stream writers' routes (:data:`INGEST_ENDPOINTS`, bodies up to
-        ``MAX_CHUNK_BYTES``, checked by their handler), and :meth:`json_errors` around them all."""
-        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[self.json_errors])
+        ``MAX_CHUNK_BYTES``, checked by their handler), :meth:`json_errors` around them all and,
+        when credentials are required, :meth:`authenticate` inside it (before any route runs)."""
+        middlewares = [self.json_errors] if self.users is None else [self.json_errors, self.authenticate]
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         for path, endpoint in ENDPOINTS.items():
             app.router.add_post(f"{API_PREFIX}/{path}", self._handler(endpoint))
         for path, (model, method) in INGEST_ENDPOINTS.items():
@@ -1123,6 +1140,23 @@ class RestFrontEnd(Service):
             error = http_error(request, exc, self.max_body_bytes)
             return web.json_response(failure(error), status=exc.status, headers=headers)
 
+    @web.middleware
+    async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Only a request whose ``Authorization`` is ``Bearer <user>:<password>`` of :attr:`users`
+        reaches ``handler``; any other is answered HTTP 401 with :class:`NotAuthenticated` (code
+        1800, Milvus's text) before its body or path is looked at."""
+        token = bearer_token(request.headers.get(AUTHORIZATION_HEADER))
+        if token is not None and check_token(token, self.users or {}) is not None:
+            return await handler(request)
+        self.requests += 1
+        self.errors += 1
+        self.unauthenticated += 1
+        return web.json_response(
+            failure(NotAuthenticated()),
+            status=UNAUTHENTICATED_HTTP_STATUS,
+            headers={"WWW-Authenticate": AUTH_CHALLENGE},
+        )
+
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
             # a declared length over the limit is refused before a byte is read; a chunked body
@@ -1178,4 +1212,11 @@ class RestFrontEnd(Service):
         return f"http://{self.host}:{self.port}"
 
     def health(self) -> dict[str, Any]:
-        return {**super().health(), "url": self.url, "requests": self.requests, "errors": self.errors}
+        return {
+            **super().health(),
+            "url": self.url,
+            "auth": self.users is not None,
+            "requests": self.requests,
+            "errors": self.errors,
+            "unauthenticated": self.unauthenticated,
+        }

@@ -67,7 +67,9 @@ class OspreyConfig(BaseModel):
     )
     users: dict[str, str] = Field(
         default_factory=lambda: {"root": "Milvus"},
-        description="user -> password accepted when authorization_enabled (JSON in OSPREY_USERS)",
+        repr=False,
+        description="user -> password accepted when authorization_enabled (JSON in OSPREY_USERS); "
+        "Osprey's own clients (CLI, Spark sink, demo) send the first entry's user:password; printed as ***",
     )
     cluster: str = Field(
         "osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys"

@@ -92,6 +92,20 @@ class Unsupported(OspreyError):
     code = 10
 
 
+NEED_AUTHENTICATE = "user hasn't authenticated"  # Milvus merr.ErrNeedAuthenticate's text
+
+
+class NotAuthenticated(OspreyError):
+    """A request without a valid credential while ``authorization_enabled`` (Milvus merr
+    ErrNeedAuthenticate, code 1800): missing, malformed, unknown user or wrong password alike
+    (``schemas/auth.py`` holds the rules)."""
+
+    code = 1800
+
+    def __init__(self, reason: str = NEED_AUTHENTICATE) -> None:
+        super().__init__(reason)
+
+
 class DatabaseNotFound(OspreyError):
     """Osprey has one database, ``default`` (merr ErrDatabaseNotFound)."""
 

@@ -4,7 +4,9 @@ Spark tasks run it: standard library only (``http.client``, one kept-alive conne
 that fails to connect or loses its connection is sent again until ``retry_s`` has passed: every
 request is safe to repeat (a chunk keeps its identity, a commit replaces its record), so a proxy
 restart costs time, never rows. An error the proxy answers with is raised as the OspreyError of
-its code (InvalidParameter names field and rule).
+its code (InvalidParameter names field and rule; a proxy requiring credentials refuses a request
+without a valid ``token`` with NotAuthenticated, code 1800). ``token`` (``user:password``) travels
+as ``Authorization: Bearer <token>`` on every request.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from schemas.auth import bearer_headers
 from schemas.codec import encode
 from schemas.errors import ServiceUnavailable, from_status
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestProgress, IngestTarget
@@ -31,13 +34,20 @@ def proxy_url(address: str) -> str:
 
 
 class IngestClient:
-    def __init__(self, address: str, timeout_s: float = DEFAULT_TIMEOUT_S, retry_s: float = DEFAULT_RETRY_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry_s: float = DEFAULT_RETRY_S,
+        token: str | None = None,
+    ) -> None:
         url = urlsplit(proxy_url(address))
         if url.scheme != "http" or not url.hostname:
             raise ValueError(f"proxy address must be host:port or http://host:port, got {address!r}")
         self.host, self.port = url.hostname, url.port or 80
         self.timeout_s = timeout_s
         self.retry_s = retry_s
+        self._headers = {"Content-Type": "application/octet-stream", **bearer_headers(token)}
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -69,9 +79,7 @@ class IngestClient:
             try:
                 if self._conn is None:
                     self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-                self._conn.request(
-                    "POST", API_PREFIX + action, body=body, headers={"Content-Type": "application/octet-stream"}
-                )
+                self._conn.request("POST", API_PREFIX + action, body=body, headers=self._headers)
                 response = self._conn.getresponse()
                 payload = response.read()
                 break

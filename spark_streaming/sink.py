@@ -9,6 +9,8 @@ Register it first (``spark.dataSource.register(OspreyDataSource)``, done by
 - ``collection`` (required): collection name or alias, resolved to its id once, when the query
   plans its writer; ``partition``: partition name (default ``_default``);
 - ``proxy``: the proxy's REST address (default ``OSPREY_PROXY_HTTP``, else 127.0.0.1:19121);
+- ``token``: ``user:password`` sent to a proxy that requires credentials (default: the first of
+  ``OSPREY_USERS`` when ``OSPREY_AUTHORIZATION_ENABLED``, see :func:`schemas.auth.client_token`);
 - ``mode``: ``insert`` (default) or ``upsert``; any other value fails the query as it starts
   (InvalidParameter naming the option ``mode`` and the allowed values: raised by
   :func:`spark_streaming.stream.write_stream` before the query exists, by a plain ``writeStream``
@@ -43,12 +45,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
 from schemas.ingest import (
@@ -95,6 +98,7 @@ class SinkOptions:
     chunk_bytes: int
     in_flight: int
     mode: IngestMode = "insert"
+    token: str | None = field(default=None, repr=False)  # user:password for a proxy requiring credentials
 
     @classmethod
     def of(cls, options: Any) -> SinkOptions:
@@ -111,13 +115,14 @@ class SinkOptions:
             chunk_bytes=int(options.get("chunkBytes", DEFAULT_CHUNK_BYTES)),
             in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))),
             mode=sink_mode(options.get("mode")),
+            token=options.get("token") or client_token(OspreyConfig.from_env()),
         )
 
 
 def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
     """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
     InvalidParameter naming the field and the rule)."""
-    with IngestClient(options.proxy) as client:
+    with IngestClient(options.proxy, token=options.token) as client:
         return client.open(
             IngestOpen(
                 collection_name=options.collection,
@@ -152,7 +157,7 @@ class ChunkSender:
     def _client(self) -> IngestClient:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = IngestClient(self.options.proxy)
+            client = self._local.client = IngestClient(self.options.proxy, token=self.options.token)
             self._clients.append(client)
         return client
 
@@ -236,7 +241,7 @@ def record_commit(options: SinkOptions, target: IngestTarget, batch_id: int, mes
     done = [m for m in messages if isinstance(m, OspreyCommitMessage)]
     if not done:
         return
-    with IngestClient(options.proxy) as client:
+    with IngestClient(options.proxy, token=options.token) as client:
         client.commit(
             IngestCommit(
                 query_id=done[0].query_id,

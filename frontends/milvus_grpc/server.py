@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from pymilvus.grpc_gen import milvus_pb2_grpc
 from agents.service import Service
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.service import MilvusServicer
+from schemas.auth import check_token
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +31,14 @@ AUTH_FAILURE = "auth check failure, please check username and password are corre
 
 
 def credential_user(metadata: Mapping[str, str], users: Mapping[str, str]) -> str | None:
-    """The user whose ``authorization`` metadata (base64 ``user:password``) matches ``users``, or None."""
+    """The user whose ``authorization`` metadata (base64 ``user:password``) matches ``users``, or None
+    (the token is checked by :func:`schemas.auth.check_token`, as REST's ``Bearer`` token is)."""
     raw = metadata.get("authorization", "")
     try:
         text = base64.b64decode(raw, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
-    user, sep, password = text.partition(":")
-    expected = users.get(user)
-    if not sep or expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
-        return None
-    return user
+    return check_token(text, users)
 
 
 class _Authenticator(grpc.aio.ServerInterceptor):

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from schemas.errors import CollectionNotFound, OspreyError
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
         raise OspreyError(f"{directory} is not a directory")
     fmt = args.format or detect_format(directory)
     proxy = args.proxy or config.proxy_http
+    token = client_token(config)  # the sink's own default reads only the environment, not --set
     checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection)
     launched = time.monotonic()
     spark = spark_session("osprey-ingest")
@@ -107,6 +109,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
                 proxy=proxy,
                 query_name=name,
                 trigger=trigger,
+                options={"token": token} if token else None,
             )
             break
         except CollectionNotFound:
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
                 print(f"ingest: waiting for collection {args.collection} to exist", file=sys.stderr, flush=True)
                 told = True
             time.sleep(COLLECTION_WAIT_S)
-    client = IngestClient(proxy)
+    client = IngestClient(proxy, token=token)
     started = time.monotonic()
     shown: tuple[Any, ...] = ()
     last_line = 0.0
