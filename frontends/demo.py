@@ -316,9 +316,19 @@ def pymilvus_walkthrough(config: OspreyConfig) -> None:
             for i in range(10)
         ]
         say("insert 10 rows with dynamic keys genre, year", milvus.insert(name, rows)["insert_count"])
-        hits = milvus.search(name, [[3.0, 1.0, 0.5, -1.0]], limit=3, filter='genre == "drama"', output_fields=["year"])
-        say('search limit 3, filter genre == "drama"', [(h["id"], h["entity"]["year"]) for h in hits[0]])
-        say("query count(*)", milvus.query(name, filter="", output_fields=["count(*)"])[0]["count(*)"])
+        # Strong: the read waits for the insert's time tick (the default, Bounded, reads what the
+        # query node has applied, which a read sent a few ms after the insert may not include yet)
+        hits = milvus.search(
+            name,
+            [[3.0, 1.0, 0.5, -1.0]],
+            limit=3,
+            filter='genre == "drama"',
+            output_fields=["year"],
+            consistency_level="Strong",
+        )
+        say('search Strong, limit 3, filter genre == "drama"', [(h["id"], h["entity"]["year"]) for h in hits[0]])
+        count = milvus.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
+        say("query count(*) Strong", count[0]["count(*)"])
         milvus.drop_collection(name)
         say(f"drop_collection({name!r}); has_collection", milvus.has_collection(name))
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -128,6 +129,7 @@ def test_ddl_command_without_a_proxy_says_so(module_config: OspreyConfig) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
     config = OspreyConfig(
         kafka=f"127.0.0.1:{free_port()}",
@@ -143,5 +145,6 @@ def test_demo_brings_the_stack_up_and_down(tmp_path: Path) -> None:
     assert "as of before the flip" in out
     assert 'delete title == "emma"' in out and "upsert dune" in out
     assert "describe_index" in out and "Finished" in out and "please release it first" in out
-    assert "pymilvus MilvusClient" in out and "query count(*)" in out
+    assert "pymilvus MilvusClient" in out and re.search(r"query count\(\*\) Strong\s+10\n", out), out
+    assert re.search(r"search Strong, limit 3, .*\[\(3, 1993\)", out), out
     assert not port_open(*config.kafka_host_port) and not port_open(*config.redis_host_port)

@@ -376,23 +376,11 @@ def assert_each_pk_once(config: OspreyConfig, name: str, expected: dict[int, Any
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_driver_killed_mid_stream_then_restarted(
-    proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
-) -> None:
-    create_collection(module_config, "crash")
-    expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=5)
-    job = start_job(module_config, tmp_path / "in", "crash", tmp_path / "ckpt")
-    seen = kill_when_partly_visible(module_config, job, "crash", len(expected))
-    print(f"killed the driver with {seen} of {len(expected)} rows visible")
-    finish_job(module_config, tmp_path / "in", "crash", tmp_path / "ckpt")
-    assert_each_pk_once(module_config, "crash", expected)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_querynode_killed_while_spark_replays(
+def test_driver_killed_mid_stream_then_restarted_and_the_querynode_killed_while_it_replays(
     proxy_process: WorkerProcess, querynode: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
 ) -> None:
+    """kill -9 of the driver with part of the rows visible; the restarted job replays its
+    uncommitted micro-batch, and the query node is killed while it does. Every row once."""
     create_collection(module_config, "replay")
     expected = write_files(tmp_path / "in", files=6, rows=20_000, seed=6, first_id=10_000_000)
     job = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
