@@ -28,7 +28,7 @@ from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError
 
-INGEST_ROWS = 50_000  # the standard workload (128-d Gaussian mixture), scaled to a demo
+INGEST_ROWS = 20_000  # the standard workload (128-d Gaussian mixture), scaled to a demo (and its test)
 INGEST_DIM = 128
 INGEST_FILES = 5
 INGEST_QUERIES = 20

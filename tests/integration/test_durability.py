@@ -282,12 +282,35 @@ def test_broker_killed_mid_stream(stack: LocalCluster) -> None:
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
 
 
+def prepare_deletes(config: OspreyConfig, collection: str) -> set[int]:
+    """Deletes of rows in flushed and in growing segments, by ids and by filter, some written to
+    delete logs and the last maybe only in the dml tail; returns the ids that must stay."""
+    create(config, collection)
+    for start in range(0, 1_000, 250):
+        ok(config, "entities/insert", {"collectionName": collection, "data": rows(range(start, start + 250), start)})
+    assert ok(config, "collections/flush", {"collectionName": collection})["flushedSegmentIDs"]
+    ok(config, "entities/insert", {"collectionName": collection, "data": rows(range(1_000, 1_200), 7)})  # growing
+    live = set(range(1_200))
+    ok(config, "entities/delete", {"collectionName": collection, "ids": [0, 1, 500, 999, 1_000, 1_199]})
+    ok(config, "entities/delete", {"collectionName": collection, "filter": "id >= 1100 and id < 1150"})
+    live -= {0, 1, 500, 999, 1_000, 1_199, *range(1_100, 1_150)}
+    time.sleep(1.5)  # the data node writes the deletes so far to delete logs (checkpoint interval)
+    ok(config, "entities/delete", {"collectionName": collection, "filter": "id >= 200 and id < 220"})  # maybe dml only
+    live -= set(range(200, 220))
+    assert_exactly_once(strong_ids(config, collection), live, live)
+    return live
+
+
 def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     """Segments are sealed (500 rows) and flushed while the stream runs; after every process was
     killed, the query node serves every acknowledged row once, from the flushed segments plus a
-    replay of only the dml tail after the pchannel checkpoint."""
+    replay of only the dml tail after the pchannel checkpoint. In a second collection, deletes of
+    rows in flushed and in growing segments, by ids and by filter, some in delete logs and some
+    only in the dml tail when every process is killed: exactly the rows not deleted come back,
+    each once."""
     stack = segmented_stack
     config = stack.config
+    live = prepare_deletes(config, "dels")
     create(config, "docs")
     stream = InsertStream(config, "docs").start()
     stream.wait_acks(ACKS_BEFORE_CRASH)
@@ -298,42 +321,13 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     victims = [*stack.servers, *stack.workers.values(), stack.proxy]
     kill_and_restart(stack, victims, stream)
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
+    assert_exactly_once(strong_ids(config, "dels"), live, live)
     doc = asyncio.run(_querynode_status(config))
     for pchannel, offset in checkpoints.items():
         state = doc["pchannels"][pchannel]
         assert state["recovered_segments"] >= 1, state  # loaded from the object store
         started_at = state["position"] - state["applied"] + 1
         assert started_at >= offset, (pchannel, state, offset)  # replayed only the tail
-
-
-def test_deletes_survive_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
-    """Deletes of rows in flushed and in growing segments, by ids and by filter, some in delete
-    logs and some only in the dml tail when every process is killed: after the stack is up
-    again, exactly the rows not deleted are served, each once."""
-    stack = segmented_stack
-    config = stack.config
-    create(config, "docs")
-    for start in range(0, 1_000, 250):
-        ok(config, "entities/insert", {"collectionName": "docs", "data": rows(range(start, start + 250), start)})
-    assert ok(config, "collections/flush", {"collectionName": "docs"})["flushedSegmentIDs"]
-    ok(config, "entities/insert", {"collectionName": "docs", "data": rows(range(1_000, 1_200), 7)})  # growing
-    live = set(range(1_200))
-    ok(config, "entities/delete", {"collectionName": "docs", "ids": [0, 1, 500, 999, 1_000, 1_199]})
-    ok(config, "entities/delete", {"collectionName": "docs", "filter": "id >= 1100 and id < 1150"})
-    live -= {0, 1, 500, 999, 1_000, 1_199, *range(1_100, 1_150)}
-    time.sleep(1.5)  # the data node writes the deletes so far to delete logs (checkpoint interval)
-    ok(config, "entities/delete", {"collectionName": "docs", "filter": "id >= 200 and id < 220"})  # maybe only in dml
-    live -= set(range(200, 220))
-    assert_exactly_once(strong_ids(config, "docs"), live, live)
-    victims = [*stack.servers, *stack.workers.values(), stack.proxy]
-    pids = [p.pid() for p in victims]
-    for pid in pids:
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-    for process in victims:
-        process.kill()
-    stack.up(proxy=True)
-    assert_exactly_once(strong_ids(config, "docs"), live, live)
 
 
 def test_redis_killed_mid_stream_keeps_rows_and_ddl(stack: LocalCluster) -> None:

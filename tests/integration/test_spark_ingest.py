@@ -601,11 +601,13 @@ def test_upsert_driver_killed_mid_stream_then_restarted(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_upsert_restart_that_merges_two_files_into_one_micro_batch(
-    proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+    spark: Any, module_config: OspreyConfig, tmp_path: Path
 ) -> None:
     """The state a driver leaves when killed after its file source logged batch 2's file but
     before the offset log recorded batch 2, made on purpose: the restart runs v2 and v3 as one
-    micro-batch. Each key once, at a write of its last micro-batch; nothing lost."""
+    micro-batch. Each key once, at a write of its last micro-batch; nothing lost. Both runs are
+    queries of the module's session (a new query reads its checkpoint afresh, as a new driver
+    does; no kill is involved, so no driver process of its own is needed)."""
     name = "upsert_merged"
     create_collection(module_config, name)
     versions = [np.arange(4_000)] + [
@@ -616,13 +618,13 @@ def test_upsert_restart_that_merges_two_files_into_one_micro_batch(
     inputs.mkdir()
     for f in (0, 1):
         shutil.copy2(tmp_path / "all" / f"part-{f:03d}.parquet", inputs)
-    wait_job(start_upsert_job(module_config, inputs, name, checkpoint))  # batches 0 and 1, committed
+    stream_upserts(spark, inputs, name, checkpoint)  # batches 0 and 1, committed
     for f in (2, 3, 4):
         shutil.copy2(tmp_path / "all" / f"part-{f:03d}.parquet", inputs)
     logged = inputs / "part-002.parquet"
     entry = {"path": logged.resolve().as_uri(), "timestamp": int(logged.stat().st_mtime * 1000), "batchId": 2}
     (checkpoint / "sources" / "0" / "2").write_text("v1\n" + json.dumps(entry))
-    wait_job(start_upsert_job(module_config, inputs, name, checkpoint))
+    stream_upserts(spark, inputs, name, checkpoint)
     batches = micro_batches(checkpoint)
     assert batches == [
         ["part-000.parquet"],
