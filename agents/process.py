@@ -23,7 +23,7 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
     lives in Redis and the data directory, never in Faust changelogs), acks=all producers."""
     datadir = Path(config.data_dir) / "faust" / role
     datadir.mkdir(parents=True, exist_ok=True)
-    return faust.App(
+    app = faust.App(
         f"{config.cluster}-{role}",
         broker=f"osprey://{config.kafka}",  # streams/transport.py
         store="memory://",
@@ -38,6 +38,8 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
         topic_allow_declare=False,
         **settings,
     )
+    app.osprey_fetch_wait_ms = config.consumer_fetch_wait_ms  # type: ignore[attr-defined]  # streams/transport.py
+    return app
 
 
 def run_worker(app: faust.App, loglevel: str = "info") -> None:

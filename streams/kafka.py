@@ -28,7 +28,7 @@ def make_consumer(config: OspreyConfig) -> AIOKafkaConsumer:
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=20,
+        fetch_max_wait_ms=config.consumer_fetch_wait_ms,
         max_partition_fetch_bytes=MAX_REQUEST_BYTES,
     )
 

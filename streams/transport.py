@@ -2,7 +2,9 @@
 
 Faust 0.15.3 builds its worker consumer with ``fetch_max_wait_ms=1500`` (hard-coded). Kafka
 answers a fetch as soon as a record arrives, so the wait only bounds how long an idle fetch is
-parked; this transport sets it to ``FETCH_MAX_WAIT_MS`` before the consumer starts. Measured on
+parked; this transport sets it to the app's ``osprey_fetch_wait_ms`` (``consumer_fetch_wait_ms``
+of the config, set by ``agents.process.make_app``; default ``FETCH_MAX_WAIT_MS``) before the
+consumer starts. Measured on
 Kafka 3.9 (docs/decisions.md): Strong searches p50 6.4/6.9 ms with 20 ms against 7.3/7.5 ms with
 1,500 ms in paired runs, the DDL suite the same either way. Everything else is Faust's own driver.
 It is registered through the ``faust.transports`` entry point in pyproject.toml.
@@ -31,7 +33,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         # aiokafka 0.14 passes this attribute to its Fetcher in start(); pinned in pyproject.
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        consumer._fetch_max_wait_ms = getattr(transport.app, "osprey_fetch_wait_ms", FETCH_MAX_WAIT_MS)
         return consumer
 
 

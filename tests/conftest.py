@@ -95,6 +95,9 @@ def make_config(
         "compaction_interval_s": 0.0,
         # no gRPC front end unless a test asks for one on a free port (19530 may be taken)
         "proxy_grpc": "",
+        # idle fetches parked 100 ms, not 20: a module's stack idles most of the time, and on 2
+        # cores the idle polling of every stack slowed the whole suite (docs/decisions.md)
+        "consumer_fetch_wait_ms": 100,
     }
     values.update(overrides)
     return OspreyConfig(**values)  # type: ignore[arg-type]
