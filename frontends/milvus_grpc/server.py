@@ -28,6 +28,16 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 2.0  # RPCs in flight may finish for this long when the front end stops
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024  # one request or reply (pymilvus allows 2 GiB; a 64 MiB insert fits)
 AUTH_FAILURE = "auth check failure, please check username and password are correct"  # Milvus's text
+# Keepalive pings: pymilvus pings every 10 s, also between calls. gRPC's server default (one ping
+# per 5 min without data) answers that with GOAWAY "too_many_pings", which drops an idle client's
+# connection. Milvus's server permits pings every 5 s without calls; so does this one.
+MIN_PING_INTERVAL_MS = 5_000
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+]
 
 
 def credential_user(metadata: Mapping[str, str], users: Mapping[str, str]) -> str | None:
@@ -85,10 +95,7 @@ class GrpcFrontEnd(Service):
         interceptors = [_Authenticator(config.users)] if config.authorization_enabled else []
         server = grpc.aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ],
+            options=SERVER_OPTIONS,
         )
         milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(self.client), server)
         self.port = server.add_insecure_port(self.bind)
