@@ -18,6 +18,33 @@ INTERVAL_MS = 50
 A, B = "c.dml_0", "c.dml_1"
 
 
+class _Oracle:
+    """A TSO whose timestamps count as in flight (``in_flight``) from the moment they are issued,
+    unless a ``readers`` task takes them, and whose replies travel back for a few event-loop turns."""
+
+    def __init__(self, latencies: list[int]) -> None:
+        self._clock = itertools.count(1000)
+        self.latency = itertools.cycle(latencies)
+        self.in_flight: set[int] = set()
+        self.readers: list[asyncio.Task[None]] = []
+
+    async def now(self) -> int:
+        value = ts(next(self._clock))  # issued at the oracle now ...
+        if asyncio.current_task() not in self.readers:
+            self.in_flight.add(value)
+        for _ in range(next(self.latency)):  # ... and its reply travels back for a while
+            await asyncio.sleep(0)
+        return value
+
+    async def task(self, stats: DmTaskStats, delay: int) -> None:
+        """A DML task on A: enters, is acknowledged ``delay`` turns later, leaves."""
+        t = await stats.enter([A])
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        self.in_flight.discard(t)
+        stats.leave([A], t)
+
+
 def test_pchan_stat_info_min_max_and_pop() -> None:
     stats = PChanStats()
     stats.add([A, B], ts(100))
@@ -106,40 +133,21 @@ async def test_reported_tick_never_passes_an_unacknowledged_task(idle_reports_no
     """Tasks enter (taking a timestamp) and leave while the ticker runs: at every report, every
     task still in flight on the pchannel has a timestamp >= the reported tick. A task counts as in
     flight from the moment the oracle issues its timestamp, while the reply is still on its way."""
-    clock = itertools.count(1000)
-    latency = itertools.cycle([0, 3, 17, 1, 40, 5])
-    in_flight: set[int] = set()
-    ticker_task: list[asyncio.Task[None]] = []
-
-    async def now() -> int:
-        value = ts(next(clock))  # issued at the oracle now ...
-        if asyncio.current_task() not in ticker_task:
-            in_flight.add(value)
-        for _ in range(next(latency)):  # ... and its reply travels back for a while
-            await asyncio.sleep(0)
-        return value
-
-    stats = DmTaskStats(now)
+    oracle = _Oracle([0, 3, 17, 1, 40, 5])
+    stats = DmTaskStats(oracle.now)
     ticker = ChannelsTimeTicker(INTERVAL_MS, idle_reports_now=idle_reports_now)
     ticker.add_pchan(A, ts(999))
     violations: list[tuple[int, int]] = []
-
-    async def task(delay: int) -> None:
-        t = await stats.enter([A])
-        for _ in range(delay):
-            await asyncio.sleep(0)
-        in_flight.discard(t)
-        stats.leave([A], t)
 
     async def ticking() -> None:
         for _ in range(300):
             current_now, snapshot = await stats.snapshot()
             reported = ticker.tick(current_now, snapshot).get(A, 0)
-            violations.extend((reported, t) for t in in_flight if t < reported)
+            violations.extend((reported, t) for t in oracle.in_flight if t < reported)
             await asyncio.sleep(0)
 
-    ticker_task.append(asyncio.create_task(ticking()))
-    await asyncio.gather(ticker_task[0], *(task(d % 7) for d in range(300)))
+    oracle.readers.append(asyncio.create_task(ticking()))
+    await asyncio.gather(oracle.readers[0], *(oracle.task(stats, d % 7) for d in range(300)))
     assert not violations
 
 
@@ -229,34 +237,15 @@ async def test_a_quiet_flag_seen_after_now_means_no_timestamp_below_now_is_in_fl
     proxy going quiet and waking: whenever the flag is seen set, no task with a timestamp below
     that now is in flight, so the rootcoord may count the proxy as having reported now."""
     clock, flag = _Clock(), _Flag()
-    counter = itertools.count(1000)
-    latency = itertools.cycle([0, 3, 17, 1, 40, 5, 2])
-    in_flight: set[int] = set()
-    readers: list[asyncio.Task[None]] = []
-
-    async def now() -> int:
-        value = ts(next(counter))
-        if asyncio.current_task() not in readers:
-            in_flight.add(value)
-        for _ in range(next(latency)):
-            await asyncio.sleep(0)
-        return value
-
-    stats = DmTaskStats(now, quiet_flag=flag, quiet_after_s=1.0, clock=clock)
+    oracle = _Oracle([0, 3, 17, 1, 40, 5, 2])
+    stats = DmTaskStats(oracle.now, quiet_flag=flag, quiet_after_s=1.0, clock=clock)
     violations: list[tuple[int, int]] = []
     seen_quiet = 0
-
-    async def task(delay: int) -> None:
-        t = await stats.enter([A])
-        for _ in range(delay):
-            await asyncio.sleep(0)
-        in_flight.discard(t)
-        stats.leave([A], t)
 
     async def writer() -> None:
         """Bursts of tasks, with pauses from none to long enough for the proxy to go quiet."""
         for burst in range(120):
-            await asyncio.gather(*(task((burst + k) % 7) for k in range(burst % 4 + 1)))
+            await asyncio.gather(*(oracle.task(stats, (burst + k) % 7) for k in range(burst % 4 + 1)))
             until = clock.t + (burst % 6) * 0.4
             while clock.t < until:
                 await asyncio.sleep(0)
@@ -270,18 +259,18 @@ async def test_a_quiet_flag_seen_after_now_means_no_timestamp_below_now_is_in_fl
     async def rootcoord() -> None:
         nonlocal seen_quiet
         while not done.is_set():
-            tso_now = await now()
-            for _ in range(next(latency) % 4):
+            tso_now = await oracle.now()
+            for _ in range(next(oracle.latency) % 4):
                 await asyncio.sleep(0)
             if flag.state:
                 seen_quiet += 1
-                violations.extend((tso_now, t) for t in in_flight if t < tso_now)
+                violations.extend((tso_now, t) for t in oracle.in_flight if t < tso_now)
             await asyncio.sleep(0)
 
     done = asyncio.Event()
-    readers.append(asyncio.create_task(rootcoord()))
-    readers.append(asyncio.create_task(proxy_ticking()))
+    oracle.readers.append(asyncio.create_task(rootcoord()))
+    oracle.readers.append(asyncio.create_task(proxy_ticking()))
     await writer()
     done.set()
-    await asyncio.gather(*readers)
+    await asyncio.gather(*oracle.readers)
     assert seen_quiet > 0 and flag.sets > 20 and not violations
