@@ -257,9 +257,19 @@ class WorkerProcess(EmbeddedProcess):
         return self.ready_check() if self.ready_check is not None else self.running()
 
     def start(self) -> None:
+        """Spawn unless running, then wait until it is ready (or raise with the log tail)."""
         if self.running():
             return
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process and return at once; :meth:`wait_ready` waits for it. Starting several
+        workers together is spawning each, then waiting for each."""
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, **self.env, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self._spawn(env=env, cwd=root)
+
+    def wait_ready(self) -> None:
+        """Wait until the spawned process is ready, at most ``WORKER_READY_TIMEOUT_S``."""
         self._wait_ready(WORKER_READY_TIMEOUT_S)

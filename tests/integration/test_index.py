@@ -92,10 +92,21 @@ class IndexNodes:
         self.running: dict[str, WorkerProcess] = {}
 
     async def start(self, label: str) -> WorkerProcess:
-        worker = self.cluster.extra_worker("indexnode", f"indexnode-{label}")
-        await asyncio.get_running_loop().run_in_executor(self.starter, worker.start)
-        self.running[label] = worker
-        return worker
+        return (await self.start_together(label))[0]
+
+    async def start_together(self, *labels: str) -> list[WorkerProcess]:
+        """Spawn the nodes at once, then wait for each: they come up within moments of each other."""
+        workers = [self.cluster.extra_worker("indexnode", f"indexnode-{label}") for label in labels]
+
+        def spawn_then_wait() -> None:
+            for worker in workers:
+                worker.spawn()
+            for worker in workers:
+                worker.wait_ready()
+
+        self.running.update(zip(labels, workers, strict=True))
+        await asyncio.get_running_loop().run_in_executor(self.starter, spawn_then_wait)
+        return workers
 
     async def stop_all(self) -> None:
         for label in list(self.running):
@@ -296,7 +307,10 @@ async def test_zero_index_nodes_then_two_share_the_builds(
     await client.create_collection(coll, schema())
     ref = Reference()
     await fill(client, coll, ref, segments=6)
-    index = await client.create_index(coll, "embedding", {"index_type": "HNSW", "metric_type": "L2"})
+    # builds of ~0.4 s each: one node alone needs seconds for all six (two at a time), so the
+    # other, spawned at the same moment, is surely up before they are all taken
+    slow = {"index_type": "HNSW", "metric_type": "L2", "efConstruction": 1500, "M": 48}
+    index = await client.create_index(coll, "embedding", slow)
     cid = (await client.describe_collection(coll)).info.collection_id
     await asyncio.sleep(1.5)  # a few coordinator scans: no node, so every task waits
     tasks = await tasks_of(ix_config, cid)
@@ -308,8 +322,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
         query = rng.standard_normal(DIM).astype(np.float32)
         assert await search_ids(client, coll, query) == ref.top(query)
 
-    await nodes.start("a")
-    await nodes.start("b")
+    await nodes.start_together("a", "b")
     done = await client.wait_for_index_building_complete(coll, timeout=WAIT_S)
     assert (done.indexed_rows, done.total_rows, done.pending_index_rows) == (6 * SEGMENT_ROWS, 6 * SEGMENT_ROWS, 0)
     progress = await client.get_index_build_progress(coll)
