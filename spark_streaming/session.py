@@ -24,6 +24,8 @@ LIGHT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "false",
+    # Python workers import the installed, compiled pyspark rather than compiling Spark's zip
+    "spark.python.daemon.module": "spark_streaming.worker_daemon",
 }
 
 
