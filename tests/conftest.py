@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,6 +24,10 @@ from schemas.config import OspreyConfig
 LOOPBACK = "127.0.0.1"
 # Every server and worker a test starts dies with the test process, even if pytest is killed.
 EmbeddedProcess.die_with_parent = True
+# Spark drivers of the tests (sessions and job processes) JIT with C1 only: a test's Spark job is
+# short, and skipping C2's compilations starts a session ~20% sooner on 2 cores (15 s against
+# 19 s measured); results are the same, only the JIT differs. Users' jobs keep the JVM default.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -55,6 +56,8 @@ def proxy(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator[Wor
 
 def osprey(config: OspreyConfig, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", **config.to_env()}
+    if "SPARK_SUBMIT_OPTS" in os.environ:  # the tests' JIT setting (conftest) reaches the demo's Spark job
+        env["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
     return subprocess.run([str(OSPREY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
