@@ -7,7 +7,8 @@ returned by a Strong query exactly once, and nothing that was never sent appears
 failed or timed out were not acknowledged; they may or may not be there.
 
 - ``./osprey down`` then ``./osprey up`` (the CLI itself): every collection, partition, alias and
-  row is back, rows written through the InProcessClient, REST and the Spark ingest job;
+  row is back, rows written through the InProcessClient, REST and the stream writers' HTTP routes
+  (what the Spark ingest job's tasks send);
 - kill -9 of the broker in the middle of an insert stream;
 - kill -9 of every process at once (broker, redis-server, rootcoord, querynode, proxy);
 - kill -9 of redis-server in the middle of an insert stream; DDL acknowledged before is kept.
@@ -23,7 +24,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from agents.ports import port_open
@@ -45,12 +44,15 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import free_port
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
+from spark_streaming.ingest_client import IngestClient, proxy_url
 from tests.integration.test_cli import osprey as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
+CHUNK_ROWS = 1_000  # rows per stream-writer chunk
 BATCH_ROWS = 50
 HTTP_TIMEOUT_S = 20.0
 RECOVER_TIMEOUT_S = 180.0  # a restarted stack answers a Strong query (broker log recovery, group joins)
@@ -353,39 +355,39 @@ def osprey(config: OspreyConfig, *args: str) -> subprocess.CompletedProcess[str]
     return done
 
 
-def spark_ingest(config: OspreyConfig, directory: Path, collection: str, ids: range, checkpoint: Path) -> None:
-    """A Parquet file of ``ids`` streamed in by the Spark ingest job (a process, as a user runs it)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def stream_writer_ingest(config: OspreyConfig, collection: str, ids: range) -> None:
+    """``ids`` through the stream writers' HTTP routes, as each task of the Spark ingest job sends
+    them (open, Arrow chunks of ``CHUNK_ROWS`` under their identities, the batch's commit), without
+    starting Spark: the Spark job itself across kill -9 of its driver is test_spark_ingest's."""
     vectors = np.random.default_rng(3).standard_normal((len(ids), DIM)).astype(np.float32)
     offsets = pa.array(np.arange(0, len(ids) * DIM + 1, DIM, dtype=np.int32))
-    pq.write_table(
-        pa.table(
-            {
-                "id": pa.array(list(ids), pa.int64()),
-                "vector": pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel())),
-            }
-        ),
-        directory / "part-000.parquet",
+    table = pa.table(
+        {
+            "id": pa.array(list(ids), pa.int64()),
+            "vector": pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel())),
+        }
     )
-    env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_streaming.jobs.ingest_files",
-            str(directory),
-            "--collection",
-            collection,
-            "--checkpoint",
-            str(checkpoint),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    query_id = f"durability-{uuid.uuid4().hex[:8]}"
+    with IngestClient(proxy_url(config.proxy_http), retry_s=5) as writer:
+        target = writer.open(IngestOpen(collection_name=collection, arrow_schema=table.schema.serialize().to_pybytes()))
+        counts = []
+        for lo in range(0, len(ids), CHUNK_ROWS):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as stream:
+                stream.write_table(table.slice(lo, CHUNK_ROWS))
+            chunk = IngestChunk(
+                identity=f"spark:{query_id}:0:{lo // CHUNK_ROWS}:{lo}",
+                collection_id=target.collection_id,
+                partition_id=target.partition_id,
+                origin=f"spark:{query_id}",
+                arrow=sink.getvalue().to_pybytes(),
+            )
+            reply = writer.write(chunk)
+            assert (reply.written, reply.rejected) == (min(CHUNK_ROWS, len(ids) - lo), 0), reply
+            counts.append(
+                PartitionCounts(partition=lo // CHUNK_ROWS, rows=reply.rows, written=reply.written, rejected=0)
+            )
+        writer.commit(IngestCommit(query_id=query_id, collection_id=target.collection_id, batch_id=0, tasks=counts))
 
 
 async def client_insert(config: OspreyConfig, collection: str, ids: range) -> None:
@@ -432,7 +434,7 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
         ids = range(start, start + 250)
         ok(config, "entities/insert", {"collectionName": "docs_live", "partitionName": "p1", "data": rows(ids, start)})
         acknowledged["docs"].update(ids)
-    spark_ingest(config, tmp_path / "in", "other", range(5_000, 8_000), tmp_path / "ckpt")  # the Spark job
+    stream_writer_ingest(config, "other", range(5_000, 8_000))  # what the Spark job's tasks send
     acknowledged["other"].update(range(5_000, 8_000))
 
     # deletes (by filter, and by ids of rows in a partition) and upserts come back too
