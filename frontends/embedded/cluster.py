@@ -89,15 +89,20 @@ class LocalCluster:
         for server in self.servers:
             server.start()
         asyncio.run(ensure_topics(self.config))
-        if workers:
-            for worker in self.workers.values():
-                worker.start()
-        if proxy:
-            self.proxy.start()
+        chosen = [*(self.workers.values() if workers else ()), *([self.proxy] if proxy else [])]
+        starting = [worker for worker in chosen if not worker.running()]
+        # spawned together, then waited for: their start-ups (imports, consumer group joins)
+        # overlap; none needs another to be ready before it starts
+        for worker in starting:
+            worker.spawn()
+        for worker in starting:
+            worker.wait_ready()
 
     def down(self) -> None:
-        self.proxy.stop()
-        for worker in self.workers.values():
+        workers = [self.proxy, *self.workers.values()]
+        for worker in workers:  # told together, so their shutdowns overlap
+            worker.stop_soon()
+        for worker in workers:
             worker.stop()
         for server in reversed(self.servers):
             server.stop()

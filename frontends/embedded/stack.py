@@ -72,6 +72,7 @@ class EmbeddedProcess:
         self.data_dir = Path(data_dir).resolve()
         self.run_dir = self.data_dir / "run"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._told_to_stop = False  # SIGTERM sent by stop_soon; stop then only waits
 
     # -- what a subclass provides
     def prepare(self) -> None:
@@ -171,11 +172,18 @@ class EmbeddedProcess:
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after ``stop_timeout_s``; forget the pid."""
         if self.running():
-            self._signal(signal.SIGTERM)
+            if not self._told_to_stop:
+                self._signal(signal.SIGTERM)
             if not self._wait_exit(self.stop_timeout_s):
                 self._signal(signal.SIGKILL)
                 self._wait_exit(STOP_TIMEOUT_S)
         self._forget()
+
+    def stop_soon(self) -> None:
+        """Send SIGTERM and return; :meth:`stop` then waits (several processes stop together)."""
+        if self.running():
+            self._signal(signal.SIGTERM)
+            self._told_to_stop = True
 
     def kill(self) -> None:
         """SIGKILL at once (crash tests)."""
@@ -186,6 +194,7 @@ class EmbeddedProcess:
     def _forget(self) -> None:
         self.pid_file.unlink(missing_ok=True)
         self._proc = None
+        self._told_to_stop = False
 
 
 class RedisServer(EmbeddedProcess):
