@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agents.ports import port_open
 from frontends.embedded.broker import KafkaBroker
-from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess
+from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess, start_together
 from schemas.config import OspreyConfig
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
@@ -89,14 +89,7 @@ class LocalCluster:
         for server in self.servers:
             server.start()
         asyncio.run(ensure_topics(self.config))
-        chosen = [*(self.workers.values() if workers else ()), *([self.proxy] if proxy else [])]
-        starting = [worker for worker in chosen if not worker.running()]
-        # spawned together, then waited for: their start-ups (imports, consumer group joins)
-        # overlap; none needs another to be ready before it starts
-        for worker in starting:
-            worker.spawn()
-        for worker in starting:
-            worker.wait_ready()
+        start_together([*(self.workers.values() if workers else ()), *([self.proxy] if proxy else [])])
 
     def down(self) -> None:
         workers = [self.proxy, *self.workers.values()]

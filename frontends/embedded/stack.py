@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from agents.ports import port_open
@@ -282,3 +283,14 @@ class WorkerProcess(EmbeddedProcess):
     def wait_ready(self) -> None:
         """Wait until the spawned process is ready, at most ``WORKER_READY_TIMEOUT_S``."""
         self._wait_ready(WORKER_READY_TIMEOUT_S)
+
+
+def start_together(workers: Iterable[WorkerProcess]) -> None:
+    """Spawn every worker that is not running, then wait for each to be ready: their start-ups
+    (imports, consumer group joins) overlap. None of Osprey's workers needs another to be ready
+    before it starts; each waits for what it needs (the broker, Redis, the time tick) itself."""
+    starting = [worker for worker in workers if not worker.running()]
+    for worker in starting:
+        worker.spawn()
+    for worker in starting:
+        worker.wait_ready()

@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 
 from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import RedisServer, WorkerProcess
+from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.segment import INSERT_LOG_FILE, MANIFEST_FILE, ROW_TS_COLUMN, SealReason, SegmentInfo, SegmentState
@@ -95,8 +95,7 @@ def starter() -> Iterator[ThreadPoolExecutor]:
 def workers(dn_config: OspreyConfig, starter: ThreadPoolExecutor) -> Iterator[dict[str, WorkerProcess]]:
     cluster = LocalCluster(dn_config, embedded=False)
     started = {role: cluster.workers[role] for role in ("rootcoord", "datanode")}
-    for worker in started.values():
-        starter.submit(worker.start).result()
+    starter.submit(start_together, started.values()).result()
     yield started
     for worker in started.values():
         worker.stop()

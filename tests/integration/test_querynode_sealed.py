@@ -19,7 +19,7 @@ from aiokafka import TopicPartition
 
 from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import RedisServer, WorkerProcess
+from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import RequestTimeout, ServiceUnavailable
@@ -73,8 +73,7 @@ def starter() -> Iterator[ThreadPoolExecutor]:
 def workers(qn_config: OspreyConfig, starter: ThreadPoolExecutor) -> Iterator[dict[str, WorkerProcess]]:
     cluster = LocalCluster(qn_config, embedded=False)
     started = {role: cluster.workers[role] for role in ("rootcoord", "datanode", "querynode")}
-    for worker in started.values():
-        starter.submit(worker.start).result()
+    starter.submit(start_together, started.values()).result()
     yield started
     for worker in reversed(started.values()):
         worker.stop()
