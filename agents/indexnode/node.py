@@ -53,7 +53,7 @@ from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
-from state.segcore.index_files import build_index, remove_versions_below
+from state.segcore.index_files import build_index, remove_version
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -205,7 +205,7 @@ class IndexNode(Service):
 
     async def _stale(self, build_id: int, version: int, latest: IndexTask | None) -> str:
         """A result that no longer counts: its files go, nothing is recorded."""
-        await asyncio.to_thread(remove_versions_below, self.root, build_id, version + 1)
+        await asyncio.to_thread(remove_version, self.root, build_id, version)
         self.stale += 1
         if latest is None:
             reason = "the task is gone"
@@ -222,7 +222,7 @@ class IndexNode(Service):
 
     async def _record_failure(self, build_id: int, version: int, reason: str) -> str:
         log.warning("indexnode %d: build %d version %d failed: %s", self.node_id, build_id, version, reason)
-        await asyncio.to_thread(remove_versions_below, self.root, build_id, version + 1)
+        await asyncio.to_thread(remove_version, self.root, build_id, version)
         self.failed += 1
         for _ in range(CAS_RETRIES):
             latest = await self.tasks.get(build_id)

@@ -35,7 +35,7 @@ from schemas.index import (
 from state.segcore.segment_files import fsync_dir, make_dirs, read_vectors, sync_and_describe
 from state.segcore.vector_index import VectorIndex
 
-__all__ = ["build_index", "has_files", "load_index", "remove_index", "remove_versions_below"]
+__all__ = ["build_index", "has_files", "load_index", "remove_index", "remove_version", "remove_versions_below"]
 
 TMP_PREFIX = ".tmp-"
 
@@ -122,6 +122,15 @@ def remove_index(root: Path | str, build_id: int) -> bool:
         return False
     shutil.rmtree(directory, ignore_errors=True)
     return True
+
+
+def remove_version(root: Path | str, build_id: int, version: int) -> bool:
+    """Remove the files of build ``build_id``'s ``version`` (a stale or failed build's own files:
+    never another version's, which may be the one served); returns whether there were any."""
+    directory = Path(root) / INDEX_DIR / str(build_id) / str(version)
+    existed = directory.is_dir()
+    shutil.rmtree(directory, ignore_errors=True)
+    return existed
 
 
 def remove_versions_below(root: Path | str, build_id: int, version: int) -> int:

@@ -22,7 +22,7 @@ import pytest
 from agents.indexnode.node import IndexNode
 from frontends.embedded.broker import KafkaBroker
 from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import RedisServer, WorkerProcess
+from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from schemas.config import OspreyConfig
@@ -76,8 +76,7 @@ def starter() -> Iterator[ThreadPoolExecutor]:
 @pytest.fixture(scope="module")
 def cluster(ix_config: OspreyConfig, starter: ThreadPoolExecutor) -> Iterator[LocalCluster]:
     cluster = LocalCluster(ix_config, embedded=False)
-    for role in ("rootcoord", "datanode", "querynode"):
-        starter.submit(cluster.workers[role].start).result()
+    starter.submit(start_together, [cluster.workers[r] for r in ("rootcoord", "datanode", "querynode")]).result()
     yield cluster
     for worker in cluster.workers.values():
         worker.stop()
@@ -98,14 +97,8 @@ class IndexNodes:
         """Spawn the nodes at once, then wait for each: they come up within moments of each other."""
         workers = [self.cluster.extra_worker("indexnode", f"indexnode-{label}") for label in labels]
 
-        def spawn_then_wait() -> None:
-            for worker in workers:
-                worker.spawn()
-            for worker in workers:
-                worker.wait_ready()
-
         self.running.update(zip(labels, workers, strict=True))
-        await asyncio.get_running_loop().run_in_executor(self.starter, spawn_then_wait)
+        await asyncio.get_running_loop().run_in_executor(self.starter, start_together, workers)
         return workers
 
     async def stop_all(self) -> None:
@@ -418,7 +411,7 @@ async def test_index_node_killed_mid_build_is_replaced(
         query = rng.standard_normal(KILL_DIM).astype(np.float32)  # ef = rows: the graph search is exhaustive
         assert await search_ids(client, coll, query, params={"ef": KILL_ROWS}) == ref.top(query)
 
-    # a late result of version 1 (a node that lost its lease but kept building) is ignored
+    # a late result (a node that lost its lease but kept building) is ignored and its files removed
     late = IndexNode(ix_config)
     await late.start()
     try:
@@ -431,13 +424,20 @@ async def test_index_node_killed_mid_build_is_replaced(
             # real coordinator then gives version 5 to a live node: node 999999 has no lease)
             mine = await store.cas(current, state=IndexState.IN_PROGRESS, node_id=late.node_id, version=3)
             assert mine is not None
-            building_late = asyncio.ensure_future(late.run_task(task.build_id, 3))
-            await asyncio.sleep(0.3)
+
+            async def late_builds() -> bool:  # its scan of the store finds the task in progress on it
+                return late.building == (task.build_id, 3)
+
+            await wait_for("the late node to build version 3", late_builds)
             latest = await store.get(task.build_id)
             assert latest is not None
             taken = await store.cas(latest, node_id=999_999, version=4)
             assert taken is not None
-            assert await building_late == "stale"
+
+            async def found_stale() -> bool:
+                return late.stale >= 1
+
+            await wait_for("the late result to be found stale", found_stale)
             after = await store.get(task.build_id)
             assert after is not None and after.version >= 4  # version 3 was never recorded
             assert not (build_dir / "3").exists(), "the late result's files were kept"

@@ -26,7 +26,7 @@ from schemas.index import (
 )
 from schemas.segment import SegmentInfo, SegmentKey, SegmentState
 from state.meta.tso import compose_ts
-from state.segcore.index_files import build_index, load_index, remove_index, remove_versions_below
+from state.segcore.index_files import build_index, load_index, remove_index, remove_version, remove_versions_below
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment_files import segment_path, write_segment
 
@@ -258,6 +258,14 @@ def test_recycling_removes_lower_versions_then_everything(tmp_path: Path) -> Non
     assert sorted(p.name for p in (tmp_path / "index" / "1").iterdir()) == ["3"]
     assert remove_index(tmp_path, 1) and not (tmp_path / "index" / "1").exists()
     assert not remove_index(tmp_path, 1)
+
+
+def test_a_stale_build_removes_only_its_own_version(tmp_path: Path) -> None:
+    written_segment(tmp_path)
+    for version in (2, 3):
+        build_index(tmp_path, build_task(version), threads=1)
+    assert remove_version(tmp_path, 1, 3) and not remove_version(tmp_path, 1, 3)
+    assert sorted(p.name for p in (tmp_path / "index" / "1").iterdir()) == ["2"]  # the one served stays
 
 
 @pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
