@@ -66,7 +66,9 @@ def embedded_cluster(name: str, proxy: bool = False, **overrides: Any) -> Iterat
             "proxy_grpc": f"127.0.0.1:{free_port()}",
         }
         values.update(overrides)
-        config = OspreyConfig(**values)
+        # other settings from OSPREY_* variables (e.g. OSPREY_CONSUMER_FETCH_WAIT_MS=100), as the
+        # workers read them; the addresses and directory above always win
+        config = OspreyConfig.from_env(**values)
         cluster = LocalCluster(config)
         try:
             cluster.up(proxy=proxy)
