@@ -9,6 +9,8 @@ answers, and stop it on ``down``. Test fixtures use the same classes on free por
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import shutil
 import signal
@@ -20,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agents.ports import port_open
+
+log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 20.0
 WORKER_READY_TIMEOUT_S = 60.0  # a Faust worker starts in ~5 s, slower on a loaded 2-core machine
@@ -48,12 +52,27 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the process that started it dies (Linux)."""
-    import ctypes
+def with_parent_death_signal(argv: list[str]) -> list[str]:
+    """``argv`` run so that the kernel SIGKILLs it when the thread that started it dies (Linux).
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ``setpriv --pdeathsig`` sets the signal and execs ``argv`` in the same process (the pid stays,
+    and the setting survives the exec). It is not done in a ``preexec_fn``: that runs Python in
+    the forked child of a threaded process, where a lock held by another thread at the fork (or
+    gRPC's fork handlers, once grpc is imported) can hang the child before it execs; without a
+    ``preexec_fn`` ``subprocess`` forks and execs in C. Without ``setpriv`` (util-linux) the
+    command runs unchanged, logged once."""
+    if sys.platform != "linux":
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        _warn_no_setpriv()
+        return argv
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+
+
+@functools.cache
+def _warn_no_setpriv() -> None:
+    log.warning("setpriv (util-linux) not found: embedded processes will not die with the process that started them")
 
 
 class EmbeddedProcess:
@@ -127,14 +146,13 @@ class EmbeddedProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self._proc = subprocess.Popen(
-                self.command(),
+                with_parent_death_signal(self.command()) if self.die_with_parent else self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=cwd,
                 env=env,
-                preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
             )
         self.pid_file.write_text(str(self._proc.pid))
 
