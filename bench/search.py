@@ -107,6 +107,7 @@ def bench_numpy(w: Workload, sequential: int) -> dict[str, Any]:
 
 
 INDEX_WAIT_S = 600.0
+STATUS_WAIT_S = 5.0  # an index node publishes its status every second
 
 
 async def querynode_segments(client: InProcessClient) -> list[dict[str, Any]]:
@@ -209,7 +210,19 @@ async def osprey_point(
     }
 
 
-async def build_indexes(client: InProcessClient) -> dict[str, Any]:
+async def built_status(client: InProcessClient, rows: int) -> dict[int, dict[str, Any]]:
+    """The index nodes' status documents once they count ``rows`` built rows (a node publishes its
+    status every second, so the one read right after the last build may predate it)."""
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+    deadline = time.monotonic() + STATUS_WAIT_S
+    while True:
+        nodes = await board.read("indexnode")
+        if sum(d.get("built_rows", 0) for d in nodes.values()) >= rows or time.monotonic() > deadline:
+            return nodes
+        await asyncio.sleep(0.1)
+
+
+async def build_indexes(client: InProcessClient, rows: int) -> dict[str, Any]:
     """Flush, CreateIndex, wait until every segment is searched through its index (issue 13)."""
     out: dict[str, Any] = {}
     started = time.perf_counter()  # right after the last insert was acknowledged
@@ -222,7 +235,7 @@ async def build_indexes(client: InProcessClient) -> dict[str, Any]:
     await wait_built_indexes(client, segments)
     out["last_insert_to_indexed_s"] = time.perf_counter() - started
     out["segments"] = segments
-    nodes = await StatusBoard(client.proxy.redis, client.proxy.config.cluster).read("indexnode")
+    nodes = await built_status(client, rows)
     out["indexnode_rows_per_s"] = {str(k): d.get("rows_per_s") for k, d in nodes.items()}
     print(
         f"  flush {out['flush_s']:.1f} s, index Finished {out['index_finished_s']:.1f} s, every segment searched "
@@ -264,7 +277,7 @@ async def bench_osprey(
             out["insert_rows_per_s_indexed"] = n / indexed_s
             print(f"  interim index over all rows after {indexed_s:.1f} s: {n / indexed_s:,.0f} rows/s")
         else:
-            out["index"] = await build_indexes(client)
+            out["index"] = await build_indexes(client, n)
 
         params = {"metric_type": "L2", "params": {"ef": EF}}
         for level in ("Bounded", "Strong"):
