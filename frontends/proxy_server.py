@@ -1,8 +1,9 @@
 """``./osprey proxy`` (or ``python -m frontends.proxy_server``): the proxy process in the foreground.
 
 Waits for the broker and Redis, starts a :class:`InProcessClient` (its proxy registers the node lease)
-the REST front end on ``proxy_http`` and the Milvus gRPC front end on ``proxy_grpc`` (unless it is
-empty), runs until SIGTERM or SIGINT, then stops them (the front ends first).
+the REST front end on ``proxy_http``, the Milvus gRPC front end on ``proxy_grpc`` (unless it is
+empty) and the consumer of ``dml-request`` (unless ``dml_request_consumer`` is off), runs until
+SIGTERM or SIGINT, then stops them (the front ends first).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 from collections.abc import Awaitable
 
 from agents.ports import wait_for_port
+from agents.proxy.dml_requests import DmlRequestConsumer
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.server import GrpcFrontEnd
 from frontends.rest import RestFrontEnd
@@ -36,12 +38,18 @@ async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
         await rest.start()
         log.info("proxy %s: REST front end on %s", client.proxy.proxy_id, rest.url)
         grpc_front = GrpcFrontEnd(client) if config.proxy_grpc else None
+        requests = DmlRequestConsumer(client.proxy) if config.dml_request_consumer else None
         try:
             if grpc_front is not None:
                 await grpc_front.start()
                 log.info("proxy %s: Milvus gRPC front end on %s", client.proxy.proxy_id, grpc_front.address)
+            if requests is not None:
+                await requests.start()
+                log.info("proxy %s: consuming %s", client.proxy.proxy_id, client.proxy.topics.dml_request)
             await stop.wait()
         finally:
+            if requests is not None:
+                await _bounded(requests.stop(), "dml-request consumer")
             if grpc_front is not None:
                 await _bounded(grpc_front.stop(), "Milvus gRPC front end")
             await _bounded(rest.stop(), "REST front end")

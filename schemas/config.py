@@ -75,6 +75,18 @@ class OspreyConfig(BaseModel):
         "osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys"
     )
     dml_partitions: int = Field(16, ge=1, le=1024, description="partitions of the dml topic = pchannels")
+    dml_request_partitions: int = Field(
+        4, ge=1, le=1024, description="partitions of dml-request: at most this many proxies share its requests"
+    )
+    dml_request_consumer: bool = Field(
+        True, description="whether a proxy process consumes dml-request (its consumer group is <cluster>.proxies)"
+    )
+    dml_request_memory_s: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="how long an applied request id is remembered: a request published again within it is "
+        "answered with the first result and not applied again",
+    )
     data_dir: Path = Field(Path("data"), description="embedded redis AOF, object store, logs")
     ddl_timeout_s: float = Field(30.0, gt=0, description="how long the proxy waits for a DDL reply")
     meta_retention_s: float = Field(86_400.0, gt=0, description="how long old meta versions stay readable by timestamp")

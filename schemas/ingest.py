@@ -21,6 +21,7 @@ values. Framed by :mod:`schemas.codec` (the Arrow bytes travel raw).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,9 +82,11 @@ class IngestChunkReply(_Model):
 
 class DeadLetter(_Model):
     """One row a sink could not insert: where it came from, which field broke which rule, and the
-    row itself as a one-row Arrow IPC stream in the writer's own schema (nothing converted).
+    row itself as a one-row Arrow IPC stream in the writer's own schema (nothing converted), or,
+    for a row or record that came as JSON (``dml-request``), its JSON text in ``values_json``.
     Keyed on the topic by ``identity`` (``<chunk identity>:<row>``): a replayed chunk publishes
-    the same dead letters again under the same keys."""
+    the same dead letters again under the same keys. A record that is not a request at all has
+    ``collection_id`` 0 and ``row`` 0."""
 
     kind: Literal["DeadLetter"] = "DeadLetter"
     identity: str
@@ -96,10 +99,17 @@ class DeadLetter(_Model):
     field: str
     rule: str
     reason: str
-    values_arrow: bytes
+    values_arrow: bytes = b""
+    values_json: str = ""
 
-    def values(self) -> dict[str, Any]:
-        """The original row as Python values (pyarrow needed)."""
+    def values(self) -> Any:
+        """The original row as Python values (pyarrow needed for an Arrow row); for a JSON record
+        that does not parse, its text."""
+        if not self.values_arrow:
+            try:
+                return json.loads(self.values_json)
+            except ValueError:
+                return self.values_json
         import pyarrow as pa
 
         row: dict[str, Any] = pa.ipc.open_stream(self.values_arrow).read_all().to_pylist()[0]

@@ -4,8 +4,9 @@ Retention per topic: ``dd`` and ``segment-events`` keep everything (replaying ``
 meta; replaying ``segment-events`` the segments' life cycle; both are small). ``dml`` keeps
 everything too, but the data nodes delete its records behind the channel checkpoints (Kafka
 DeleteRecords), once every insert before them is in a flushed segment. Requests, replies and time-tick
-reports matter only while someone waits for them: an hour. Dead letters: a week, for a person to
-read. Kafka deletes only closed log segments, so the short-lived topics roll a segment every
+reports matter only while someone waits for them: an hour. Write requests (``dml-request``) a
+week: a request not yet applied when the proxies are down waits there. Dead letters: a week, for
+a person to read. Kafka deletes only closed log segments, so the short-lived topics roll a segment every
 ``SHORT_SEGMENT_MS``.
 """
 
@@ -22,6 +23,7 @@ from schemas.config import OspreyConfig
 ADMIN_TIMEOUT_MS = 15_000
 KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 SHORT_RETENTION_MS = 60 * 60 * 1000  # requests, replies, tick reports: an hour
+DML_REQUEST_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week: requests wait for a proxy
 SHORT_SEGMENT_MS = 10 * 60 * 1000  # roll often enough that retention can delete
 DEAD_LETTER_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week
 INDEX_EVENTS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000  # a week
@@ -36,10 +38,11 @@ class Topics:
 
     cluster: str
     dml_partitions: int
+    dml_request_partitions: int = 4
 
     @classmethod
     def of(cls, config: OspreyConfig) -> Topics:
-        return cls(config.cluster, config.dml_partitions)
+        return cls(config.cluster, config.dml_partitions, config.dml_request_partitions)
 
     def _name(self, suffix: str) -> str:
         return f"{self.cluster}.{suffix}"
@@ -73,6 +76,17 @@ class Topics:
         return self._name("dq-result")
 
     @property
+    def dml_request(self) -> str:
+        """Insert, delete and upsert requests from any producer (schemas/dml_request.py); the
+        proxies consume it in one group, so partitions bound how many proxies share the work."""
+        return self._name("dml-request")
+
+    @property
+    def dml_result(self) -> str:
+        """One result per ``dml-request`` record, keyed by the request's record key."""
+        return self._name("dml-result")
+
+    @property
     def segment_events(self) -> str:
         """Segment life cycle (schemas/segment.py): sealed, flushed, dropped; keyed by segment id."""
         return self._name("segment-events")
@@ -101,6 +115,8 @@ class Topics:
             self.proxy_tt: 1,
             self.dq_request: 1,
             self.dq_result: 1,
+            self.dml_request: self.dml_request_partitions,
+            self.dml_result: 1,
             self.dead_letter: 1,
             self.segment_events: 1,
             self.index_tasks: 1,
@@ -117,6 +133,8 @@ class Topics:
             self.proxy_tt: short,
             self.dq_request: short,
             self.dq_result: short,
+            self.dml_request: {"retention.ms": str(DML_REQUEST_RETENTION_MS)},
+            self.dml_result: short,
             self.dead_letter: {"retention.ms": str(DEAD_LETTER_RETENTION_MS)},
             self.segment_events: KEEP_FOREVER,
             # notifications: the task meta in Redis is the state (state/meta/index_tasks.py)
@@ -156,7 +174,8 @@ async def ensure_topics(config: OspreyConfig) -> set[str]:
                 if got != wanted[desc["topic"]]:
                     raise RuntimeError(
                         f"topic {desc['topic']} has {got} partitions but the config asks for "
-                        f"{wanted[desc['topic']]} (OSPREY_DML_PARTITIONS); use a new OSPREY_CLUSTER prefix"
+                        f"{wanted[desc['topic']]} (OSPREY_DML_PARTITIONS, OSPREY_DML_REQUEST_PARTITIONS); "
+                        "use a new OSPREY_CLUSTER prefix"
                     )
         return {t.name for t in missing}
     finally:

@@ -41,13 +41,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.proxy.arrow_checks import check_arrow_schema, read_ipc, read_ipc_schema, row_ipc, split_rows
+from agents.proxy.arrow_checks import SplitRows, check_arrow_schema, read_ipc, read_ipc_schema, row_ipc, split_rows
 from agents.proxy.insert import InsertPipeline
 from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import DeleteHost
 from agents.proxy.task import Task
 from agents.proxy.upsert import UpsertPlan
 from schemas.codec import encode
+from schemas.collection import CollectionSchema
 from schemas.errors import PartitionNotFound
 from schemas.ingest import DeadLetter, IngestChunk, IngestChunkReply, IngestOpen, IngestTarget
 from schemas.meta import DEFAULT_PARTITION_NAME
@@ -101,19 +102,31 @@ class IngestTask(Task[IngestChunkReply]):
             )
         schema = desc.info.collection_schema
         upsert = self.chunk.mode == "upsert"
-        self.table = read_ipc(self.chunk.arrow)
-        check_arrow_schema(self.table.schema, schema, pk_given=upsert)
-        self.split = split_rows(self.table, schema, pk_given=upsert)
+        self.split = self._split(schema, upsert)
         self.pipeline = InsertPipeline(
             self.host, desc.info, part.partition_id, self.request_id, self.chunk.identity, replayable=True
         )
         if not len(self.split.good):
             return
-        columns, n = columns_of(self.split.columns, schema, pk_given=upsert)
+        columns, n = columns_of(self._good_data(), schema, pk_given=upsert)
         if upsert and schema.primary_field.auto_id:
             self.plan = await UpsertPlan.route(self.pipeline, columns, n)
         else:
             await self.pipeline.route(columns, n)
+
+    def _split(self, schema: CollectionSchema, upsert: bool) -> SplitRows:
+        """The chunk's rows checked: the Arrow schema (InvalidParameter), then row by row."""
+        self.table = read_ipc(self.chunk.arrow)
+        check_arrow_schema(self.table.schema, schema, pk_given=upsert)
+        return split_rows(self.table, schema, pk_given=upsert)
+
+    def _good_data(self) -> Any:
+        """The good rows in a form :func:`columns_of` takes."""
+        return self.split.columns
+
+    def _letter_values(self, row: int) -> dict[str, Any]:
+        """The dead letter's copy of row ``row``, as the writer sent it."""
+        return {"values_arrow": row_ipc(self.table, row)}
 
     async def execute(self) -> None:
         assert self.pipeline is not None
@@ -140,7 +153,7 @@ class IngestTask(Task[IngestChunkReply]):
                 field=reject.field,
                 rule=reject.rule,
                 reason=reject.reason,
-                values_arrow=row_ipc(self.table, reject.row),
+                **self._letter_values(reject.row),
             )
             sends.append(
                 await self.host.producer.send(

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -108,6 +108,8 @@ class Proxy(Service):
         self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
         self.lease: Lease | None = None
         self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
+        # parts of the proxy process that report with the proxy (name -> their health), e.g. dml_requests
+        self.health_parts: dict[str, Callable[[], dict[str, Any]]] = {}
 
     async def on_start(self) -> None:
         config, ns = self.config, self.config.cluster
@@ -554,4 +556,5 @@ class Proxy(Service):
             "meta_cache": self.cache.health(),
             "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
             "last_ticks": self.ticker.get_min_ts_statistics(),
+            **{name: part() for name, part in self.health_parts.items()},
         }

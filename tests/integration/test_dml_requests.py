@@ -1,0 +1,387 @@
+"""Writes as events: a plain kafka-python producer publishes JSON requests on ``dml-request`` and a
+real proxy process applies them (real broker, redis-server, rootcoord, querynode, proxy).
+
+- inserts, deletes (by ids and by filter) and upserts that Strong reads then see, with one result
+  each on ``dml-result`` under the record's key;
+- malformed records (not JSON, not a request, an unknown collection) get an error result and a
+  dead letter and change nothing; a bad row among good ones is a dead letter, the rest applies;
+- every request published twice is applied once (the second answer is the first, ``duplicate``);
+- the compact form (Osprey's codec, Arrow rows) inserts exactly its rows.
+
+The producing side imports nothing of Osprey: JSON built by hand, as any service would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from agents.ports import wait_for_port
+from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.stack import WorkerProcess, free_port
+from frontends.inprocess import InProcessClient
+from schemas.codec import decode, encode
+from schemas.config import OspreyConfig
+from schemas.dml_request import DmlRequest
+from schemas.ingest import DeadLetter
+from streams.topics import Topics
+from tests.conftest import make_config
+
+pytestmark = pytest.mark.integration
+
+DIM = 4
+RESULT_WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+    return make_config(
+        redis_server,
+        broker,
+        "w" + uuid.uuid4().hex[:12],
+        tmp_path_factory.mktemp("dmlreq"),
+        proxy_http=f"127.0.0.1:{free_port()}",
+    )
+
+
+@pytest.fixture(scope="module")
+def proxy_process(
+    module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess
+) -> Iterator[WorkerProcess]:
+    proxy = LocalCluster(module_config, embedded=False).proxy
+    proxy.start()
+    wait_for_port(*module_config.proxy_host_port, 30.0, what="proxy REST")
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def producer(module_config: OspreyConfig) -> Iterator[KafkaProducer]:
+    p = KafkaProducer(bootstrap_servers=module_config.kafka, acks="all")
+    yield p
+    p.close()
+
+
+def schema(dynamic: bool = True) -> dict[str, Any]:
+    return {
+        "fields": [
+            {"name": "id", "dtype": "INT64", "is_primary": True},
+            {"name": "vec", "dtype": "FLOAT_VECTOR", "dim": DIM},
+            {"name": "title", "dtype": "VARCHAR", "max_length": 16},
+        ],
+        "enable_dynamic_field": dynamic,
+    }
+
+
+def row(i: int, title: str = "") -> dict[str, Any]:
+    return {"id": i, "vec": [float(i), 0.5, -1.0, 2.0], "title": title or f"t{i}"}
+
+
+def publish(producer: KafkaProducer, topics: Topics, key: str, value: bytes | dict[str, Any]) -> None:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    producer.send(topics.dml_request, raw, key=key.encode()).get(timeout=30)
+
+
+def results(config: OspreyConfig, wanted: int, key: str) -> list[dict[str, Any]]:
+    """The first ``wanted`` results on dml-result under record key ``key``, in order."""
+    consumer = KafkaConsumer(
+        Topics.of(config).dml_result,
+        bootstrap_servers=config.kafka,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=1_000,
+    )
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + RESULT_WAIT_S
+    try:
+        while len(out) < wanted and time.monotonic() < deadline:
+            for record in consumer:
+                if record.key == key.encode():
+                    out.append(json.loads(record.value))
+                    if len(out) >= wanted:
+                        break
+    finally:
+        consumer.close()
+    assert len(out) >= wanted, f"{len(out)} of {wanted} results under {key!r} within {RESULT_WAIT_S:g} s: {out}"
+    return out
+
+
+def answers_by_request(
+    config: OspreyConfig, key: str, request_ids: list[str], at_least: int
+) -> dict[str, list[dict[str, Any]]]:
+    """request id -> its results under record key ``key``, once each of ``request_ids`` has ``at_least``."""
+    consumer = KafkaConsumer(
+        Topics.of(config).dml_result,
+        bootstrap_servers=config.kafka,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=1_000,
+    )
+    out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
+    deadline = time.monotonic() + RESULT_WAIT_S * 2
+    try:
+        while time.monotonic() < deadline and any(len(a) < at_least for a in out.values()):
+            for record in consumer:
+                if record.key == key.encode():
+                    result = json.loads(record.value)
+                    out.setdefault(result["request_id"], []).append(result)
+    finally:
+        consumer.close()
+    short = {rid: len(a) for rid, a in out.items() if len(a) < at_least}
+    assert not short, f"requests with fewer than {at_least} results: {short}"
+    assert sorted(out) == sorted(request_ids), sorted(set(out) - set(request_ids))
+    return out
+
+
+def dead_letters(config: OspreyConfig, prefix: str) -> list[DeadLetter]:
+    consumer = KafkaConsumer(
+        Topics.of(config).dead_letter,
+        bootstrap_servers=config.kafka,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=2_000,
+    )
+    try:
+        return [
+            letter
+            for letter in (decode(r.value, DeadLetter) for r in consumer)
+            if letter.chunk_identity.startswith(f"dmlreq:{prefix}")
+        ]
+    finally:
+        consumer.close()
+
+
+async def rows_of(client: InProcessClient, collection: str) -> dict[int, dict[str, Any]]:
+    found = await client.query(
+        collection, filter="id >= 0", output_fields=["id", "title", "vec"], consistency_level="Strong"
+    )
+    return {r["id"]: r for r in found}
+
+
+async def test_json_insert_delete_upsert(proxy_process: WorkerProcess, module_config: OspreyConfig, producer) -> None:
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema())
+        publish(
+            producer,
+            topics,
+            name,
+            {
+                "op": "insert",
+                "request_id": f"{p}-1",
+                "collection": name,
+                "rows": [row(i) | {"color": "red"} for i in range(1, 7)],
+            },
+        )
+        publish(producer, topics, name, {"op": "delete", "request_id": f"{p}-2", "collection": name, "ids": [2]})
+        publish(
+            producer,
+            topics,
+            name,
+            {"op": "delete", "request_id": f"{p}-3", "collection": name, "filter": "id in [5, 6]"},
+        )
+        publish(
+            producer,
+            topics,
+            name,
+            {"op": "upsert", "request_id": f"{p}-4", "collection": name, "rows": [row(3, "new"), row(7)]},
+        )
+        got = results(module_config, 4, name)
+        assert [r["request_id"] for r in got] == [f"{p}-1", f"{p}-2", f"{p}-3", f"{p}-4"]
+        assert all(r["ok"] and not r["duplicate"] for r in got), got
+        assert got[0]["count"] == 6 and sorted(got[0]["ids"]) == [1, 2, 3, 4, 5, 6]
+        assert got[1]["count"] == 1 and got[1]["ids"] == [2]
+        assert got[2]["count"] == 2 and sorted(got[2]["ids"]) == [5, 6]
+        assert got[3]["count"] == 2
+        assert got[0]["ts"] < got[1]["ts"] < got[2]["ts"] < got[3]["ts"]
+        seen = await rows_of(client, name)
+        assert sorted(seen) == [1, 3, 4, 7]
+        assert seen[3]["title"] == "new" and seen[1]["title"] == "t1"
+        assert np.allclose(seen[4]["vec"], row(4)["vec"])
+        dynamic = await client.query(name, filter="id == 1", output_fields=["color"], consistency_level="Strong")
+        assert dynamic[0]["color"] == "red"
+
+
+async def test_malformed_records_change_nothing(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, producer
+) -> None:
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema(dynamic=False))
+        publish(producer, topics, name, b"this is not json")
+        publish(producer, topics, name, {"op": "drop", "request_id": f"{p}-a", "collection": name})
+        publish(
+            producer,
+            topics,
+            name,
+            {"op": "insert", "request_id": f"{p}-b", "collection": "nope_" + p, "rows": [row(1)]},
+        )
+        publish(
+            producer,
+            topics,
+            name,
+            {"op": "delete", "request_id": f"{p}-c", "collection": name, "filter": "no_such_field > 1"},
+        )
+        bad_vec = row(2) | {"vec": [1.0, 2.0]}
+        publish(
+            producer,
+            topics,
+            name,
+            {
+                "op": "insert",
+                "request_id": f"{p}-d",
+                "collection": name,
+                "rows": [row(1), bad_vec, row(3), row(4) | {"extra": 1}],
+            },
+        )
+        got = results(module_config, 5, name)
+        assert [r["ok"] for r in got] == [False, False, False, False, True], got
+        assert got[0]["error"]["code"] == 1100 and got[0]["request_id"] == ""
+        assert got[1]["error"]["field"] == "op" and got[1]["request_id"] == f"{p}-a"
+        assert got[2]["error"]["code"] == 100  # collection not found
+        assert got[3]["error"]["code"] == 1100
+        assert got[4]["count"] == 2 and got[4]["rejected"] == 2 and sorted(got[4]["ids"]) == [1, 3]
+        assert sorted(await rows_of(client, name)) == [1, 3]
+        letters = dead_letters(module_config, "")
+        mine = [x for x in letters if p in x.chunk_identity or x.values_json == "this is not json"]
+        by_identity = {x.identity: x for x in mine}
+        assert by_identity[f"dmlreq:{p}-a:record"].field == "op"
+        assert by_identity[f"dmlreq:{p}-b:record"].reason.startswith("collection not found")
+        assert f"dmlreq:{p}-c:record" in by_identity
+        rows = {x.row: x for x in mine if x.chunk_identity == f"dmlreq:{p}-d"}
+        assert sorted(rows) == [1, 3]
+        assert rows[1].field == "vec" and rows[1].values()["vec"] == [1.0, 2.0]
+        assert rows[3].field == "extra"
+        assert any(x.values_json == "this is not json" for x in mine)
+
+
+async def test_every_request_published_twice_is_applied_once(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, producer
+) -> None:
+    """Inserts, deletes and re-inserts of the same keys, each request published twice in a row,
+    and the delete once more at the end (a producer retrying late): a delete applied again would
+    delete the rows the later requests wrote again."""
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    requests = [
+        {"op": "insert", "request_id": f"{p}-1", "collection": name, "rows": [row(i) for i in range(10)]},
+        {"op": "delete", "request_id": f"{p}-2", "collection": name, "ids": [1, 2, 3]},
+        {"op": "insert", "request_id": f"{p}-3", "collection": name, "rows": [row(1, "again")]},
+        {"op": "upsert", "request_id": f"{p}-4", "collection": name, "rows": [row(2, "up")]},
+    ]
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema())
+        for request in requests:
+            publish(producer, topics, name, request)
+            publish(producer, topics, name, request)
+        publish(producer, topics, name, requests[1])
+        got = results(module_config, 9, name)
+        assert got[8]["duplicate"] and got[8]["ts"] == got[2]["ts"]
+        first, second = got[0:8:2], got[1:8:2]
+        assert [r["duplicate"] for r in first] == [False] * 4
+        assert [r["duplicate"] for r in second] == [True] * 4
+        for a, b in zip(first, second, strict=True):
+            assert (a["request_id"], a["ts"], a["count"]) == (b["request_id"], b["ts"], b["count"])
+        seen = await rows_of(client, name)
+        assert sorted(seen) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+        assert seen[1]["title"] == "again" and seen[2]["title"] == "up"
+
+
+async def test_compact_form_arrow_rows(proxy_process: WorkerProcess, module_config: OspreyConfig, producer) -> None:
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    vectors = np.random.default_rng(3).standard_normal((50, DIM)).astype(np.float32)
+    table = pa.table(
+        {
+            "id": pa.array(range(100, 150), pa.int64()),
+            "vec": pa.array(list(vectors), pa.list_(pa.float32())),
+            "title": pa.array([f"a{i}" for i in range(50)]),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    request = DmlRequest(op="insert", request_id=f"{p}-x", collection=name, arrow=sink.getvalue().to_pybytes())
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema())
+        publish(producer, topics, name, encode(request))
+        (got,) = results(module_config, 1, name)
+        assert got["ok"] and got["count"] == 50, got
+        seen = await rows_of(client, name)
+        assert sorted(seen) == list(range(100, 150))
+        assert np.array_equal(np.asarray(seen[120]["vec"], np.float32), vectors[20])
+
+
+def expected_stream(p: str, name: str, n: int) -> tuple[list[dict[str, Any]], set[int]]:
+    """``n`` requests: inserts of new ids, deletes of some of them, re-inserts of deleted ids;
+    and the ids that must remain."""
+    requests: list[dict[str, Any]] = []
+    alive: set[int] = set()
+    deleted: list[int] = []
+    for k in range(n):
+        rid = f"{p}-{k}"
+        if k % 3 == 2:
+            victims = sorted(alive)[:4]
+            requests.append({"op": "delete", "request_id": rid, "collection": name, "ids": victims})
+            alive -= set(victims)
+            deleted.extend(victims)
+        elif k % 5 == 4 and deleted:
+            back = deleted[:3]
+            del deleted[:3]
+            requests.append({"op": "insert", "request_id": rid, "collection": name, "rows": [row(i) for i in back]})
+            alive |= set(back)
+        else:
+            ids = range(k * 100, k * 100 + 20)
+            requests.append({"op": "insert", "request_id": rid, "collection": name, "rows": [row(i) for i in ids]})
+            alive |= set(ids)
+    return requests, alive
+
+
+async def test_proxy_killed_mid_stream_each_request_applied_once(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, producer
+) -> None:
+    """kill -9 of the only proxy while it works through a stream of inserts, deletes and
+    re-inserts of deleted keys, every request also published a second time after the restart:
+    the rows are exactly those of each request applied once, in order. (Last in the module: it
+    restarts the module's proxy.)"""
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    requests, alive = expected_stream(p, name, 60)
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema())
+        for request in requests:
+            producer.send(topics.dml_request, json.dumps(request).encode(), key=name.encode())
+        producer.flush(timeout=30)
+        results(module_config, 10, name)  # the proxy is in the middle of the stream
+        proxy_process.kill()
+        for request in requests:  # a producer that retries everything
+            producer.send(topics.dml_request, json.dumps(request).encode(), key=name.encode())
+        for request in requests:  # and the deletes once more, after the re-inserts
+            if request["op"] == "delete":
+                producer.send(topics.dml_request, json.dumps(request).encode(), key=name.encode())
+        producer.flush(timeout=30)
+        await asyncio.to_thread(proxy_process.start)
+        by_id = answers_by_request(module_config, name, [r["request_id"] for r in requests], at_least=2)
+        for answers in by_id.values():
+            assert all(a["ok"] for a in answers), answers
+            assert len({a["ts"] for a in answers}) == 1, answers  # only the recorded application is answered
+            assert any(a["duplicate"] for a in answers), answers
+        seen = await rows_of(client, name)
+        assert sorted(seen) == sorted(alive)
+        assert await client.count(name, consistency_level="Strong") == len(alive)
