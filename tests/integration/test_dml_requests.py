@@ -29,6 +29,7 @@ from agents.ports import wait_for_port
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
+from frontends.status import status
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml_request import DmlRequest
@@ -211,6 +212,16 @@ async def test_json_insert_delete_upsert(proxy_process: WorkerProcess, module_co
         assert np.allclose(seen[4]["vec"], row(4)["vec"])
         dynamic = await client.query(name, filter="id == 1", output_fields=["color"], consistency_level="Strong")
         assert dynamic[0]["color"] == "red"
+    # ./osprey status shows the consumer: requests applied, lag per partition
+    deadline = time.monotonic() + 10
+    while True:
+        proxies = (await status(module_config))["proxies"]
+        parts = [doc["dml_requests"] for doc in proxies.values() if "dml_requests" in doc]
+        if parts and sum(x["applied"] for x in parts) >= 4 and all(x["lag"] for x in parts):
+            break
+        assert time.monotonic() < deadline, proxies
+        await asyncio.sleep(0.2)
+    assert all(lag == 0 for x in parts for lag in x["lag"].values()), parts
 
 
 async def test_malformed_records_change_nothing(
