@@ -29,16 +29,24 @@ LIGHT_CONF: dict[str, str] = {
 }
 
 
-def spark_session(app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None) -> Any:
-    """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source."""
+def spark_session(
+    app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None, kafka: bool = False
+) -> Any:
+    """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source;
+    ``kafka``: with Spark's Kafka connector on ``spark.jars`` (``format("kafka")``; the jars the
+    bootstrap fetched, :func:`spark_streaming.kafka_requests.kafka_connector_jars`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from spark_streaming.kafka_requests import kafka_connector_jars
     from spark_streaming.sink import OspreyDataSource
 
+    settings = dict(LIGHT_CONF)
+    if kafka:
+        settings["spark.jars"] = ",".join(str(jar) for jar in kafka_connector_jars())
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**LIGHT_CONF, **(conf or {})}.items():
+    for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -10,6 +10,11 @@ again and skipped by Osprey where it had already landed.
 
 A progress line on stderr every ``PROGRESS_INTERVAL_S``: rows read, rows/s, written and rejected
 (from the sink's commit log). At the end the totals are printed as JSON on stdout.
+
+``--via kafka`` writes through Spark's own Kafka sink instead: the rows become ``dml-request``
+records (:mod:`spark_streaming.kafka_requests`) that the proxies apply, each request once. The
+progress and totals then count the rows Spark sent (its query progress); what the proxies made
+of them is on ``dml-result`` and in ``./osprey status``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ FOLLOW_TRIGGER = "1 second"  # --follow: look for new files every second
 QUIET_LINE_S = 10.0  # with nothing new, a progress line this often (the first batch may take a while)
 COLLECTION_WAIT_S = 2.0  # --follow: how often to look for files, or a collection that does not exist yet
 FORMATS = ("parquet", "json")
+VIA = ("osprey", "kafka")
 
 
 def default_checkpoint(config: OspreyConfig, directory: Path, collection: str) -> Path:
@@ -68,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-files-per-trigger", type=int, default=0, help="files per micro-batch (0: Spark's default)")
     p.add_argument("--proxy", default="", help="proxy REST address (default OSPREY_PROXY_HTTP)")
     p.add_argument("--query-name", default="", help="Spark query name (default ingest_<collection>)")
+    p.add_argument(
+        "--via",
+        choices=VIA,
+        default="osprey",
+        help="osprey: the osprey sink (HTTP to a proxy); kafka: Spark's Kafka sink into dml-request",
+    )
+    p.add_argument("--mode", choices=("insert", "upsert"), default="insert", help="insert (default) or upsert")
     return p
 
 
@@ -88,6 +101,8 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     proxy = args.proxy or config.proxy_http
     token = client_token(config)  # the sink's own default reads only the environment, not --set
     checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection)
+    if args.via == "kafka":
+        return run_kafka(args, config, directory, fmt)
     launched = time.monotonic()
     spark = spark_session("osprey-ingest")
     print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
@@ -109,7 +124,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
                 proxy=proxy,
                 query_name=name,
                 trigger=trigger,
-                options={"token": token} if token else None,
+                options={"mode": args.mode, **({"token": token} if token else {})},
             )
             break
         except CollectionNotFound:
@@ -148,6 +163,53 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
         checkpoint=str(checkpoint),
     )
     return totals
+
+
+def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, fmt: str) -> dict[str, Any]:
+    """``--via kafka``: the directory through Spark's Kafka sink into ``dml-request``."""
+    from spark_streaming.kafka_requests import kafka_options, request_records
+    from spark_streaming.session import spark_session
+
+    checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection + "-kafka")
+    launched = time.monotonic()
+    spark = spark_session("osprey-ingest-kafka", kafka=True)
+    print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
+    reader = spark.readStream.format(fmt).schema(file_schema(spark, directory, fmt))
+    if args.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
+    records = request_records(reader.load(str(directory)), args.collection, op=args.mode, partition=args.partition)
+    trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
+    name = args.query_name or f"ingest_kafka_{args.collection}".replace("-", "_")
+    writer = records.writeStream.format("kafka").options(**kafka_options(config)).queryName(name)
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+    started = time.monotonic()
+    sent = 0
+    seen_batches: set[int] = set()
+    try:
+        while query.isActive:
+            query.awaitTermination(PROGRESS_INTERVAL_S)
+            for progress in query.recentProgress:
+                batch = int(progress["batchId"])
+                if batch not in seen_batches:
+                    seen_batches.add(batch)
+                    sent += int(progress.get("numInputRows", 0))
+            rate = sent / (time.monotonic() - started)
+            print(f"ingest {args.collection} via kafka: {sent:,} rows sent, {rate:,.0f} rows/s", file=sys.stderr)
+        error = query.exception()
+        if error is not None:
+            raise error
+    except KeyboardInterrupt:
+        query.stop()
+    seconds = time.monotonic() - started
+    return {
+        "collection": args.collection,
+        "via": "kafka",
+        "query_id": str(query.id),
+        "rows_sent": sent,
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(sent / seconds, 1) if seconds else 0.0,
+        "checkpoint": str(checkpoint),
+    }
 
 
 def _wait_for_files(directory: Path, fmt: str | None) -> bool:

@@ -1,0 +1,117 @@
+"""Spark's own Kafka sink into Osprey: a DataFrame turned into ``dml-request`` records.
+
+:func:`request_records` maps each Arrow batch of a DataFrame to compact request records
+(:class:`~schemas.dml_request.DmlRequest` with the rows as an Arrow IPC stream, framed by Osprey's
+codec, at most :data:`REQUEST_BYTES` each), so ``writeStream.format("kafka")`` writes into Osprey
+with nothing of Osprey on the JVM side::
+
+    records = request_records(df, "docs")
+    records.writeStream.format("kafka").options(**kafka_options(config)).option("checkpointLocation", ck).start()
+
+Request ids are deterministic, so a micro-batch Spark runs again after a crash publishes the
+same requests, which the proxies recognise (docs/dml-requests.md): in a streaming query
+``spark:<query id>:<batch id>:<partition>:<first row>`` (the query id survives restarts in the
+checkpoint), in a batch job ``<id prefix>:<partition>:<first row>``. The record key is
+``<collection>:<partition>``: the requests of one Spark partition stay in order. To keep every
+write of a primary key in order across micro-batches, repartition by the key first
+(``df.repartition(n, "id")``), so a key always comes from the same Spark partition.
+
+:func:`kafka_connector_jars` are the jars the bootstrap fetched (``spark-sql-kafka-0-10``), for
+``spark.jars``; :func:`spark_streaming.session.spark_session` adds them with ``kafka=True``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from schemas.config import OspreyConfig
+from streams.topics import Topics
+
+REQUEST_BYTES = 3 * 1024 * 1024  # Arrow bytes per request: under the 4 MiB record limit with the header
+KAFKA_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the Spark producer's max.request.size (Kafka's default is 1 MB)
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local properties, visible to every task
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+CONNECTOR_DIR = Path(".cache") / "jvm" / "spark-kafka"  # under the project root, filled by ./osprey
+
+
+def kafka_connector_jars(root: Path | None = None) -> list[Path]:
+    """The Spark Kafka connector's jars the bootstrap fetched; RuntimeError naming the fix if none."""
+    base = (root or Path(__file__).resolve().parents[1]) / CONNECTOR_DIR
+    jars = sorted(base.glob("*.jar"))
+    if not jars:
+        raise RuntimeError(f"no Spark Kafka connector jars in {base}: run ./osprey once (it fetches them with Maven)")
+    return jars
+
+
+def kafka_options(config: OspreyConfig) -> dict[str, str]:
+    """Options of ``format("kafka")`` that write into ``config``'s ``dml-request`` topic."""
+    return {
+        "kafka.bootstrap.servers": config.kafka,
+        "topic": Topics.of(config).dml_request,
+        "kafka.max.request.size": str(KAFKA_MAX_REQUEST_BYTES),
+        "kafka.acks": "all",
+    }
+
+
+def request_records(
+    df: Any, collection: str, *, op: str = "insert", partition: str = "", id_prefix: str = "", origin: str = ""
+) -> Any:
+    """``df`` as a DataFrame of ``key`` and ``value`` (binary) request records (module doc).
+    ``op``: ``insert`` or ``upsert``. ``id_prefix``: the request ids' prefix in a batch job
+    (default a new uuid: give a fixed one to make a rerun of the job recognised)."""
+    if op not in ("insert", "upsert"):
+        raise ValueError(f"op must be insert or upsert, got {op!r}")
+    prefix = id_prefix or f"spark-batch-{uuid.uuid4().hex[:12]}"
+
+    def to_requests(batches: Iterator[Any]) -> Iterator[Any]:
+        return _requests(batches, collection, op, partition, prefix, origin or "spark:kafka")
+
+    return df.mapInArrow(to_requests, "key binary, value binary")
+
+
+def _requests(
+    batches: Iterator[Any], collection: str, op: str, partition: str, prefix: str, origin: str
+) -> Iterator[Any]:
+    """In a Spark task: each Arrow batch cut into requests of at most REQUEST_BYTES."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from schemas.codec import encode
+    from schemas.dml_request import DmlRequest
+
+    context = TaskContext.get()
+    part = context.partitionId() if context is not None else 0
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+    if context is not None and query_id:
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) or "0"
+        base = f"spark:{query_id}:{batch_id}:{part}"
+    else:
+        base = f"{prefix}:{part}"
+    key = f"{collection}:{part}".encode()
+    first = 0
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        per = max(1, min(n, REQUEST_BYTES * n // max(1, batch.nbytes)))
+        keys, values = [], []
+        for lo in range(0, n, per):
+            piece = batch.slice(lo, per)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, piece.schema) as writer:
+                writer.write_batch(piece)
+            request = DmlRequest(
+                op=op,  # type: ignore[arg-type]
+                request_id=f"{base}:{first + lo}",
+                collection=collection,
+                partition=partition,
+                arrow=sink.getvalue().to_pybytes(),
+                origin=origin,
+            )
+            keys.append(key)
+            values.append(encode(request))
+        first += n
+        yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())], ["key", "value"])
