@@ -1,4 +1,5 @@
-"""Ingest benchmark: Parquet files -> Spark -> Osprey -> searchable, against InProcessClient.insert in the same run.
+"""Ingest benchmark: Parquet files -> Spark -> Osprey -> searchable, through the osprey sink and through
+Spark's Kafka sink into dml-request (issue 15), against InProcessClient.insert in the same run.
 
     .venv/bin/python -m bench.ingest                 # 200,000 x 128 in 10 Parquet files (issue 4)
     .venv/bin/python -m bench.ingest --rows 50000    # a quicker run
@@ -101,17 +102,21 @@ class CountPoller:
         return next(t for t, n in self.samples if n >= self.target)
 
 
-def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict[str, Any]:
+def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path, via: str = "osprey") -> dict[str, Any]:
+    """The ingest job through the ``osprey`` sink (HTTP to the proxy) or, ``via="kafka"``, through
+    Spark's Kafka sink into ``dml-request`` (the proxy process consumes it), into its own collection."""
     rows = len(w.base)
     directory = data / "parquet"
-    write_parquet_files(directory, w.base, files)
+    if not directory.exists():
+        write_parquet_files(directory, w.base, files)
+    collection = f"{via}_docs"
 
     async def create() -> None:
         async with InProcessClient(config) as client:
-            await client.create_collection("spark_docs", schema(w.base.shape[1]))
+            await client.create_collection(collection, schema(w.base.shape[1]))
 
     asyncio.run(create())
-    poller = CountPoller(config, "spark_docs", rows).start()
+    poller = CountPoller(config, collection, rows).start()
     env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
     launched = time.perf_counter()
     job = subprocess.run(
@@ -121,9 +126,11 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
             "spark_streaming.jobs.ingest_files",
             str(directory),
             "--collection",
-            "spark_docs",
+            collection,
             "--checkpoint",
-            str(data / "checkpoint"),
+            str(data / f"checkpoint-{via}"),
+            "--via",
+            via,
         ],
         cwd=ROOT,
         env=env,
@@ -139,31 +146,43 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path) -> dict
     if not poller.samples or poller.samples[-1][1] < rows:
         raise RuntimeError(f"only {poller.samples[-1][1] if poller.samples else 0} of {rows} rows searchable")
     first, every = poller.first_visible(), poller.all_visible()
-
-    async def batches() -> list[dict[str, Any]]:
-        async with InProcessClient(config) as client:
-            raw = await client.proxy.redis.hgetall(f"{config.cluster}:ingest:batches:{totals['query_id']}")
-            assert await client.count("spark_docs", consistency_level="Strong") == rows
-            return [json.loads(v) for v in raw.values()]
-
-    spark_task_s = max(b["seconds"] for b in asyncio.run(batches()))
-    out = {
+    out: dict[str, Any] = {
+        "via": via,
         "rows": rows,
         "files": files,
-        "batches": totals["batches"],
-        "written": totals["written"],
-        "rejected": totals["rejected"],
         "job_wall_s": job_done - launched,
-        "spark_to_acked_rows_per_s": rows / spark_task_s,
-        "spark_task_s": spark_task_s,
         "searchable_rows_per_s": rows / max(every - first, 1e-9),
         "first_visible_after_launch_s": first - launched,
         "all_visible_after_job_exit_s": every - job_done,
         "end_to_end_rows_per_s": rows / (every - launched),
         "curve": [(t - launched, n) for t, n in poller.samples],
     }
+    if via == "kafka":
+        out["rows_sent"] = totals["rows_sent"]
+        print(
+            f"  {via}: {rows:,} rows sent to dml-request by Spark's Kafka sink; searchable "
+            f"{out['searchable_rows_per_s']:,.0f} rows/s (first row visible "
+            f"{out['first_visible_after_launch_s']:.1f} s after launch); end to end incl. JVM start "
+            f"{out['end_to_end_rows_per_s']:,.0f} rows/s"
+        )
+        return out
+
+    async def batches() -> list[dict[str, Any]]:
+        async with InProcessClient(config) as client:
+            raw = await client.proxy.redis.hgetall(f"{config.cluster}:ingest:batches:{totals['query_id']}")
+            assert await client.count(collection, consistency_level="Strong") == rows
+            return [json.loads(v) for v in raw.values()]
+
+    spark_task_s = max(b["seconds"] for b in asyncio.run(batches()))
+    out.update(
+        batches=totals["batches"],
+        written=totals["written"],
+        rejected=totals["rejected"],
+        spark_to_acked_rows_per_s=rows / spark_task_s,
+        spark_task_s=spark_task_s,
+    )
     print(
-        f"  spark: {rows:,} rows in {totals['batches']} batch(es); Spark -> acknowledged "
+        f"  {via}: {rows:,} rows in {totals['batches']} batch(es); Spark -> acknowledged "
         f"{out['spark_to_acked_rows_per_s']:,.0f} rows/s ({spark_task_s:.2f} s per task); searchable "
         f"{out['searchable_rows_per_s']:,.0f} rows/s (first row visible {out['first_visible_after_launch_s']:.1f} s "
         f"after launch); end to end incl. JVM start {out['end_to_end_rows_per_s']:,.0f} rows/s"
@@ -204,7 +223,7 @@ async def run_client_insert(config: OspreyConfig, w: Workload) -> dict[str, Any]
 async def recall(config: OspreyConfig, w: Workload) -> float:
     async with InProcessClient(config) as client:
         hits = await client.search(
-            "spark_docs",
+            "osprey_docs",
             w.queries,
             limit=TOP_K,
             consistency_level="Strong",
@@ -228,8 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         tempfile.TemporaryDirectory(prefix="osprey-bench-ingest-data-") as tmp,
         embedded_stack("ingest", proxy=True) as config,
     ):
-        print("osprey: Spark ingest job (local[2]) into a 1-shard collection")
+        print("osprey: Spark ingest job (local[2]) into a 1-shard collection, through the osprey sink")
         spark = run_spark(config, w, args.files, Path(tmp))
+        print("osprey: the same job through Spark's Kafka sink into dml-request (issue 15)")
+        kafka = run_spark(config, w, args.files, Path(tmp), via="kafka")
         osp_recall = asyncio.run(recall(config, w))
         print(f"  recall@10 (Strong, ef {EF}) over the Spark-loaded rows: {osp_recall:.4f}")
         print("reference: InProcessClient.insert, same stack, same rows")
@@ -240,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
         / insert["searchable_rows_per_s"],
         "spark_acked_vs_client_insert_acked": spark["spark_to_acked_rows_per_s"] / insert["acked_rows_per_s"],
         "spark_searchable_vs_hnswlib_build": spark["searchable_rows_per_s"] / build,
+        "kafka_searchable_vs_osprey_sink_searchable": kafka["searchable_rows_per_s"] / spark["searchable_rows_per_s"],
+        "kafka_searchable_vs_client_insert_searchable": kafka["searchable_rows_per_s"]
+        / insert["searchable_rows_per_s"],
     }
     print("ratios")
     for name, value in ratios.items():
@@ -247,12 +271,14 @@ def main(argv: list[str] | None = None) -> None:
     goals = {
         "searchable_rows_per_s>=50000": spark["searchable_rows_per_s"] >= 50_000,
         "exact_rows": spark["written"] == args.rows and spark["rejected"] == 0,
+        "kafka_searchable_rows_per_s>=63000": kafka["searchable_rows_per_s"] >= 63_000,
     }
     print("goals", goals)
     results = {
         "args": vars(args),
         "hnswlib_build_rows_per_s": build,
         "spark": spark,
+        "kafka": kafka,
         "client_insert": insert,
         "recall_at_10": osp_recall,
         "ratios": ratios,
@@ -262,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     def plot(plt: Any) -> Any:
         fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
         for label, curve in (
-            ("Spark sink (from job launch)", spark["curve"]),
+            ("osprey sink (from job launch)", spark["curve"]),
+            ("Spark Kafka sink -> dml-request (from job launch)", kafka["curve"]),
             ("InProcessClient.insert", insert["curve"]),
         ):
             t, n = zip(*curve, strict=False) if curve else ((), ())
@@ -271,10 +298,18 @@ def main(argv: list[str] | None = None) -> None:
         axes[0].set_ylabel("rows visible (Eventually)")
         axes[0].legend()
         axes[1].bar(
-            ["Spark\n-> acked", "Spark\nsearchable", "insert\nacked", "insert\nsearchable", "hnswlib\nbuild"],
+            [
+                "Spark\n-> acked",
+                "Spark\nsearchable",
+                "Kafka sink\nsearchable",
+                "insert\nacked",
+                "insert\nsearchable",
+                "hnswlib\nbuild",
+            ],
             [
                 spark["spark_to_acked_rows_per_s"],
                 spark["searchable_rows_per_s"],
+                kafka["searchable_rows_per_s"],
                 insert["acked_rows_per_s"],
                 insert["searchable_rows_per_s"],
                 build,

@@ -5,16 +5,24 @@
 codec, at most :data:`REQUEST_BYTES` each), so ``writeStream.format("kafka")`` writes into Osprey
 with nothing of Osprey on the JVM side::
 
-    records = request_records(df, "docs")
+    records = request_records(df, "docs", topic_partitions=config.dml_request_partitions)
     records.writeStream.format("kafka").options(**kafka_options(config)).option("checkpointLocation", ck).start()
 
 Request ids are deterministic, so a micro-batch Spark runs again after a crash publishes the
 same requests, which the proxies recognise (docs/dml-requests.md): in a streaming query
 ``spark:<query id>:<batch id>:<partition>:<first row>`` (the query id survives restarts in the
 checkpoint), in a batch job ``<id prefix>:<partition>:<first row>``. The record key is
-``<collection>:<partition>``: the requests of one Spark partition stay in order. To keep every
-write of a primary key in order across micro-batches, repartition by the key first
-(``df.repartition(n, "id")``), so a key always comes from the same Spark partition.
+``<collection>:<partition>``; the ``dml-request`` partition is set by a ``partition`` column,
+which the Kafka sink honours (hashing the keys could put every request on one partition):
+
+- an upsert goes to partition ``<Spark partition> mod <partitions>``: the requests of one Spark
+  partition apply in order. To keep every write of a primary key in order across micro-batches,
+  repartition by the key first (``df.repartition(n, "id")``), so a key always comes from the
+  same Spark partition;
+- an insert's requests go round the partitions (``<Spark partition> + <request number>``), so
+  the proxies apply them in parallel: inserts of different keys commute. A key inserted twice in
+  one job ends with either row (as with two Spark partitions of a micro-batch); use upsert when
+  the last write of a key must win.
 
 :func:`kafka_connector_jars` are the jars the bootstrap fetched (``spark-sql-kafka-0-10``), for
 ``spark.jars``; :func:`spark_streaming.session.spark_session` adds them with ``kafka=True``.
@@ -57,23 +65,34 @@ def kafka_options(config: OspreyConfig) -> dict[str, str]:
 
 
 def request_records(
-    df: Any, collection: str, *, op: str = "insert", partition: str = "", id_prefix: str = "", origin: str = ""
+    df: Any,
+    collection: str,
+    *,
+    topic_partitions: int,
+    op: str = "insert",
+    partition: str = "",
+    id_prefix: str = "",
+    origin: str = "",
 ) -> Any:
-    """``df`` as a DataFrame of ``key`` and ``value`` (binary) request records (module doc).
-    ``op``: ``insert`` or ``upsert``. ``id_prefix``: the request ids' prefix in a batch job
-    (default a new uuid: give a fixed one to make a rerun of the job recognised)."""
+    """``df`` as a DataFrame of ``key``, ``value`` (binary) and ``partition`` (int) request records
+    (module doc). ``topic_partitions``: how many partitions ``dml-request`` has
+    (``config.dml_request_partitions``). ``op``: ``insert`` or ``upsert``. ``id_prefix``: the
+    request ids' prefix in a batch job (default a new uuid: give a fixed one to make a rerun of
+    the job recognised)."""
     if op not in ("insert", "upsert"):
         raise ValueError(f"op must be insert or upsert, got {op!r}")
+    if topic_partitions < 1:
+        raise ValueError(f"topic_partitions must be >= 1, got {topic_partitions}")
     prefix = id_prefix or f"spark-batch-{uuid.uuid4().hex[:12]}"
 
     def to_requests(batches: Iterator[Any]) -> Iterator[Any]:
-        return _requests(batches, collection, op, partition, prefix, origin or "spark:kafka")
+        return _requests(batches, collection, op, partition, prefix, origin or "spark:kafka", topic_partitions)
 
-    return df.mapInArrow(to_requests, "key binary, value binary")
+    return df.mapInArrow(to_requests, "key binary, value binary, partition int")
 
 
 def _requests(
-    batches: Iterator[Any], collection: str, op: str, partition: str, prefix: str, origin: str
+    batches: Iterator[Any], collection: str, op: str, partition: str, prefix: str, origin: str, topic_partitions: int
 ) -> Iterator[Any]:
     """In a Spark task: each Arrow batch cut into requests of at most REQUEST_BYTES."""
     import pyarrow as pa
@@ -92,6 +111,7 @@ def _requests(
         base = f"{prefix}:{part}"
     key = f"{collection}:{part}".encode()
     first = 0
+    sent = 0  # requests of this task so far
     for batch in batches:
         n = batch.num_rows
         if not n:
@@ -114,4 +134,12 @@ def _requests(
             keys.append(key)
             values.append(encode(request))
         first += n
-        yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())], ["key", "value"])
+        if op == "insert":  # independent requests: spread over every partition, applied in parallel
+            targets = [(part + sent + i) % topic_partitions for i in range(len(keys))]
+            sent += len(keys)
+        else:  # an upsert's order matters: one partition per Spark partition
+            targets = [part % topic_partitions] * len(keys)
+        target = pa.array(targets, pa.int32())
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(keys, pa.binary()), pa.array(values, pa.binary()), target], ["key", "value", "partition"]
+        )

@@ -36,11 +36,12 @@ fail their checks become dead letters and the rest of the request applies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -183,6 +184,8 @@ class DmlRequestConsumer(Service):
         self.failed = 0
         self.dead_letters = 0
         self.last_latency_ms: float | None = None  # publish (record timestamp) -> result, last request
+        self.handle_seconds = 0.0  # wall time spent in handle(), summed over records
+        self.phase_seconds: dict[str, float] = {}  # parse, lookup, apply, record, result: wall time summed
 
     async def on_start(self) -> None:
         config = self.config
@@ -258,16 +261,28 @@ class DmlRequestConsumer(Service):
 
     async def handle(self, record: ConsumerRecord) -> DmlResult:
         """Apply one record once (module doc) and publish its result; the result."""
+        started = time.perf_counter()
+        try:
+            return await self._handle(record)
+        finally:
+            self.handle_seconds += time.perf_counter() - started
+
+    async def _handle(self, record: ConsumerRecord) -> DmlResult:
         source = _source(record)
         request: DmlRequest | None = None
         try:
-            request = parse_request(record.value)
-            kept = await self.log.applied(request.request_id)
+            with self._phase("parse"):
+                request = parse_request(record.value)
+            with self._phase("lookup"):
+                kept = await self.log.applied(request.request_id)
             if kept is not None:
                 self.duplicates += 1
                 result = kept.model_copy(update={"duplicate": True, "source": source})
             else:
-                result = await self.log.record(await apply_request(self.proxy, request, source))
+                with self._phase("apply"):
+                    applied = await apply_request(self.proxy, request, source)
+                with self._phase("record"):
+                    result = await self.log.record(applied)
                 self.applied += 1
         except OspreyError as err:
             if err.retriable:
@@ -277,12 +292,22 @@ class DmlRequestConsumer(Service):
             op = request.op if request is not None else ""
             result = error_result(request_id, op, err, source)
             await self._dead_letter(record, request, request_id, err)
-        await self.proxy.producer.send_and_wait(
-            self.topics.dml_result, result.model_dump_json().encode(), key=record.key
-        )
+        with self._phase("result"):
+            await self.proxy.producer.send_and_wait(
+                self.topics.dml_result, result.model_dump_json().encode(), key=record.key
+            )
         if record.timestamp:
             self.last_latency_ms = max(0.0, time.time() * 1000 - record.timestamp)
         return result
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Add the wall time of the block to ``phase_seconds[name]`` (where a request's time goes)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + time.perf_counter() - started
 
     async def _dead_letter(
         self, record: ConsumerRecord, request: DmlRequest | None, request_id: str, err: OspreyError
@@ -308,6 +333,7 @@ class DmlRequestConsumer(Service):
         self.dead_letters += 1
 
     def health(self) -> dict[str, Any]:
+        handled = self.applied + self.duplicates + self.failed
         lag: dict[int, int] = {}
         if self.started:
             for tp in self.consumer.assignment():
@@ -322,6 +348,8 @@ class DmlRequestConsumer(Service):
             "dead_letters": self.dead_letters,
             "lag": lag,
             "last_publish_to_result_ms": self.last_latency_ms,
+            "mean_handle_ms": round(1000 * self.handle_seconds / handled, 2) if handled else None,
+            "phase_seconds": {k: round(v, 3) for k, v in self.phase_seconds.items()},
         }
 
 

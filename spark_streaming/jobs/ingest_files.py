@@ -177,7 +177,13 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
     reader = spark.readStream.format(fmt).schema(file_schema(spark, directory, fmt))
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
-    records = request_records(reader.load(str(directory)), args.collection, op=args.mode, partition=args.partition)
+    records = request_records(
+        reader.load(str(directory)),
+        args.collection,
+        topic_partitions=config.dml_request_partitions,
+        op=args.mode,
+        partition=args.partition,
+    )
     trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
     name = args.query_name or f"ingest_kafka_{args.collection}".replace("-", "_")
     writer = records.writeStream.format("kafka").options(**kafka_options(config)).queryName(name)
