@@ -158,7 +158,7 @@ class _Revoke(ConsumerRebalanceListener):
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
-        await self.owner.settle()
+        await self.owner.settle(revoked)
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         log.info(
@@ -213,19 +213,28 @@ class DmlRequestConsumer(Service):
     async def on_stop(self) -> None:
         await self.settle()
 
-    async def settle(self) -> None:
-        """Wait for the batch in hand, then commit what was applied."""
+    async def settle(self, revoked: Sequence[TopicPartition] = ()) -> None:
+        """Wait for the batch in hand, then commit what was applied; forget the ``revoked``
+        partitions (what could not be committed for them comes again to their next owner, which
+        recognises it)."""
         async with self._busy:
             await self._commit()
+            for tp in revoked:
+                self._done.pop(tp, None)
+                self._position.pop(tp, None)
 
     async def _commit(self) -> None:
-        if not self._done:
+        """Commit the next offsets of the partitions still assigned; on failure (a rebalance in
+        progress) they stay for the next try, and the records come again at worst (recognised)."""
+        assigned = self.consumer.assignment()
+        offsets = {tp: OffsetAndMetadata(offset, "") for tp, offset in self._done.items() if tp in assigned}
+        if not offsets:
             return
-        offsets = {tp: OffsetAndMetadata(offset, "") for tp, offset in self._done.items()}
         try:
             await self.consumer.commit(offsets)
-            self._done.clear()
-        except Exception as exc:  # a rebalance in progress: the records come again and are recognised
+            for tp in offsets:
+                self._done.pop(tp, None)
+        except Exception as exc:
             log.warning("proxy %s: committing dml-request offsets failed: %s", self.proxy.proxy_id, exc)
 
     async def _run(self) -> None:
