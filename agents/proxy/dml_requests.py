@@ -47,6 +47,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from agents.process import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S
 from agents.proxy.ingest import IngestTask
 from agents.proxy.json_rows import JsonRowsTask
 from agents.service import Service
@@ -197,8 +198,10 @@ class DmlRequestConsumer(Service):
             auto_offset_reset="earliest",
             fetch_max_wait_ms=config.consumer_fetch_wait_ms,
             max_partition_fetch_bytes=MAX_REQUEST_BYTES,
-            session_timeout_ms=int(config.node_lease_ttl_s * 1000),
-            heartbeat_interval_ms=max(100, int(config.node_lease_ttl_s * 1000) // 3),
+            # as the Faust workers: the smallest session the broker allows, so a killed proxy's
+            # partitions move on after 6 s
+            session_timeout_ms=int(SESSION_TIMEOUT_S * 1000),
+            heartbeat_interval_ms=int(HEARTBEAT_INTERVAL_S * 1000),
         )
         await self.consumer.start()
         self.on_close(self.consumer.stop, "consumer")
