@@ -30,11 +30,15 @@ LIGHT_CONF: dict[str, str] = {
 
 
 def spark_session(
-    app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None, kafka: bool = False
+    app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None, kafka: bool | None = None
 ) -> Any:
-    """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source;
-    ``kafka``: with Spark's Kafka connector on ``spark.jars`` (``format("kafka")``; the jars the
-    bootstrap fetched, :func:`spark_streaming.kafka_requests.kafka_connector_jars`)."""
+    """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source, and
+    Spark's Kafka connector on ``spark.jars`` (``format("kafka")``; the jars the bootstrap
+    fetched, :func:`spark_streaming.kafka_requests.kafka_connector_jars`): ``kafka`` True requires
+    them, None (default) adds them when they are there, False leaves them out.
+
+    The jars reach the driver's classpath only with the first session of a Python process (it
+    launches the JVM): a later session of the same process keeps the first one's classpath."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -43,8 +47,15 @@ def spark_session(
     from spark_streaming.sink import OspreyDataSource
 
     settings = dict(LIGHT_CONF)
-    if kafka:
-        settings["spark.jars"] = ",".join(str(jar) for jar in kafka_connector_jars())
+    if kafka is not False:
+        try:
+            jars = kafka_connector_jars()
+        except RuntimeError:
+            if kafka:
+                raise
+            jars = []
+        if jars:
+            settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, str(value))

@@ -61,6 +61,7 @@ ACKS_AFTER_RESTART = 10  # ... and after it is back: the stack writes again
 STREAM_TIMEOUT_S = 120.0
 CLI_TIMEOUT_S = 240.0
 POLL_S = 0.2
+STATUS_WAIT_S = 15.0  # a status document is published every second; a loaded machine is slower
 
 
 def stack_config(tmp_path: Path, **overrides: Any) -> OspreyConfig:
@@ -251,6 +252,22 @@ async def _querynode_status(config: OspreyConfig) -> dict[str, Any]:
         await redis.aclose()
 
 
+def recovered_status(config: OspreyConfig, pchannels: Any) -> dict[str, Any]:
+    """The newest query node's status once it reports every pchannel of ``pchannels`` recovered
+    (a segment loaded from the object store): the document is published every second or so, so
+    the one read right after the first Strong read may predate the recovery; the last one read
+    after STATUS_WAIT_S otherwise."""
+    deadline = time.monotonic() + STATUS_WAIT_S
+    while True:
+        doc = asyncio.run(_querynode_status(config))
+        states = doc.get("pchannels", {})
+        if all(states.get(p, {}).get("recovered_segments", 0) >= 1 for p in pchannels):
+            return doc
+        if time.monotonic() > deadline:
+            return doc
+        time.sleep(POLL_S)
+
+
 def create(config: OspreyConfig, collection: str) -> None:
     ok(config, "collections/create", {"collectionName": collection, "dimension": DIM})
 
@@ -324,7 +341,7 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     kill_and_restart(stack, victims, stream)
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
     assert_exactly_once(strong_ids(config, "dels"), live, live)
-    doc = asyncio.run(_querynode_status(config))
+    doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
         state = doc["pchannels"][pchannel]
         assert state["recovered_segments"] >= 1, state  # loaded from the object store
@@ -458,7 +475,7 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     assert before["partitions"]["docs"] == ["_default", "p1"] and before["aliases"]["docs"] == ["docs_live"]
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
-    doc = asyncio.run(_querynode_status(config))
+    doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
         state = doc["pchannels"][pchannel]
         assert state["recovered_segments"] >= 1 and state["position"] - state["applied"] + 1 >= offset, state
