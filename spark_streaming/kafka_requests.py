@@ -25,7 +25,7 @@ which the Kafka sink honours (hashing the keys could put every request on one pa
   the last write of a key must win.
 
 :func:`kafka_connector_jars` are the jars the bootstrap fetched (``spark-sql-kafka-0-10``), for
-``spark.jars``; :func:`spark_streaming.session.spark_session` adds them with ``kafka=True``.
+``spark.jars``; :func:`spark_streaming.session.spark_session` adds them (``kafka=True`` requires them).
 """
 
 from __future__ import annotations
