@@ -138,6 +138,21 @@ def querynode(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator
     worker.stop()
 
 
+@pytest.fixture(scope="module")
+def proxy_process(
+    module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess
+) -> Iterator[WorkerProcess]:
+    """A real proxy process (``frontends.proxy_server``) for the module's cluster: REST on
+    ``module_config.proxy_http`` (a module gives it a free port), the dml-request consumer.
+    Started means ready: its lease is live and its ports answer."""
+    from frontends.embedded.cluster import LocalCluster
+
+    proxy = LocalCluster(module_config, embedded=False).proxy
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
 @pytest.fixture
 async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> AsyncIterator[InProcessClient]:
     from frontends.inprocess import InProcessClient

@@ -102,53 +102,37 @@ def claimed_request_id(value: bytes | None) -> str:
     return ""
 
 
-def error_result(request_id: str, op: str, err: OspreyError, source: str) -> DmlResult:
-    return DmlResult(request_id=request_id, op=op, ok=False, error=err.status(), source=source)
-
-
 async def apply_request(proxy: Any, request: DmlRequest, source: str) -> DmlResult:
     """Apply ``request`` through ``proxy`` (an :class:`~agents.proxy.proxy.Proxy`): a delete as a
     client delete, an insert or upsert as an ingest chunk under the request's identity (JSON rows
     through :class:`JsonRowsTask`). Raises the request's OspreyError if it fails as a whole."""
+    desc = await proxy.cache.get(request.collection)
     if request.op == "delete":
-        desc = await proxy.cache.get(request.collection)
         deleted = await proxy.delete(
             request.collection, ids=request.ids, filter=request.filter, partition_name=request.partition
         )
-        return DmlResult(
-            request_id=request.request_id,
-            op=request.op,
-            ok=True,
+        ts, count, rejected, ids = deleted.timestamp, deleted.delete_count, 0, list(deleted.primary_keys)
+    else:
+        chunk = IngestChunk(
+            identity=request_identity(request.request_id),
             collection_id=desc.info.collection_id,
-            ts=deleted.timestamp,
-            count=deleted.delete_count,
-            ids=list(deleted.primary_keys),
-            source=source,
+            partition_id=desc.partition_id(request.partition or DEFAULT_PARTITION_NAME, request.collection),
+            origin=request.origin or "dml-request",
+            arrow=request.arrow or b"",
+            mode=request.op,
         )
-    desc = await proxy.cache.get(request.collection)
-    partition_id = desc.partition_id(request.partition or DEFAULT_PARTITION_NAME, request.collection)
-    chunk = IngestChunk(
-        identity=request_identity(request.request_id),
-        collection_id=desc.info.collection_id,
-        partition_id=partition_id,
-        origin=request.origin or "dml-request",
-        arrow=request.arrow or b"",
-        mode=request.op,
-    )
-    task = IngestTask(proxy, chunk) if request.arrow is not None else JsonRowsTask(proxy, chunk, request.rows or [])
-    await proxy.dm_queue.enqueue(task)
-    reply = await task.wait_to_finish()
-    if reply.written:
-        proxy.last_write_ts = max(proxy.last_write_ts, reply.ts)
-    ids = task.pipeline.primary_keys() if reply.written and task.pipeline is not None else []
+        task = IngestTask(proxy, chunk) if request.arrow is not None else JsonRowsTask(proxy, chunk, request.rows or [])
+        reply = await proxy.run_ingest(task)
+        ts, count, rejected = reply.ts, reply.written, reply.rejected
+        ids = task.pipeline.primary_keys() if reply.written and task.pipeline is not None else []
     return DmlResult(
         request_id=request.request_id,
         op=request.op,
         ok=True,
         collection_id=desc.info.collection_id,
-        ts=reply.ts,
-        count=reply.written,
-        rejected=reply.rejected,
+        ts=ts,
+        count=count,
+        rejected=rejected,
         ids=ids,
         source=source,
     )
@@ -302,7 +286,7 @@ class DmlRequestConsumer(Service):
             self.failed += 1
             request_id = request.request_id if request is not None else claimed_request_id(record.value)
             op = request.op if request is not None else ""
-            result = error_result(request_id, op, err, source)
+            result = DmlResult(request_id=request_id, op=op, ok=False, error=err.status(), source=source)
             await self._dead_letter(record, request, request_id, err)
         with self._phase("result"):
             await self.proxy.producer.send_and_wait(

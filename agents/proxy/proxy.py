@@ -422,7 +422,11 @@ class Proxy(Service):
         """Run one writer chunk through the dm queue: good rows inserted under the chunk's
         identity, bad rows on the dead-letter topic; returns the counts once all are acknowledged.
         Like an insert, rows written advance ``last_write_ts``, so a Session read here sees them."""
-        task = IngestTask(self, chunk)
+        return await self.run_ingest(IngestTask(self, chunk))
+
+    async def run_ingest(self, task: IngestTask) -> IngestChunkReply:
+        """Run an ingest task (or a subclass: JSON rows) through the dm queue; its reply, with
+        ``last_write_ts`` advanced by what it wrote."""
         await self.dm_queue.enqueue(task)
         reply = await task.wait_to_finish()
         if reply.written:

@@ -25,8 +25,6 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from agents.ports import wait_for_port
-from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from frontends.status import status
@@ -52,17 +50,6 @@ def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempP
         tmp_path_factory.mktemp("dmlreq"),
         proxy_http=f"127.0.0.1:{free_port()}",
     )
-
-
-@pytest.fixture(scope="module")
-def proxy_process(
-    module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess
-) -> Iterator[WorkerProcess]:
-    proxy = LocalCluster(module_config, embedded=False).proxy
-    proxy.start()
-    wait_for_port(*module_config.proxy_host_port, 30.0, what="proxy REST")
-    yield proxy
-    proxy.stop()
 
 
 @pytest.fixture
@@ -92,15 +79,21 @@ def publish(producer: KafkaProducer, topics: Topics, key: str, value: bytes | di
     producer.send(topics.dml_request, raw, key=key.encode()).get(timeout=30)
 
 
-def results(config: OspreyConfig, wanted: int, key: str) -> list[dict[str, Any]]:
-    """The first ``wanted`` results on dml-result under record key ``key``, in order."""
-    consumer = KafkaConsumer(
-        Topics.of(config).dml_result,
+def from_start(config: OspreyConfig, topic: str, idle_ms: int) -> KafkaConsumer:
+    """A plain consumer of ``topic`` from its first record; iterating it stops after ``idle_ms``
+    without a record."""
+    return KafkaConsumer(
+        topic,
         bootstrap_servers=config.kafka,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        consumer_timeout_ms=1_000,
+        consumer_timeout_ms=idle_ms,
     )
+
+
+def results(config: OspreyConfig, wanted: int, key: str) -> list[dict[str, Any]]:
+    """The first ``wanted`` results on dml-result under record key ``key``, in order."""
+    consumer = from_start(config, Topics.of(config).dml_result, idle_ms=1_000)
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + RESULT_WAIT_S
     try:
@@ -120,13 +113,7 @@ def answers_by_request(
     config: OspreyConfig, key: str, request_ids: list[str], at_least: int
 ) -> dict[str, list[dict[str, Any]]]:
     """request id -> its results under record key ``key``, once each of ``request_ids`` has ``at_least``."""
-    consumer = KafkaConsumer(
-        Topics.of(config).dml_result,
-        bootstrap_servers=config.kafka,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        consumer_timeout_ms=1_000,
-    )
+    consumer = from_start(config, Topics.of(config).dml_result, idle_ms=1_000)
     out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
     deadline = time.monotonic() + RESULT_WAIT_S * 2
     try:
@@ -144,13 +131,7 @@ def answers_by_request(
 
 
 def dead_letters(config: OspreyConfig, prefix: str) -> list[DeadLetter]:
-    consumer = KafkaConsumer(
-        Topics.of(config).dead_letter,
-        bootstrap_servers=config.kafka,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        consumer_timeout_ms=2_000,
-    )
+    consumer = from_start(config, Topics.of(config).dead_letter, idle_ms=2_000)
     try:
         return [
             letter

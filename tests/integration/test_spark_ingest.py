@@ -41,8 +41,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agents.ports import wait_for_port
-from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from schemas.codec import decode
@@ -73,17 +71,6 @@ def module_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempP
         tmp_path_factory.mktemp("spark"),
         proxy_http=f"127.0.0.1:{free_port()}",
     )
-
-
-@pytest.fixture(scope="module")
-def proxy_process(
-    module_config: OspreyConfig, rootcoord: WorkerProcess, querynode: WorkerProcess
-) -> Iterator[WorkerProcess]:
-    proxy = LocalCluster(module_config, embedded=False).proxy
-    proxy.start()
-    wait_for_port(*module_config.proxy_host_port, 30.0, what="proxy REST")
-    yield proxy
-    proxy.stop()
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +292,10 @@ def test_foreach_batch_writes_the_same_rows(spark: Any, module_config: OspreyCon
 # ---------------------------------------------------------------- crashes: the job as a process
 
 
-def start_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> subprocess.Popen[bytes]:
+def start_job(
+    config: OspreyConfig, directory: Path, name: str, checkpoint: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    """The ingest job as a process, a file per micro-batch; ``extra``: more of its arguments."""
     env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [
@@ -319,6 +309,7 @@ def start_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path
             str(checkpoint),
             "--max-files-per-trigger",
             "1",
+            *extra,
         ],
         cwd=ROOT,
         env=env,
@@ -729,31 +720,6 @@ def write_vector_files(directory: Path) -> np.ndarray:
     return vectors
 
 
-def start_kafka_job(config: OspreyConfig, directory: Path, name: str, checkpoint: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **config.to_env(), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spark_streaming.jobs.ingest_files",
-            str(directory),
-            "--collection",
-            name,
-            "--checkpoint",
-            str(checkpoint),
-            "--max-files-per-trigger",
-            "1",
-            "--via",
-            "kafka",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
 def create_vector_collection(config: OspreyConfig, name: str) -> None:
     fields = [
         {"name": "id", "dtype": "INT64", "is_primary": True},
@@ -776,10 +742,10 @@ def test_kafka_sink_loads_parquet_exactly_once_across_a_driver_kill(
     vectors = write_vector_files(tmp_path / "in")
     total = len(vectors)
     checkpoint = tmp_path / "checkpoint"
-    job = start_kafka_job(module_config, tmp_path / "in", name, checkpoint)
+    job = start_job(module_config, tmp_path / "in", name, checkpoint, "--via", "kafka")
     seen = kill_when_partly_visible(module_config, job, name, total)
     print(f"killed the driver with {seen} of {total} rows visible")
-    wait_job(start_kafka_job(module_config, tmp_path / "in", name, checkpoint))
+    wait_job(start_job(module_config, tmp_path / "in", name, checkpoint, "--via", "kafka"))
     deadline = time.monotonic() + VISIBLE_TIMEOUT_S
     while count(module_config, name) < total and time.monotonic() < deadline:
         time.sleep(POLL_S)
