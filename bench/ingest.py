@@ -39,6 +39,7 @@ import numpy as np
 
 from bench.common import Workload, embedded_stack, gaussian_mixture, recall_at_k, write_results
 from frontends.inprocess import InProcessClient
+from frontends.status import status
 from frontends.workload import write_parquet_files
 from schemas.config import OspreyConfig
 
@@ -48,6 +49,7 @@ INSERT_BATCH_ROWS = 10_000
 POLL_S = 0.1
 JOB_TIMEOUT_S = 900.0
 SEARCHABLE_TIMEOUT_S = 300.0
+STATUS_SETTLE_S = 2.5  # a proxy publishes its status document every second
 QUERIES = 100
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,11 +161,14 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path, via: st
     }
     if via == "kafka":
         out["rows_sent"] = totals["rows_sent"]
+        out["proxy_dml_requests"] = proxy_dml_requests(config)
+        probes = [p["visibility"] for p in out["proxy_dml_requests"].values() if p["visibility"]["probes"]]
         print(
             f"  {via}: {rows:,} rows sent to dml-request by Spark's Kafka sink; searchable "
             f"{out['searchable_rows_per_s']:,.0f} rows/s (first row visible "
             f"{out['first_visible_after_launch_s']:.1f} s after launch); end to end incl. JVM start "
-            f"{out['end_to_end_rows_per_s']:,.0f} rows/s"
+            f"{out['end_to_end_rows_per_s']:,.0f} rows/s; sampled publish -> visible (proxy status) "
+            + ", ".join(f"mean {v['mean_publish_to_visible_ms']} ms over {v['probes']} probes" for v in probes)
         )
         return out
 
@@ -188,6 +193,14 @@ def run_spark(config: OspreyConfig, w: Workload, files: int, data: Path, via: st
         f"after launch); end to end incl. JVM start {out['end_to_end_rows_per_s']:,.0f} rows/s"
     )
     return out
+
+
+def proxy_dml_requests(config: OspreyConfig) -> dict[str, Any]:
+    """Each proxy's ``dml_requests`` part of ``./osprey status`` (counts, phases, sampled publish ->
+    visible), read after STATUS_SETTLE_S so the once-a-second status documents cover the run."""
+    time.sleep(STATUS_SETTLE_S)
+    proxies = asyncio.run(status(config))["proxies"]
+    return {pid: doc["dml_requests"] for pid, doc in proxies.items() if "dml_requests" in doc}
 
 
 async def run_client_insert(config: OspreyConfig, w: Workload) -> dict[str, Any]:

@@ -74,7 +74,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                     "last_ticks": doc.get("last_ticks", {}),
                     "dq_router": doc.get("dq_router", {}),
                     # the dml-request consumer: applied, duplicates, failed, lag per partition,
-                    # last publish-to-result time (absent in a proxy that does not consume it)
+                    # last publish-to-result time, sampled publish-to-visible times (absent in a
+                    # proxy that does not consume it)
                     **({"dml_requests": doc["dml_requests"]} if "dml_requests" in doc else {}),
                 }
                 for pid, doc in (await board.read("proxy")).items()

@@ -50,6 +50,7 @@ from aiokafka.structs import OffsetAndMetadata
 from agents.process import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S
 from agents.proxy.ingest import IngestTask
 from agents.proxy.json_rows import JsonRowsTask
+from agents.proxy.visibility import VisibilityProbe, wait_visible_through
 from agents.service import Service
 from schemas.codec import decode, encode
 from schemas.dml_request import MAX_REQUEST_ID_CHARS, REQUEST_ID_PATTERN, DmlRequest, DmlResult
@@ -171,6 +172,9 @@ class DmlRequestConsumer(Service):
         self.last_latency_ms: float | None = None  # publish (record timestamp) -> result, last request
         self.handle_seconds = 0.0  # wall time spent in handle(), summed over records
         self.phase_seconds: dict[str, float] = {}  # parse, lookup, apply, record, result: wall time summed
+        self.visibility = VisibilityProbe(
+            lambda name, cid, ts, timeout_s: wait_visible_through(proxy, name, cid, ts, timeout_s)
+        )
 
     async def on_start(self) -> None:
         config = self.config
@@ -199,6 +203,7 @@ class DmlRequestConsumer(Service):
 
     async def on_stop(self) -> None:
         await self.settle()
+        await self.visibility.stop()
 
     async def settle(self, revoked: Sequence[TopicPartition] = ()) -> None:
         """Wait for the batch in hand, then commit what was applied; forget the ``revoked``
@@ -264,6 +269,7 @@ class DmlRequestConsumer(Service):
             self.handle_seconds += time.perf_counter() - started
 
     async def _handle(self, record: ConsumerRecord) -> DmlResult:
+        taken = time.monotonic()
         source = _source(record)
         request: DmlRequest | None = None
         try:
@@ -280,6 +286,8 @@ class DmlRequestConsumer(Service):
                 with self._phase("record"):
                     result = await self.log.record(applied)
                 self.applied += 1
+                if result.ok and result.count:
+                    self.visibility.offer(request.collection, result.collection_id, result.ts, taken, record.timestamp)
         except OspreyError as err:
             if err.retriable:
                 raise
@@ -346,6 +354,7 @@ class DmlRequestConsumer(Service):
             "last_publish_to_result_ms": self.last_latency_ms,
             "mean_handle_ms": round(1000 * self.handle_seconds / handled, 2) if handled else None,
             "phase_seconds": {k: round(v, 3) for k, v in self.phase_seconds.items()},
+            "visibility": self.visibility.health(),
         }
 
 

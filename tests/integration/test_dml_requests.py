@@ -193,16 +193,26 @@ async def test_json_insert_delete_upsert(proxy_process: WorkerProcess, module_co
         assert np.allclose(seen[4]["vec"], row(4)["vec"])
         dynamic = await client.query(name, filter="id == 1", output_fields=["color"], consistency_level="Strong")
         assert dynamic[0]["color"] == "red"
-    # ./osprey status shows the consumer: requests applied, lag per partition
+    # ./osprey status shows the consumer: requests applied, lag per partition, and the sampled
+    # publish -> visible time (the first applied request is probed at once)
     deadline = time.monotonic() + 10
     while True:
         proxies = (await status(module_config))["proxies"]
         parts = [doc["dml_requests"] for doc in proxies.values() if "dml_requests" in doc]
-        if parts and sum(x["applied"] for x in parts) >= 4 and all(x["lag"] for x in parts):
+        if (
+            parts
+            and sum(x["applied"] for x in parts) >= 4
+            and all(x["lag"] for x in parts)
+            and sum(x["visibility"]["probes"] for x in parts) >= 1
+        ):
             break
         assert time.monotonic() < deadline, proxies
         await asyncio.sleep(0.2)
     assert all(lag == 0 for x in parts for lag in x["lag"].values()), parts
+    probed = [x["visibility"] for x in parts if x["visibility"]["probes"]]
+    assert all(v["failures"] == 0 for v in probed), probed
+    for v in probed:
+        assert 0 < v["last_taken_to_visible_ms"] < 10_000 and 0 < v["last_publish_to_visible_ms"] < 10_000, v
 
 
 async def test_malformed_records_change_nothing(
