@@ -25,6 +25,7 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from agents.proxy.dml_requests import apply_request, parse_request
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from frontends.status import status
@@ -32,6 +33,7 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml_request import DmlRequest
 from schemas.ingest import DeadLetter
+from state.meta.status_board import StatusBoard
 from streams.topics import Topics
 from tests.conftest import make_config
 
@@ -39,6 +41,7 @@ pytestmark = pytest.mark.integration
 
 DIM = 4
 RESULT_WAIT_S = 60.0
+STATUS_FRESH_S = 2.5  # components publish their status documents every second
 
 
 @pytest.fixture(scope="module")
@@ -301,6 +304,57 @@ async def test_every_request_published_twice_is_applied_once(
         seen = await rows_of(client, name)
         assert sorted(seen) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
         assert seen[1]["title"] == "again" and seen[2]["title"] == "up"
+
+
+async def physical_rows(client: InProcessClient, collection_id: int, fresh_after: float) -> int:
+    """Rows the query nodes hold in the collection's segments, every version counted, from status
+    documents published after ``fresh_after`` (time.monotonic): they are published each second,
+    so this waits STATUS_FRESH_S past it."""
+    await asyncio.sleep(max(0.0, fresh_after + STATUS_FRESH_S - time.monotonic()))
+    nodes = await StatusBoard(client.proxy.redis, client.proxy.config.cluster).read("querynode")
+    return sum(
+        segment["rows"]
+        for doc in nodes.values()
+        for pchannel in doc.get("pchannels", {}).values()
+        for delegator in pchannel.get("vchannels", {}).values()
+        if delegator["collection_id"] == collection_id
+        for segment in delegator["segments"].values()
+    )
+
+
+async def test_applied_but_not_recorded_is_applied_once(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, producer
+) -> None:
+    """The crash window of the exactly-once argument, made on purpose: a proxy applies a request
+    (its events acknowledged on dml) and dies before recording the result. The request's record
+    then goes to the next proxy, which applies it again: the same events under the same
+    identities, skipped by the query nodes. Every version of a row is counted, so a second
+    application of the insert or the upsert would show (reads see only the newest version)."""
+    topics = Topics.of(module_config)
+    name = "c" + uuid.uuid4().hex[:8]
+    p = uuid.uuid4().hex[:8]
+    requests = [
+        {"op": "insert", "request_id": f"{p}-1", "collection": name, "rows": [row(i) for i in range(1, 7)]},
+        {"op": "upsert", "request_id": f"{p}-2", "collection": name, "rows": [row(1, "up"), row(2, "up")]},
+    ]
+    async with InProcessClient(module_config) as client:
+        await client.create_collection(name, schema())
+        collection_id = (await client.proxy.cache.get(name)).info.collection_id
+        for request in requests:  # the proxy that "dies": applied, acknowledged, not recorded
+            first = await apply_request(client.proxy, parse_request(json.dumps(request).encode()), "crashed")
+            assert first.ok and first.count == len(request["rows"]), first
+        for request in requests:
+            publish(producer, topics, name, request)
+        got = results(module_config, 2, name)
+        assert [(r["request_id"], r["ok"], r["duplicate"]) for r in got] == [
+            (f"{p}-1", True, False),
+            (f"{p}-2", True, False),
+        ]
+        seen = await rows_of(client, name)
+        read_at = time.monotonic()
+        assert sorted(seen) == [1, 2, 3, 4, 5, 6]
+        assert seen[1]["title"] == "up" and seen[2]["title"] == "up" and seen[3]["title"] == "t3"
+        assert await physical_rows(client, collection_id, read_at) == 6 + 2
 
 
 async def test_compact_form_arrow_rows(proxy_process: WorkerProcess, module_config: OspreyConfig, producer) -> None:
