@@ -98,6 +98,7 @@ def _requests(
     import pyarrow as pa
     from pyspark import TaskContext
 
+    from schemas.arrow_ipc import ipc_stream
     from schemas.codec import encode
     from schemas.dml_request import DmlRequest
 
@@ -119,16 +120,12 @@ def _requests(
         per = max(1, min(n, REQUEST_BYTES * n // max(1, batch.nbytes)))
         keys, values = [], []
         for lo in range(0, n, per):
-            piece = batch.slice(lo, per)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, piece.schema) as writer:
-                writer.write_batch(piece)
             request = DmlRequest(
                 op=op,  # type: ignore[arg-type]
                 request_id=f"{base}:{first + lo}",
                 collection=collection,
                 partition=partition,
-                arrow=sink.getvalue().to_pybytes(),
+                arrow=ipc_stream(batch.slice(lo, per)),
                 origin=origin,
             )
             keys.append(key)

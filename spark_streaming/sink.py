@@ -51,6 +51,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from schemas.arrow_ipc import ipc_stream
 from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
@@ -168,8 +169,6 @@ class ChunkSender:
     def send_batches(self, batches: Iterator[Any]) -> None:
         """Cut each record batch into chunks of at most ``chunk_bytes`` and send them in order of
         their first row (the identity's last part)."""
-        import pyarrow as pa
-
         first_row = 0
         for batch in batches:
             if batch.num_rows == 0:
@@ -177,15 +176,12 @@ class ChunkSender:
             rows_per_chunk = max(1, int(self.options.chunk_bytes * batch.num_rows // max(1, batch.nbytes)))
             for lo in range(0, batch.num_rows, rows_per_chunk):
                 piece = batch.slice(lo, rows_per_chunk)
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, piece.schema) as writer:
-                    writer.write_batch(piece)
                 chunk = IngestChunk(
                     identity=f"{self.prefix}:{first_row}",
                     collection_id=self.target.collection_id,
                     partition_id=self.target.partition_id,
                     origin=self.origin,
-                    arrow=sink.getvalue().to_pybytes(),
+                    arrow=ipc_stream(piece),
                     mode=self.options.mode,
                 )
                 first_row += piece.num_rows

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN
+from schemas.arrow_ipc import ipc_stream
 from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter
 
@@ -362,11 +363,7 @@ def _good_columns(
 
 def row_ipc(table: pa.Table, row: int) -> bytes:
     """Row ``row`` of ``table`` as a one-row Arrow IPC stream in the table's own schema."""
-    sink = pa.BufferOutputStream()
-    piece = table.slice(row, 1)
-    with pa.ipc.new_stream(sink, piece.schema) as writer:
-        writer.write_table(piece)
-    return sink.getvalue().to_pybytes()
+    return ipc_stream(table.slice(row, 1))
 
 
 def read_ipc(data: bytes) -> pa.Table:

@@ -29,6 +29,7 @@ from agents.proxy.dml_requests import apply_request, parse_request
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from frontends.status import status
+from schemas.arrow_ipc import ipc_stream
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml_request import DmlRequest
@@ -369,10 +370,7 @@ async def test_compact_form_arrow_rows(proxy_process: WorkerProcess, module_conf
             "title": pa.array([f"a{i}" for i in range(50)]),
         }
     )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    request = DmlRequest(op="insert", request_id=f"{p}-x", collection=name, arrow=sink.getvalue().to_pybytes())
+    request = DmlRequest(op="insert", request_id=f"{p}-x", collection=name, arrow=ipc_stream(table))
     async with InProcessClient(module_config) as client:
         await client.create_collection(name, schema())
         publish(producer, topics, name, encode(request))

@@ -43,6 +43,7 @@ from agents.ports import port_open
 from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import free_port
 from frontends.inprocess import InProcessClient
+from schemas.arrow_ipc import ipc_stream
 from schemas.config import OspreyConfig
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
 from spark_streaming.ingest_client import IngestClient, proxy_url
@@ -389,15 +390,12 @@ def stream_writer_ingest(config: OspreyConfig, collection: str, ids: range) -> N
         target = writer.open(IngestOpen(collection_name=collection, arrow_schema=table.schema.serialize().to_pybytes()))
         counts = []
         for lo in range(0, len(ids), CHUNK_ROWS):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as stream:
-                stream.write_table(table.slice(lo, CHUNK_ROWS))
             chunk = IngestChunk(
                 identity=f"spark:{query_id}:0:{lo // CHUNK_ROWS}:{lo}",
                 collection_id=target.collection_id,
                 partition_id=target.partition_id,
                 origin=f"spark:{query_id}",
-                arrow=sink.getvalue().to_pybytes(),
+                arrow=ipc_stream(table.slice(lo, CHUNK_ROWS)),
             )
             reply = writer.write(chunk)
             assert (reply.written, reply.rejected) == (min(CHUNK_ROWS, len(ids) - lo), 0), reply

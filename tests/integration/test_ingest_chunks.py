@@ -18,6 +18,7 @@ from agents.proxy.arrow_checks import RULE_KEY_REPEATS, RULE_UPSERT_KEY_MISSING
 from agents.proxy.insert_checks import RULE_AUTO_ID_GIVEN
 from frontends.inprocess import InProcessClient
 from frontends.rest import RestFrontEnd
+from schemas.arrow_ipc import ipc_stream
 from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts
 from spark_streaming.ingest_client import IngestClient
@@ -36,10 +37,7 @@ def arrow_chunk(ids: np.ndarray | None, vectors: np.ndarray) -> tuple[bytes, byt
         pa.array(np.arange(0, n * DIM + 1, DIM, dtype=np.int32)), pa.array(vectors.ravel())
     )
     table = pa.table(columns)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes(), table.schema.serialize().to_pybytes()
+    return ipc_stream(table), table.schema.serialize().to_pybytes()
 
 
 async def create(client: InProcessClient, name: str, *, auto_id: bool = False, shards: int = 1) -> None:

@@ -31,6 +31,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from agents.proxy.arrow_checks import RULE_NOT_NULL
 from frontends.inprocess import InProcessClient
 from frontends.rest import RestFrontEnd
+from schemas.arrow_ipc import ipc_stream
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import InsertEvent
@@ -89,13 +90,6 @@ def rows_table(
     return pa.table(columns)
 
 
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 def schema_ipc(table_or_schema: pa.Table | pa.Schema) -> bytes:
     s = table_or_schema.schema if isinstance(table_or_schema, pa.Table) else table_or_schema
     return s.serialize().to_pybytes()
@@ -119,7 +113,7 @@ async def chunk_for(
         collection_id=target.collection_id,
         partition_id=target.partition_id,
         origin="spark:test_ingest_path",
-        arrow=ipc(table),
+        arrow=ipc_stream(table),
     )
 
 
@@ -340,7 +334,7 @@ async def test_a_chunk_whose_schema_does_not_fit_fails_whole(client: InProcessCl
     good = await chunk_for(client, coll, rows_table(2))
     bad_table = rows_table(2).set_column(2, "title", pa.array([1, 2], pa.int64()))
     with pytest.raises(InvalidParameter) as caught:
-        await client.ingest(good.model_copy(update={"arrow": ipc(bad_table), "identity": "test:schema:0"}))
+        await client.ingest(good.model_copy(update={"arrow": ipc_stream(bad_table), "identity": "test:schema:0"}))
     assert caught.value.field == "title" and caught.value.rule == "must be string (VARCHAR)"
     with pytest.raises(InvalidParameter) as caught:
         await client.ingest(good.model_copy(update={"arrow": b"not arrow", "identity": "test:schema:1"}))
@@ -397,7 +391,7 @@ async def test_an_auto_id_chunk_sent_again_keeps_its_keys(client: InProcessClien
     vectors = np.asarray(table.column("vec").to_pylist(), np.float32)
     assert sorted(keys.values()) == sorted(v.tobytes() for v in vectors)
     # the same identity with other rows is refused, and nothing is written
-    shorter = chunk.model_copy(update={"arrow": ipc(table.slice(0, n - 1))})
+    shorter = chunk.model_copy(update={"arrow": ipc_stream(table.slice(0, n - 1))})
     with pytest.raises(InvalidParameter) as caught:
         await client.ingest(shorter)
     assert caught.value.field == "identity" and f"had {n} rows, now {n - 1}" in caught.value.rule
@@ -485,7 +479,7 @@ async def test_open_checks_the_schema_and_resolves_names(client: InProcessClient
             identity=f"test:{alias}:0",
             collection_id=by_alias.collection_id,
             partition_id=by_alias.partition_id,
-            arrow=ipc(table),
+            arrow=ipc_stream(table),
         )
     )
     assert reply.written == 2
@@ -579,7 +573,7 @@ async def test_the_http_routes(client: InProcessClient, querynode: Any) -> None:
             collection_id=target.collection_id,
             partition_id=target.partition_id,
             origin="spark:http",
-            arrow=ipc(table),
+            arrow=ipc_stream(table),
         )
         reply = await call(http_client.write, chunk)
         assert (reply.identity, reply.rows, reply.written, reply.rejected) == (chunk.identity, n, n - 1, 1)
@@ -604,7 +598,7 @@ async def test_the_http_routes(client: InProcessClient, querynode: Any) -> None:
             colour=["z" * 150] * big_n,
         )
         big_chunk = IngestChunk(
-            identity=f"http:{cid}:big", collection_id=cid, partition_id=target.partition_id, arrow=ipc(big)
+            identity=f"http:{cid}:big", collection_id=cid, partition_id=target.partition_id, arrow=ipc_stream(big)
         )
         assert len(encode(big_chunk)) > 1 << 20
         assert (await call(http_client.write, big_chunk)).written == big_n
@@ -648,7 +642,9 @@ async def test_the_http_routes(client: InProcessClient, querynode: Any) -> None:
         with pytest.raises(InvalidParameter) as caught:  # an auto-id-less collection: a key is required
             await call(
                 http_client.write,
-                chunk.model_copy(update={"identity": f"http:{cid}:noid", "arrow": ipc(table.drop_columns(["id"]))}),
+                chunk.model_copy(
+                    update={"identity": f"http:{cid}:noid", "arrow": ipc_stream(table.drop_columns(["id"]))}
+                ),
             )
         assert (caught.value.field, caught.value.rule) == ("id", "is required: the writer's rows have no column for it")
 
