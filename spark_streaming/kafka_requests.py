@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from schemas.auth import client_token
 from schemas.config import OspreyConfig
 from streams.topics import Topics
 
@@ -64,6 +65,27 @@ def kafka_options(config: OspreyConfig) -> dict[str, str]:
     }
 
 
+def check_request_schema(
+    df: Any, collection: str, config: OspreyConfig, op: str = "insert", partition: str = ""
+) -> None:
+    """Check ``df``'s columns against ``collection`` at a proxy, before any record is produced:
+    the osprey sink's own check (the proxy's ingest-open route, which resolves the names and
+    writes nothing), so both paths refuse the same DataFrames with the same InvalidParameter
+    naming the field and the rule. Needs the proxy's REST address (``config.proxy_http``)."""
+    from spark_streaming.sink import DEFAULT_CHUNK_BYTES, SinkOptions, open_target
+
+    options = SinkOptions(
+        collection=collection,
+        partition=partition,
+        proxy=config.proxy_http,
+        chunk_bytes=DEFAULT_CHUNK_BYTES,
+        in_flight=1,
+        mode="upsert" if op == "upsert" else "insert",
+        token=client_token(config),
+    )
+    open_target(options, df.schema)
+
+
 def request_records(
     df: Any,
     collection: str,
@@ -73,16 +95,21 @@ def request_records(
     partition: str = "",
     id_prefix: str = "",
     origin: str = "",
+    check_with: OspreyConfig | None = None,
 ) -> Any:
     """``df`` as a DataFrame of ``key``, ``value`` (binary) and ``partition`` (int) request records
     (module doc). ``topic_partitions``: how many partitions ``dml-request`` has
     (``config.dml_request_partitions``). ``op``: ``insert`` or ``upsert``. ``id_prefix``: the
     request ids' prefix in a batch job (default a new uuid: give a fixed one to make a rerun of
-    the job recognised)."""
+    the job recognised). ``check_with``: a config whose proxy checks ``df``'s schema first
+    (:func:`check_request_schema`); without it a DataFrame that does not fit the collection is
+    found out by the proxies, row by row (error results and dead letters)."""
     if op not in ("insert", "upsert"):
         raise ValueError(f"op must be insert or upsert, got {op!r}")
     if topic_partitions < 1:
         raise ValueError(f"topic_partitions must be >= 1, got {topic_partitions}")
+    if check_with is not None:
+        check_request_schema(df, collection, check_with, op, partition)
     prefix = id_prefix or f"spark-batch-{uuid.uuid4().hex[:12]}"
 
     def to_requests(batches: Iterator[Any]) -> Iterator[Any]:

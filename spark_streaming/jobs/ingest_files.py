@@ -183,6 +183,7 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
         topic_partitions=config.dml_request_partitions,
         op=args.mode,
         partition=args.partition,
+        check_with=config,
     )
     trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
     name = args.query_name or f"ingest_kafka_{args.collection}".replace("-", "_")

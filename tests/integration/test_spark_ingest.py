@@ -45,7 +45,7 @@ from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from schemas.codec import decode
 from schemas.config import OspreyConfig
-from schemas.errors import InvalidParameter
+from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import DeadLetter
 from streams.topics import Topics
 from tests.conftest import make_config
@@ -730,6 +730,28 @@ def create_vector_collection(config: OspreyConfig, name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_kafka_records_check_the_schema_at_a_proxy_first(spark: Any, module_config: OspreyConfig) -> None:
+    """``request_records(check_with=config)`` refuses a DataFrame that does not fit the collection
+    before any record is made, with the osprey sink's error; without it the records are made (the
+    proxies then refuse the rows one by one)."""
+    from spark_streaming.kafka_requests import request_records
+
+    create_collection(module_config, "strict_kafka")
+    wrong = spark.createDataFrame([(1, "no vector", "a", 1.0)], "id long, vector string, tag string, score double")
+    with pytest.raises(InvalidParameter) as caught:
+        request_records(wrong, "strict_kafka", topic_partitions=4, check_with=module_config)
+    assert caught.value.field == "vector" and "array<float>" in caught.value.rule
+    with pytest.raises(InvalidParameter) as caught:
+        request_records(wrong.drop("tag"), "strict_kafka", topic_partitions=4, check_with=module_config, op="upsert")
+    assert caught.value.field in ("vector", "tag")
+    assert request_records(wrong, "strict_kafka", topic_partitions=4).columns == ["key", "value", "partition"]
+    good = spark.createDataFrame([(1, [0.5] * DIM, "a", 1.0)], "id long, vector array<float>, tag string, score double")
+    request_records(good, "strict_kafka", topic_partitions=4, check_with=module_config, op="upsert")
+    with pytest.raises(CollectionNotFound):
+        request_records(good, "no_such_collection", topic_partitions=4, check_with=module_config)
+    assert count(module_config, "strict_kafka") == 0
+
+
 def test_kafka_sink_loads_parquet_exactly_once_across_a_driver_kill(
     spark: Any, proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
 ) -> None:
