@@ -339,6 +339,7 @@ class DmlRequestConsumer(Service):
     def health(self) -> dict[str, Any]:
         handled = self.applied + self.duplicates + self.failed
         lag: dict[int, int] = {}
+        assigned = sorted(tp.partition for tp in self.consumer.assignment()) if self.started else []
         if self.started:
             for tp in self.consumer.assignment():
                 high = self.consumer.highwater(tp)  # known once a fetch of the partition returned
@@ -350,6 +351,7 @@ class DmlRequestConsumer(Service):
             "duplicates": self.duplicates,
             "failed": self.failed,
             "dead_letters": self.dead_letters,
+            "partitions": assigned,
             "lag": lag,
             "last_publish_to_result_ms": self.last_latency_ms,
             "mean_handle_ms": round(1000 * self.handle_seconds / handled, 2) if handled else None,

@@ -406,6 +406,74 @@ def expected_stream(p: str, name: str, n: int) -> tuple[list[dict[str, Any]], se
     return requests, alive
 
 
+async def proxies_dml_status(config: OspreyConfig) -> dict[int, dict[str, Any]]:
+    proxies = (await status(config))["proxies"]
+    return {int(pid): doc["dml_requests"] for pid, doc in proxies.items() if "dml_requests" in doc}
+
+
+async def wait_for_status(config: OspreyConfig, found: Any) -> Any:
+    """The first truthy ``found(proxy id -> dml_requests status)``, polled for RESULT_WAIT_S."""
+    deadline = time.monotonic() + RESULT_WAIT_S
+    while True:
+        docs = await proxies_dml_status(config)
+        if got := found(docs):
+            return got
+        assert time.monotonic() < deadline, docs
+        await asyncio.sleep(0.2)
+
+
+async def test_a_second_proxy_joins_and_leaves_mid_stream_each_request_applied_once(
+    proxy_process: WorkerProcess, module_config: OspreyConfig, producer
+) -> None:
+    """Two proxies in the group. Four streams of inserts, deletes and re-inserts, one per
+    collection and per dml-request partition. A second proxy process joins while the first works
+    through them, and takes partitions. Every request is then published again; the second proxy
+    answers some of them and leaves (SIGTERM), and its partitions go back. The partitions move
+    twice, each time after the batch in hand (the revoke waits for it). So the rows are those of
+    each request applied once, and all the answers of a request carry one timestamp."""
+    from frontends.embedded.cluster import LocalCluster
+
+    topics = Topics.of(module_config)
+    p = uuid.uuid4().hex[:8]
+    names = [f"c{p}{k}" for k in range(module_config.dml_request_partitions)]
+    streams = {name: expected_stream(f"{p}{k}", name, 30) for k, name in enumerate(names)}
+    ports = {"proxy_http": f"127.0.0.1:{free_port()}", "proxy_grpc": f"127.0.0.1:{free_port()}"}
+    second = LocalCluster(module_config.model_copy(update=ports), embedded=False).extra_worker("proxy", "proxy-2")
+
+    def publish_streams() -> None:
+        for k, (name, (requests, _)) in enumerate(streams.items()):
+            for request in requests:
+                producer.send(topics.dml_request, json.dumps(request).encode(), key=name.encode(), partition=k)
+        producer.flush(timeout=30)
+
+    async with InProcessClient(module_config) as client:
+        for name in names:
+            await client.create_collection(name, schema())
+        before = set(await proxies_dml_status(module_config))
+        publish_streams()
+        await asyncio.to_thread(second.start)  # joins while the first works: a rebalance
+        try:
+            joined = await wait_for_status(
+                module_config, lambda docs: [x for pid, x in docs.items() if pid not in before and x["partitions"]]
+            )
+            publish_streams()  # a producer retrying everything, partly to the partitions of the second
+            await wait_for_status(
+                module_config,
+                lambda docs: [x for pid, x in docs.items() if pid not in before and x["applied"] + x["duplicates"]],
+            )
+        finally:
+            await asyncio.to_thread(second.stop)  # leaves: its partitions go back to the first
+        assert joined and len(joined[0]["partitions"]) < module_config.dml_request_partitions
+        for name, (requests, alive) in streams.items():
+            by_id = answers_by_request(module_config, name, [r["request_id"] for r in requests], at_least=2)
+            for answers in by_id.values():
+                assert all(a["ok"] for a in answers), answers
+                assert len({a["ts"] for a in answers}) == 1, answers
+            seen = await rows_of(client, name)
+            assert sorted(seen) == sorted(alive), name
+            assert await client.count(name, consistency_level="Strong") == len(alive)
+
+
 async def test_proxy_killed_mid_stream_each_request_applied_once(
     proxy_process: WorkerProcess, module_config: OspreyConfig, producer
 ) -> None:
