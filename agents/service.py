@@ -5,7 +5,9 @@ A :class:`Service` builds its resources in :meth:`Service.on_start` and hands ea
 close logged and skipped past if it fails, so one broken client never keeps another open). Its
 background loops run as tasks started by :meth:`Service.spawn`; ``stop`` first runs
 :meth:`Service.on_stop` (to let loops drain), then cancels the loops and waits for them, then
-closes the resources.
+closes the resources. Stopping is bounded: loops that outlive their cancellation by
+``STOP_LOOPS_TIMEOUT_S`` and closes that take over ``CLOSE_TIMEOUT_S`` are logged by name and
+left behind, so one stuck client can neither hang a process's shutdown nor hide which it was.
 
 Why not ``asyncio.TaskGroup``: a task group cancels the task that entered it when a child fails,
 and a service is entered by whoever called ``start`` (a Faust agent, a request handler), which
@@ -24,6 +26,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+STOP_LOOPS_TIMEOUT_S = 15.0  # stop waits this long for the cancelled loops, then logs the rest and goes on
+CLOSE_TIMEOUT_S = 30.0  # each resource's close gets this long, then is logged as hung and left
+
 
 class Service:
     """A long-running component. ``start`` returns once it is ready (concurrent callers wait for
@@ -31,6 +36,8 @@ class Service:
     call twice and before ``start``."""
 
     service_name = "service"
+    stop_loops_timeout_s = STOP_LOOPS_TIMEOUT_S
+    close_timeout_s = CLOSE_TIMEOUT_S
 
     def __init__(self) -> None:
         self._resources = AsyncExitStack()
@@ -92,8 +99,15 @@ class Service:
         for task in loops:
             task.cancel()
         try:
-            if loops:
-                await asyncio.wait(loops)  # never raises the loops' errors; our own cancellation propagates
+            if loops:  # never raises the loops' errors; our own cancellation propagates
+                _, hung = await asyncio.wait(loops, timeout=self.stop_loops_timeout_s)
+                if hung:
+                    log.warning(
+                        "%s: loops still running %g s after they were cancelled, left behind: %s",
+                        self.service_name,
+                        self.stop_loops_timeout_s,
+                        sorted(t.get_name() for t in hung),
+                    )
         finally:
             resources, self._resources = self._resources, AsyncExitStack()
             await resources.aclose()
@@ -109,6 +123,8 @@ class Service:
 
     async def _close_logged(self, close: Callable[[], Awaitable[Any]], what: str) -> None:
         try:
-            await close()
+            await asyncio.wait_for(close(), self.close_timeout_s)
+        except TimeoutError:  # a close that hangs (a client stuck on a peer) must not hang stop
+            log.warning("%s: closing %s took over %g s; left behind", self.service_name, what, self.close_timeout_s)
         except Exception:  # stopping goes on through every resource
             log.exception("%s: error while closing %s", self.service_name, what)

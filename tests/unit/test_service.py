@@ -113,6 +113,31 @@ async def test_cancelling_the_caller_of_stop_is_not_swallowed() -> None:
     assert "close redis" in service.events  # the rest still closed on the way out
 
 
+async def test_a_hung_close_and_a_loop_that_ignores_cancel_do_not_hang_stop(caplog: pytest.LogCaptureFixture) -> None:
+    service = Recorder()
+    service.close_timeout_s = service.stop_loops_timeout_s = 0.2
+    await service.start()
+    release = asyncio.Event()
+
+    async def stubborn() -> None:  # swallows its cancellation once, as a buggy client loop might
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await release.wait()
+
+    async def hangs() -> None:
+        await asyncio.Event().wait()
+
+    service.spawn(stubborn(), "stubborn")
+    service.on_close(hangs, "stuck client")
+    with caplog.at_level(logging.WARNING):
+        await asyncio.wait_for(service.stop(), 5)
+    assert "loops still running 0.2 s after they were cancelled, left behind: ['stubborn']" in caplog.text
+    assert "closing stuck client took over 0.2 s; left behind" in caplog.text
+    assert service.events[-3:] == ["close consumer", "close producer", "close redis"]  # the rest closed
+    release.set()
+
+
 class SlowNode:
     """Answers after ``gate`` opens; counts how many requests it holds at once."""
 
