@@ -72,18 +72,9 @@ def check_request_schema(
     the osprey sink's own check (the proxy's ingest-open route, which resolves the names and
     writes nothing), so both paths refuse the same DataFrames with the same InvalidParameter
     naming the field and the rule. Needs the proxy's REST address (``config.proxy_http``)."""
-    from spark_streaming.sink import DEFAULT_CHUNK_BYTES, SinkOptions, open_target
+    from spark_streaming.sink import open_at, sink_mode
 
-    options = SinkOptions(
-        collection=collection,
-        partition=partition,
-        proxy=config.proxy_http,
-        chunk_bytes=DEFAULT_CHUNK_BYTES,
-        in_flight=1,
-        mode="upsert" if op == "upsert" else "insert",
-        token=client_token(config),
-    )
-    open_target(options, df.schema)
+    open_at(config.proxy_http, client_token(config), collection, partition, sink_mode(op), df.schema)
 
 
 def request_records(

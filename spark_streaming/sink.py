@@ -123,13 +123,21 @@ class SinkOptions:
 def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
     """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
     InvalidParameter naming the field and the rule)."""
-    with IngestClient(options.proxy, token=options.token) as client:
+    return open_at(options.proxy, options.token, options.collection, options.partition, options.mode, schema)
+
+
+def open_at(
+    proxy: str, token: str | None, collection: str, partition: str, mode: IngestMode, schema: StructType
+) -> IngestTarget:
+    """:func:`open_target` without the sink's other options: the proxy's ingest-open route, which
+    resolves the names and checks ``schema`` for ``mode`` and writes nothing."""
+    with IngestClient(proxy, token=token) as client:
         return client.open(
             IngestOpen(
-                collection_name=options.collection,
-                partition_name=options.partition,
+                collection_name=collection,
+                partition_name=partition,
                 arrow_schema=arrow_schema_bytes(schema),
-                mode=options.mode,
+                mode=mode,
             )
         )
 

@@ -339,19 +339,18 @@ class DmlRequestConsumer(Service):
     def health(self) -> dict[str, Any]:
         handled = self.applied + self.duplicates + self.failed
         lag: dict[int, int] = {}
-        assigned = sorted(tp.partition for tp in self.consumer.assignment()) if self.started else []
-        if self.started:
-            for tp in self.consumer.assignment():
-                high = self.consumer.highwater(tp)  # known once a fetch of the partition returned
-                if high is not None and tp in self._position:
-                    lag[tp.partition] = max(0, high - self._position[tp])
+        assignment = self.consumer.assignment() if self.started else set()
+        for tp in assignment:
+            high = self.consumer.highwater(tp)  # known once a fetch of the partition returned
+            if high is not None and tp in self._position:
+                lag[tp.partition] = max(0, high - self._position[tp])
         return {
             **super().health(),
             "applied": self.applied,
             "duplicates": self.duplicates,
             "failed": self.failed,
             "dead_letters": self.dead_letters,
-            "partitions": assigned,
+            "partitions": sorted(tp.partition for tp in assignment),
             "lag": lag,
             "last_publish_to_result_ms": self.last_latency_ms,
             "mean_handle_ms": round(1000 * self.handle_seconds / handled, 2) if handled else None,

@@ -197,21 +197,20 @@ async def test_json_insert_delete_upsert(proxy_process: WorkerProcess, module_co
         assert np.allclose(seen[4]["vec"], row(4)["vec"])
         dynamic = await client.query(name, filter="id == 1", output_fields=["color"], consistency_level="Strong")
         assert dynamic[0]["color"] == "red"
+
     # ./osprey status shows the consumer: requests applied, lag per partition, and the sampled
     # publish -> visible time (the first applied request is probed at once)
-    deadline = time.monotonic() + 10
-    while True:
-        proxies = (await status(module_config))["proxies"]
-        parts = [doc["dml_requests"] for doc in proxies.values() if "dml_requests" in doc]
-        if (
+    def settled(docs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+        parts = list(docs.values())
+        ready = (
             parts
             and sum(x["applied"] for x in parts) >= 4
             and all(x["lag"] for x in parts)
             and sum(x["visibility"]["probes"] for x in parts) >= 1
-        ):
-            break
-        assert time.monotonic() < deadline, proxies
-        await asyncio.sleep(0.2)
+        )
+        return parts if ready else []
+
+    parts = await wait_for_status(module_config, settled, timeout_s=10)
     assert all(lag == 0 for x in parts for lag in x["lag"].values()), parts
     probed = [x["visibility"] for x in parts if x["visibility"]["probes"]]
     assert all(v["failures"] == 0 for v in probed), probed
@@ -411,9 +410,9 @@ async def proxies_dml_status(config: OspreyConfig) -> dict[int, dict[str, Any]]:
     return {int(pid): doc["dml_requests"] for pid, doc in proxies.items() if "dml_requests" in doc}
 
 
-async def wait_for_status(config: OspreyConfig, found: Any) -> Any:
-    """The first truthy ``found(proxy id -> dml_requests status)``, polled for RESULT_WAIT_S."""
-    deadline = time.monotonic() + RESULT_WAIT_S
+async def wait_for_status(config: OspreyConfig, found: Any, timeout_s: float = RESULT_WAIT_S) -> Any:
+    """The first truthy ``found(proxy id -> dml_requests status)``, polled for ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     while True:
         docs = await proxies_dml_status(config)
         if got := found(docs):
