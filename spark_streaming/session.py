@@ -9,7 +9,6 @@ pyarrow and Osprey installed). Anything can be overridden through ``conf``.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 ARROW_BATCH_ROWS = 10_000  # rows per Arrow record batch handed to the sink (about 5 MiB at 128-d)
@@ -24,8 +23,6 @@ LIGHT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "false",
-    # Python workers import the installed, compiled pyspark rather than compiling Spark's zip
-    "spark.python.daemon.module": "spark_streaming.worker_daemon",
 }
 
 
@@ -39,8 +36,11 @@ def spark_session(
 
     The jars reach the driver's classpath only with the first session of a Python process (it
     launches the JVM): a later session of the same process keeps the first one's classpath."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from spark_streaming.worker_python import launcher
+
+    python = str(launcher())  # this interpreter, without pyspark's zips: see worker_python
+    os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)  # the driver's data source lookup
     from pyspark.sql import SparkSession
 
     from spark_streaming.kafka_requests import kafka_connector_jars
