@@ -56,9 +56,32 @@ def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) 
     return asyncio.run(run())
 
 
+def read_schema(value: str) -> dict[str, Any]:
+    """``--schema``: a JSON object inline (``'{"fields": [...]}'``), or the path of a file holding
+    one (``@PATH`` or ``PATH``). InvalidParameter naming ``--schema`` otherwise."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = value[1:] if value.startswith("@") else value
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise InvalidParameter(
+                "--schema", f"must be a JSON object or name a readable JSON file ({err.strerror})", path
+            ) from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidParameter(
+            "--schema", f"must be JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    if not isinstance(schema, dict):
+        raise InvalidParameter("--schema", 'must be a JSON object ({"fields": [...], ...})', schema)
+    return schema
+
+
 def _simple_schema(args: argparse.Namespace) -> dict[str, Any]:
     if args.schema:
-        return json.loads(Path(args.schema).read_text())
+        return read_schema(args.schema)
     pk: dict[str, Any] = {"name": "id", "dtype": args.pk_type, "is_primary": True, "auto_id": args.auto_id}
     if args.pk_type.upper() == "VARCHAR":
         pk["max_length"] = 64
@@ -254,7 +277,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dynamic", action="store_true", help="enable the dynamic field")
     c.add_argument("--shards", type=int, default=1)
     c.add_argument("--consistency", default=None)
-    c.add_argument("--schema", help="JSON file with a full collection schema (overrides --dim/--pk-type)")
+    c.add_argument(
+        "--schema",
+        help="a full collection schema: JSON inline, or a JSON file (PATH or @PATH); overrides --dim/--pk-type",
+    )
     for op in ("describe", "has", "drop", "flush"):
         q = col.add_parser(
             op, help="seal the growing segments and wait until they are flushed" if op == "flush" else None

@@ -18,6 +18,7 @@ from frontends.cli import (
     index_params,
     parse_ids,
     read_data,
+    read_schema,
 )
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter
@@ -111,6 +112,26 @@ def test_read_data_from_text_or_a_file(tmp_path: Path) -> None:
         with pytest.raises(InvalidParameter) as err:
             read_data(text)
         assert err.value.field == field and rule in err.value.reason, err.value.reason
+
+
+def test_read_schema_inline_or_from_a_file(tmp_path: Path) -> None:
+    schema = {"fields": [{"name": "id", "dtype": "INT64", "is_primary": True}]}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    assert read_schema(json.dumps(schema)) == read_schema(str(path)) == read_schema(f"@{path}") == schema
+    cases = [
+        ('{"fields": [', "must be JSON"),
+        (str(tmp_path / "missing.json"), "readable JSON file"),
+        (f"@{path}.missing", "readable JSON file"),
+        ("@" + str(tmp_path), "readable JSON file"),  # a directory
+    ]
+    for text, rule in cases:
+        with pytest.raises(InvalidParameter) as err:
+            read_schema(text)
+        assert err.value.field == "--schema" and rule in err.value.reason, err.value.reason
+    path.write_text("[1, 2]")
+    with pytest.raises(InvalidParameter, match="must be a JSON object"):
+        read_schema(str(path))
 
 
 def test_entity_commands_call_the_client_and_print_the_result(capsys: pytest.CaptureFixture[str]) -> None:
