@@ -8,8 +8,12 @@ pyarrow and Osprey installed). Anything can be overridden through ``conf``.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 ARROW_BATCH_ROWS = 10_000  # rows per Arrow record batch handed to the sink (about 5 MiB at 128-d)
 DRIVER_MEMORY = "1g"  # local mode: the driver is the executor too
@@ -26,6 +30,20 @@ LIGHT_CONF: dict[str, str] = {
 }
 
 
+def spark_python(master: str) -> str:
+    """The interpreter for Spark's Python processes: in local mode the launcher that runs this
+    one without pyspark's zips (a file on this machine), else (executors elsewhere) or when the
+    launcher cannot be written, this interpreter itself."""
+    if master.startswith("local"):
+        from spark_streaming.worker_python import launcher
+
+        try:
+            return str(launcher())
+        except OSError as err:
+            log.warning("spark: no launcher for Spark's Python (%r); workers import pyspark from its zip", err)
+    return sys.executable
+
+
 def spark_session(
     app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None, kafka: bool | None = None
 ) -> Any:
@@ -35,10 +53,11 @@ def spark_session(
     them, None (default) adds them when they are there, False leaves them out.
 
     The jars reach the driver's classpath only with the first session of a Python process (it
-    launches the JVM): a later session of the same process keeps the first one's classpath."""
-    from spark_streaming.worker_python import launcher
+    launches the JVM): a later session of the same process keeps the first one's classpath.
 
-    python = str(launcher())  # this interpreter, without pyspark's zips: see worker_python
+    Spark's Python processes run this interpreter (unless ``PYSPARK_PYTHON`` is set): in local
+    mode through :func:`spark_streaming.worker_python.launcher`, without pyspark's zips."""
+    python = spark_python(master)
     os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)  # the driver's data source lookup
     from pyspark.sql import SparkSession

@@ -85,3 +85,14 @@ def test_the_launcher_is_written_once_per_interpreter(tmp_path: Path, monkeypatc
     other = launcher("/opt/python 3/bin/python")  # quoted for the shell
     assert other != first and "exec '/opt/python 3/bin/python' -m" in other.read_text()
     assert os.access(first, os.X_OK) and os.access(other, os.X_OK)
+
+
+def test_a_local_session_uses_the_launcher_and_others_this_interpreter(tmp_path: Path, monkeypatch: Any) -> None:
+    from spark_streaming.session import spark_python
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert spark_python("local[2]") == str(launcher())
+    assert spark_python("spark://cluster:7077") == sys.executable  # executors run elsewhere
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no directory can be made there
+    assert spark_python("local[2]") == sys.executable
