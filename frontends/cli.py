@@ -378,6 +378,22 @@ GLOBAL_FLAGS = ("--kafka", "--redis", "--cluster", "--data-dir")
 PASS_THROUGH = ("test", "ingest")  # commands whose own arguments are parsed by what they run
 
 
+TEST_WORKERS = ["-n", "2", "--dist", "loadfile"]  # one pytest worker per core, whole modules each
+
+
+def with_test_workers(pytest_args: list[str]) -> list[str]:
+    """``osprey test`` runs pytest on :data:`TEST_WORKERS` (pytest-xdist), unless the arguments
+    choose their own (``-n N``, ``--numprocesses``, ``--dist``) or turn xdist off (``-p no:xdist``).
+    The suite is mostly waiting (brokers, ticks, Spark starts) with one core busy on average, so
+    two workers take ~20% off the whole run on 2 cores (docs/decisions.md)."""
+    for i, arg in enumerate(pytest_args):
+        if re.fullmatch(r"-n\S*|--numprocesses(=.*)?|--dist(=.*)?|-pno:xdist", arg):
+            return pytest_args
+        if arg == "-p" and i + 1 < len(pytest_args) and pytest_args[i + 1] == "no:xdist":
+            return pytest_args
+    return [*TEST_WORKERS, *pytest_args]
+
+
 def _split_test_args(argv: list[str]) -> tuple[list[str], list[str]]:
     """Everything after ``test`` goes to pytest untouched (argparse would reject ``-m``, ``-k`` ...),
     and everything after ``ingest`` to the ingest job's own parser."""
@@ -459,7 +475,7 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
             if failed or cmd == "check":
                 return failed
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "pytest", *args.pytest_args])
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *with_test_workers(args.pytest_args)])
     if cmd == "settings":
         print(settings_table(config))
         return 0

@@ -19,6 +19,7 @@ from frontends.cli import (
     parse_ids,
     read_data,
     read_schema,
+    with_test_workers,
 )
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter
@@ -294,3 +295,10 @@ def test_index_commands_call_the_client(capsys: pytest.CaptureFixture[str]) -> N
     assert json.loads(capsys.readouterr().out)["params"] == {"M": 8, "efConstruction": 200}
     with pytest.raises(InvalidParameter):  # a bad --params fails before any client call
         _index_call(_parser().parse_args(["index", "create", "docs", "vector", "--params", "{"]))
+
+
+def test_osprey_test_runs_two_workers_unless_told_otherwise() -> None:
+    assert with_test_workers(["-x"]) == ["-n", "2", "--dist", "loadfile", "-x"]
+    for own in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"], ["-pno:xdist"]):
+        assert with_test_workers(["-x", *own]) == ["-x", *own]
+    assert with_test_workers(["-p", "no:cacheprovider"])[:2] == ["-n", "2"]
