@@ -161,10 +161,12 @@ async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Async
         yield c
 
 
-# The longest modules of a whole run, longest first (seconds in a serial run on 2 cores,
-# 2026-11-26): Spark ingest ~260, the CLI (its demo test) ~110, durability ~110, indexes ~85.
+# The longest modules of a whole run (seconds in a serial run on 2 cores, 2026-11-26): Spark
+# ingest ~260, indexes ~85, the CLI (its demo test, a Spark job too) ~110, durability ~110.
+# xdist gives each worker two modules to start with, in this order: the first and third to one
+# worker, so the two modules that run Spark jobs never run beside each other.
 LONG_MODULES = tuple(
-    f"integration/{name}.py" for name in ("test_spark_ingest", "test_cli", "test_durability", "test_index")
+    f"integration/{name}.py" for name in ("test_spark_ingest", "test_index", "test_cli", "test_durability")
 )
 
 
