@@ -378,7 +378,9 @@ GLOBAL_FLAGS = ("--kafka", "--redis", "--cluster", "--data-dir")
 PASS_THROUGH = ("test", "ingest")  # commands whose own arguments are parsed by what they run
 
 
-TEST_WORKERS = ["-n", "2", "--dist", "loadfile"]  # one pytest worker per core, whole modules each
+# one pytest worker per core, whole modules each, handed out in collection order (xdist would sort
+# them by test count; tests/conftest.py puts the long modules first)
+TEST_WORKERS = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def with_test_workers(pytest_args: list[str]) -> list[str]:
