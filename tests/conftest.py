@@ -159,21 +159,3 @@ async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Async
 
     async with InProcessClient(module_config) as c:
         yield c
-
-
-# The longest modules of a whole run (seconds in a serial run on 2 cores, 2026-11-26): Spark
-# ingest ~260, indexes ~85, the CLI (its demo test, a Spark job too) ~110, durability ~110.
-# xdist gives each worker two modules to start with, in this order: the first and third to one
-# worker, so the two modules that run Spark jobs never run beside each other.
-LONG_MODULES = tuple(
-    f"integration/{name}.py" for name in ("test_spark_ingest", "test_index", "test_cli", "test_durability")
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """:data:`LONG_MODULES` first, then the rest in collection order, each module's tests in their
-    order: ``osprey test`` hands whole modules to its two workers in this order (``--dist
-    loadfile``), so the long ones start early and the run does not end with one worker alone on
-    a long module."""
-    rank = {name: i for i, name in enumerate(LONG_MODULES)}
-    items.sort(key=lambda item: rank.get(f"{item.path.parent.name}/{item.path.name}", len(rank)))  # stable

@@ -298,7 +298,7 @@ def test_index_commands_call_the_client(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_osprey_test_runs_two_workers_unless_told_otherwise() -> None:
-    assert with_test_workers(["-x"]) == ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-x"]
+    assert with_test_workers(["-x"]) == ["-n", "2", "--dist", "loadfile", "-x"]
     for own in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"], ["-pno:xdist"]):
         assert with_test_workers(["-x", *own]) == ["-x", *own]
     assert with_test_workers(["-p", "no:cacheprovider"])[:2] == ["-n", "2"]
