@@ -387,7 +387,7 @@ def with_test_workers(pytest_args: list[str]) -> list[str]:
     """``osprey test`` runs pytest on :data:`TEST_WORKERS` (pytest-xdist), unless the arguments
     choose their own (``-n N``, ``--numprocesses``, ``--dist``) or turn xdist off (``-p no:xdist``).
     The suite is mostly waiting (brokers, ticks, Spark starts) with one core busy on average, so
-    two workers take ~20% off the whole run on 2 cores (docs/decisions.md)."""
+    two workers take ~12% off pytest's time on 2 cores (docs/decisions.md)."""
     for i, arg in enumerate(pytest_args):
         if re.fullmatch(r"-n\S*|--numprocesses(=.*)?|--dist(=.*)?|-pno:xdist", arg):
             return pytest_args
