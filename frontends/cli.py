@@ -56,24 +56,26 @@ def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) 
     return asyncio.run(run())
 
 
-def read_schema(value: str) -> dict[str, Any]:
-    """``--schema``: a JSON object inline (``'{"fields": [...]}'``), or the path of a file holding
-    one (``@PATH`` or ``PATH``). InvalidParameter naming ``--schema`` otherwise."""
+def _json_argument(flag: str, value: str, path: str | None, file_rule: str) -> Any:
+    """The JSON of a flag given inline, or read from ``path`` when it names a file:
+    InvalidParameter naming ``flag`` with ``file_rule`` for an unreadable file, or the parse error."""
     text = value
-    if not value.lstrip().startswith("{"):
-        path = value[1:] if value.startswith("@") else value
+    if path is not None:
         try:
             text = Path(path).read_text()
         except OSError as err:
-            raise InvalidParameter(
-                "--schema", f"must be a JSON object or name a readable JSON file ({err.strerror})", path
-            ) from None
+            raise InvalidParameter(flag, f"{file_rule} ({err.strerror})", path) from None
     try:
-        schema = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidParameter(
-            "--schema", f"must be JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-        ) from None
+        raise InvalidParameter(flag, f"must be JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+def read_schema(value: str) -> dict[str, Any]:
+    """``--schema``: a JSON object inline (``'{"fields": [...]}'``), or the path of a file holding
+    one (``@PATH`` or ``PATH``). InvalidParameter naming ``--schema`` otherwise."""
+    path = None if value.lstrip().startswith("{") else value.removeprefix("@")
+    schema = _json_argument("--schema", value, path, "must be a JSON object or name a readable JSON file")
     if not isinstance(schema, dict):
         raise InvalidParameter("--schema", 'must be a JSON object ({"fields": [...], ...})', schema)
     return schema
@@ -94,16 +96,8 @@ def _simple_schema(args: argparse.Namespace) -> dict[str, Any]:
 def read_data(value: str) -> Any:
     """``--data``: JSON text, or ``@PATH`` of a file holding it: a list of row objects (or an
     object of columns, field -> list of values). InvalidParameter naming ``--data`` otherwise."""
-    text = value
-    if value.startswith("@"):
-        try:
-            text = Path(value[1:]).read_text()
-        except OSError as err:
-            raise InvalidParameter("--data", f"must name a readable file ({err.strerror})", value[1:]) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidParameter("--data", f"must be JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    path = value[1:] if value.startswith("@") else None
+    data = _json_argument("--data", value, path, "must name a readable file")
     if isinstance(data, dict):
         return data
     if not isinstance(data, list):

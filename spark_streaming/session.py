@@ -57,9 +57,10 @@ def spark_session(
 
     Spark's Python processes run this interpreter (unless ``PYSPARK_PYTHON`` is set): in local
     mode through :func:`spark_streaming.worker_python.launcher`, without pyspark's zips."""
-    python = spark_python(master)
-    os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)  # the driver's data source lookup
+    if not (os.environ.get("PYSPARK_PYTHON") and os.environ.get("PYSPARK_DRIVER_PYTHON")):
+        python = spark_python(master)  # only when needed: it may write the launcher
+        os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)  # the driver's data source lookup
     from pyspark.sql import SparkSession
 
     from spark_streaming.kafka_requests import kafka_connector_jars
