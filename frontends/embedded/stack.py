@@ -31,8 +31,70 @@ STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.05
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_START = 32768  # Linux's default first ephemeral port
+LISTEN_PORT_FLOOR = 10_000  # free_port hands out ports from here up to the ephemeral range's start
+PORT_SLICES = 16  # those ports cut into slices: one per test worker (xdist) or process
+
+
+def ephemeral_port_start() -> int:
+    """The first port of the kernel's ephemeral range (the ports ``bind(0)`` and outgoing
+    connections take); Linux's default where the range cannot be read."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_START
+
+
+def port_slice(slot: int, ephemeral_start: int, floor: int = LISTEN_PORT_FLOOR, slices: int = PORT_SLICES) -> range:
+    """Slot ``slot``'s share (``slot`` mod ``slices``) of the ports in [``floor``, ``ephemeral_start``);
+    empty when there are fewer ports than slices."""
+    width = (ephemeral_start - floor) // slices
+    if width < 1:
+        return range(0)
+    first = floor + (slot % slices) * width
+    return range(first, first + width)
+
+
+def port_slot(env: dict[str, str] | None = None, pid: int | None = None) -> int:
+    """This process's slice: the xdist worker's number (``PYTEST_XDIST_WORKER=gw3`` -> 3), else the pid."""
+    worker = (os.environ if env is None else env).get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return int(worker[2:])
+    return os.getpid() if pid is None else pid
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@functools.cache
+def _port_cursor(pid: int) -> list[int]:
+    """This process's next candidate in its slice (keyed by pid: a forked child starts its own)."""
+    return [0]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
+    """A TCP port nobody listens on right now, for a server this process is about to start.
+
+    ``bind(0)`` alone is racy twice over: the kernel hands the same ephemeral ports to outgoing
+    connections (any client may take the port before the server binds it), and two test workers
+    may both be handed a port one of them just closed. So the port comes from below the
+    ephemeral range, from this process's own slice (:func:`port_slot`: xdist workers get disjoint
+    slices), in turn (consecutive calls never repeat a port until the slice wraps), and only if it
+    can be bound now. ``bind(0)`` remains the fallback when no such port is free."""
+    ports = port_slice(port_slot(), ephemeral_port_start())
+    cursor = _port_cursor(os.getpid())
+    for _ in range(len(ports)):
+        port = ports[cursor[0] % len(ports)]
+        cursor[0] += 1
+        if _bindable(host, port):
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
