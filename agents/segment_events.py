@@ -62,7 +62,7 @@ class EventsReader(Service):
         self._caught_up = asyncio.Event()
 
     async def on_start(self) -> None:
-        consumer = make_consumer(self.config, one_partition=True)
+        consumer = make_consumer(self.config)
         await consumer.start()
         self.on_close(consumer.stop, "consumer")
         consumer.assign([self.tp])

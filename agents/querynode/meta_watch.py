@@ -44,7 +44,7 @@ class MetaWatcher(Service):
         self.reconciles = 0
 
     async def on_start(self) -> None:
-        consumer = make_consumer(self.config, one_partition=True)
+        consumer = make_consumer(self.config)
         await consumer.start()
         self.on_close(consumer.stop, "consumer")
         consumer.assign([self.tp])
