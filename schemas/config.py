@@ -214,9 +214,9 @@ class OspreyConfig(BaseModel):
         ge=1,
         le=10_000,
         description="how long the broker parks an idle fetch of a Faust worker's consumer (query node, data "
-        "node, rootcoord); it answers at once when a record arrives, so this trades idle CPU (each asks again "
-        "this often) against a few ms of Strong-read latency measured at 100-500 (docs/decisions.md). "
-        "Osprey's plain aiokafka consumers park 500 ms at no latency cost (streams/kafka.py)",
+        "node, rootcoord) and of the proxies' dml-request consumer; it answers at once when a record arrives, so "
+        "this trades idle CPU (each asks again this often) against a few ms of Strong-read latency measured at "
+        "100-500 (docs/decisions.md). Osprey's group-less readers park 500 ms at no latency cost (streams/kafka.py)",
     )
     consumer_max_fetch_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024, description="bytes one Kafka fetch of a worker returns per partition"

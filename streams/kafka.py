@@ -21,14 +21,16 @@ def make_producer(config: OspreyConfig, *, linger_ms: int = PRODUCER_LINGER_MS) 
     )
 
 
-# How long the broker parks an idle fetch of a plain aiokafka consumer (every consumer Osprey makes
-# itself, group-less or in a group; Faust's workers use ``consumer_fetch_wait_ms``). Kafka's own
-# default. The broker answers a parked fetch as soon as a record arrives on any partition in it,
-# and aiokafka sends no next fetch to a broker while records it fetched from there wait to be
-# taken (for up to its prefetch backoff, 100 ms), so the next fetch holds every partition again:
-# the wait costs no latency, only idle requests. Measured with one broker (docs/decisions.md):
-# produce -> consume p50 3.1-6.6 ms at 20 ms and 3.2-5.0 ms at 500 ms, for 1-16 partitions with
-# records on 1-4 of them at once, group-less and in a group.
+# How long the broker parks an idle fetch of a consumer made here (group-less, assigned; Faust's
+# workers and the proxies' dml-request group use ``consumer_fetch_wait_ms``). Kafka's own default.
+# The broker answers a parked fetch as soon as a record arrives on any partition in it, and
+# aiokafka sends no next fetch to a broker while records it fetched from there wait to be taken,
+# for up to its prefetch backoff (100 ms): a caller that takes its records at once (all of these
+# do: they decode, route or queue a record and read on) gets a next fetch that holds every
+# partition again, so the wait costs no latency, only idle requests. Measured with one broker
+# (docs/decisions.md): produce -> consume p50 3.1-6.6 ms at 20 ms and 3.2-5.0 ms at 500 ms, for
+# 1-16 partitions with records on 1-4 of them at once. (A caller that holds fetched records past
+# the backoff gets a fetch without their partition, and its next records wait for that fetch.)
 PLAIN_CONSUMER_FETCH_WAIT_MS = 500
 
 

@@ -59,7 +59,7 @@ from schemas.ingest import DeadLetter, IngestChunk
 from schemas.meta import DEFAULT_PARTITION_NAME
 from schemas.validation import invalid_from_validation_error
 from state.meta.request_log import RequestLog
-from streams.kafka import MAX_REQUEST_BYTES, PLAIN_CONSUMER_FETCH_WAIT_MS
+from streams.kafka import MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,9 @@ class DmlRequestConsumer(Service):
             group_id=f"{config.cluster}.{GROUP_SUFFIX}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=PLAIN_CONSUMER_FETCH_WAIT_MS,  # no latency cost (streams/kafka.py)
+            # it holds fetched requests while it applies them, longer than aiokafka's prefetch backoff:
+            # a longer wait would then delay the next records (streams/kafka.py)
+            fetch_max_wait_ms=config.consumer_fetch_wait_ms,
             max_partition_fetch_bytes=MAX_REQUEST_BYTES,
             # as the Faust workers: the smallest session the broker allows, so a killed proxy's
             # partitions move on after 6 s
