@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -75,8 +76,9 @@ def _bindable(host: str, port: int) -> bool:
 
 @functools.cache
 def _port_cursor(pid: int) -> list[int]:
-    """This process's next candidate in its slice (keyed by pid: a forked child starts its own)."""
-    return [0]
+    """This process's next candidate in its slice (keyed by pid: a forked child starts its own),
+    from a random start, so two processes outside xdist that share a slice rarely meet."""
+    return [random.randrange(1 << 30)]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
