@@ -74,11 +74,9 @@ def _bindable(host: str, port: int) -> bool:
         return True
 
 
-@functools.cache
-def _port_cursor(pid: int) -> list[int]:
-    """This process's next candidate in its slice (keyed by pid: a forked child starts its own),
-    from a random start, so two processes outside xdist that share a slice rarely meet."""
-    return [random.randrange(1 << 30)]
+# pid -> this process's next candidate in its slice (keyed by pid: a forked child starts its own),
+# from a random start, so two processes outside xdist that share a slice rarely meet
+_PORT_CURSORS: dict[int, int] = {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -91,10 +89,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     slices), in turn (consecutive calls never repeat a port until the slice wraps), and only if it
     can be bound now. ``bind(0)`` remains the fallback when no such port is free."""
     ports = port_slice(port_slot(), ephemeral_port_start())
-    cursor = _port_cursor(os.getpid())
+    pid = os.getpid()
     for _ in range(len(ports)):
-        port = ports[cursor[0] % len(ports)]
-        cursor[0] += 1
+        cursor = _PORT_CURSORS.get(pid, random.randrange(len(ports)))
+        _PORT_CURSORS[pid] = cursor + 1
+        port = ports[cursor % len(ports)]
         if _bindable(host, port):
             return port
     with socket.socket() as s:
