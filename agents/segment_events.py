@@ -79,7 +79,8 @@ class EventsReader(Service):
 
     async def caught_up(self, timeout_s: float | None = None) -> None:
         """Return once every event published before start was handled."""
-        await asyncio.wait_for(self._caught_up.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await self._caught_up.wait()
 
     async def _run(self, consumer: Any) -> None:
         while True:

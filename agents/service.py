@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Any
 
+from streams.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 STOP_LOOPS_TIMEOUT_S = 15.0  # stop waits this long for the cancelled loops, then logs the rest and goes on
@@ -96,11 +98,9 @@ class Service:
 
     async def _teardown(self) -> None:
         loops = list(self._loops)
-        for task in loops:
-            task.cancel()
         try:
             if loops:  # never raises the loops' errors; our own cancellation propagates
-                _, hung = await asyncio.wait(loops, timeout=self.stop_loops_timeout_s)
+                hung = await cancel_and_wait(loops, self.stop_loops_timeout_s)
                 if hung:
                     log.warning(
                         "%s: loops still running %g s after they were cancelled, left behind: %s",
@@ -123,7 +123,8 @@ class Service:
 
     async def _close_logged(self, close: Callable[[], Awaitable[Any]], what: str) -> None:
         try:
-            await asyncio.wait_for(close(), self.close_timeout_s)
+            async with asyncio.timeout(self.close_timeout_s):
+                await close()
         except TimeoutError:  # a close that hangs (a client stuck on a peer) must not hang stop
             log.warning("%s: closing %s took over %g s; left behind", self.service_name, what, self.close_timeout_s)
         except Exception:  # stopping goes on through every resource

@@ -60,7 +60,8 @@ async def serve(config: OspreyConfig, stop: asyncio.Event) -> None:
 
 async def _bounded(stopping: Awaitable[None], what: str) -> None:
     try:
-        await asyncio.wait_for(stopping, STOP_TIMEOUT_S)
+        async with asyncio.timeout(STOP_TIMEOUT_S):
+            await stopping
     except TimeoutError:
         log.warning("stopping the %s took over %g s; abandoned", what, STOP_TIMEOUT_S)
 

@@ -17,6 +17,7 @@ import struct
 from schemas.codec import decode, encode
 from schemas.dq import QueryRequest, ResultBatch, SearchRequest
 from schemas.errors import ServiceUnavailable
+from streams.tasks import cancel_and_wait
 
 __all__ = ["MAX_FRAME_BYTES", "DirectClient", "DirectPool", "read_frame", "write_frame"]
 
@@ -55,9 +56,8 @@ class DirectClient:
     async def connect(self) -> None:
         host, _, port = self.address.rpartition(":")
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                self._reader, self._writer = await asyncio.open_connection(host, int(port))
         except (TimeoutError, OSError) as err:
             self.closed = True
             raise ServiceUnavailable(f"query node at {self.address} is unreachable ({err!r})") from None
@@ -71,7 +71,8 @@ class DirectClient:
         try:
             write_frame(self._writer, encode(request))
             await self._writer.drain()
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         except TimeoutError:
             raise ServiceUnavailable(
                 f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s"
@@ -107,8 +108,7 @@ class DirectClient:
     async def close(self) -> None:
         self._fail(ConnectionError("closed"))
         if self._reading is not None:
-            self._reading.cancel()
-            await asyncio.wait({self._reading})  # a cancellation of close's caller still propagates
+            await cancel_and_wait([self._reading])  # a cancellation of close's caller still propagates
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()

@@ -141,7 +141,8 @@ class IndexCoordinator(Service):
                 log.exception("index coordinator: scan failed; trying again")
                 await asyncio.sleep(ERROR_PAUSE_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.index_scan_interval_s)
+                async with asyncio.timeout(self.config.index_scan_interval_s):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def scan_once(self) -> ScanPlan:

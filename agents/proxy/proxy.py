@@ -489,7 +489,8 @@ class Proxy(Service):
             # alone is not enough: a client library that swallows CancelledError would keep this
             # loop alive).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._tick_soon.wait(), idle_s if self.dm_stats.quiet else interval_s)
+                async with asyncio.timeout(idle_s if self.dm_stats.quiet else interval_s):
+                    await self._tick_soon.wait()
             self._tick_soon.clear()
 
     async def publish_and_wait(self, event: ddl.DdlEvent) -> ddl.DdlReply:
@@ -501,7 +502,8 @@ class Proxy(Service):
                 self.topics.dd, event.model_dump_json().encode(), key=str(event.proxy_id).encode()
             )
             try:
-                return await asyncio.wait_for(future, self.config.ddl_timeout_s)
+                async with asyncio.timeout(self.config.ddl_timeout_s):
+                    return await future
             except TimeoutError:
                 raise RequestTimeout(
                     f"no reply to {event.kind} (request_id={event.request_id}) within "  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from typing import Any
 from agents.proxy.task import Task
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,7 @@ class DdTaskQueue:
 
     async def stop(self) -> None:
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.wait({self._loop_task})  # a cancellation of stop's caller still propagates
+            await cancel_and_wait([self._loop_task])  # a cancellation of stop's caller still propagates
             self._loop_task = None
         while not self._unissued.empty():
             self._unissued.get_nowait().notify(RuntimeError("proxy stopped before the request ran"))
@@ -89,11 +89,7 @@ class ParallelTaskQueue:
             self.done_count += 1
 
     async def stop(self) -> None:
-        runners = list(self._active)
-        for runner in runners:
-            runner.cancel()
-        if runners:
-            await asyncio.wait(runners)  # a cancellation of stop's caller still propagates
+        await cancel_and_wait(list(self._active))  # a cancellation of stop's caller still propagates
 
     def health(self) -> dict[str, Any]:
         return {"active": len(self._active), "done": self.done_count}

@@ -223,7 +223,8 @@ class DqRouter:
                         "is a querynode running? see ./osprey status"
                     )
                 try:
-                    await asyncio.wait_for(collector.done.wait(), min(left, TOPIC_OWNER_CHECK_S))
+                    async with asyncio.timeout(min(left, TOPIC_OWNER_CHECK_S)):
+                        await collector.done.wait()
                 except TimeoutError:
                     owners = await self._owner_map(refresh=True)
                     moved = [

@@ -26,13 +26,13 @@ the interval is probed instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from schemas.errors import CollectionNotFound
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +115,8 @@ class VisibilityProbe:
 
     async def stop(self) -> None:
         """Cancel the probe in flight, if any."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._task is not None:
+            await cancel_and_wait([self._task])
 
     def health(self) -> dict[str, Any]:
         return {

@@ -406,7 +406,8 @@ class ShardDelegator:
         heapq.heappush(self._waiters, (guarantee_ts, next(self._seq), waiter))
         started = time.monotonic()
         try:
-            await asyncio.wait_for(waiter, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await waiter
         except TimeoutError:
             self._waiters = [w for w in self._waiters if not w[2].done()]  # drop the timed-out waiter
             heapq.heapify(self._waiters)

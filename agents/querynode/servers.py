@@ -25,6 +25,7 @@ from schemas.dq import DQ_REQUEST, QueryRequest, ResultBatch, SearchRequest
 from state.meta.tso import add_ms
 from streams.direct import read_frame, write_frame
 from streams.kafka import make_consumer
+from streams.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
@@ -95,13 +96,10 @@ class DirectServer(Service):
 
     async def _close_server(self, server: asyncio.Server) -> None:
         server.close()
-        tasks = [*self._connections, *self._answers.tasks()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        await cancel_and_wait([*self._connections, *self._answers.tasks()])
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), STOP_TIMEOUT_S)
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()
@@ -172,11 +170,7 @@ class TopicServer(Service):
         self.spawn(self._read(), "querynode-dq-request")
 
     async def _cancel_answers(self) -> None:
-        answers = self._answers.tasks()
-        for task in answers:
-            task.cancel()
-        if answers:
-            await asyncio.wait(answers)
+        await cancel_and_wait(self._answers.tasks())
 
     async def _read(self) -> None:
         while True:

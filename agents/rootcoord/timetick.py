@@ -241,7 +241,8 @@ class TimeTickAgent(Service):
             backoff_s = BACKOFF_MIN_S
             interval_s = self._idle_s if self._live <= self._quiet_ids else self._interval_s
             with contextlib.suppress(TimeoutError):  # the next report, or the interval
-                await asyncio.wait_for(self._fed.wait(), max(0.0, interval_s - (time.monotonic() - started)))
+                async with asyncio.timeout(max(0.0, interval_s - (time.monotonic() - started))):
+                    await self._fed.wait()
 
     def health(self) -> dict[str, Any]:
         since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)

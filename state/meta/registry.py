@@ -27,6 +27,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas.errors import InvalidParameter
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,8 @@ class Lease:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})  # a cancellation of stop's caller still propagates
+        if task is not None:  # cancelled until it ends: redis-py can swallow one cancel (streams.tasks)
+            await cancel_and_wait([task])  # a cancellation of stop's caller still propagates
         if self._state in ("running", "lost"):
             try:
                 await self._registry._delete(self, self._token)  # deletes only a lease still ours
