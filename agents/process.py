@@ -9,6 +9,7 @@ from typing import Any
 import faust
 from faust.worker import Worker
 
+from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_port
 from schemas.config import OspreyConfig
 
@@ -55,6 +56,7 @@ def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
     app ``create_app`` builds (log level from ``config.log_level``)."""
 
     config = OspreyConfig.from_env()
+    apply_interpreter_settings(config)
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     run_worker(create_app(config), loglevel=config.log_level.lower())

@@ -14,6 +14,7 @@ import logging
 import signal
 from collections.abc import Awaitable
 
+from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_port
 from agents.proxy.dml_requests import DmlRequestConsumer
 from frontends.inprocess import InProcessClient
@@ -77,6 +78,7 @@ async def _run(config: OspreyConfig) -> None:
 def main(config: OspreyConfig | None = None) -> None:
     """Run the proxy process with ``config`` (default: the ``OSPREY_*`` environment); blocks."""
     config = config or OspreyConfig.from_env()
+    apply_interpreter_settings(config)
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -221,6 +221,13 @@ class OspreyConfig(BaseModel):
     consumer_max_fetch_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024, description="bytes one Kafka fetch of a worker returns per partition"
     )
+    python_switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        le=100,
+        description="the GIL switch interval of every Osprey process (Python's default: 5 ms): how long a thread "
+        "that gave the GIL up may wait for it while another runs Python; measured in agents/interpreter.py",
+    )
     log_level: str = Field(
         "info", pattern=r"^(?i:debug|info|warning|error|critical)$", description="log level of every Osprey process"
     )

@@ -8,6 +8,7 @@ import logging
 import signal
 
 from agents.indexnode.node import IndexNode
+from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_port
 from schemas.config import OspreyConfig
 
@@ -31,6 +32,7 @@ async def _run(config: OspreyConfig) -> None:
 
 def main() -> None:
     config = OspreyConfig.from_env()
+    apply_interpreter_settings(config)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
