@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from schemas.errors import InvalidParameter
 from state.meta.idalloc import IdAllocator
-from state.meta.registry import NodeRegistry
+from state.meta.registry import Lease, NodeRegistry
 
 TTL_S = 0.5
 POLL_S = 0.02
@@ -140,7 +140,7 @@ class SwallowingRegistry(NodeRegistry):
 
     swallowed = 0
 
-    async def _put(self, lease, token, value, mode):  # type: ignore[no-untyped-def]
+    async def _put(self, lease: Lease, token: str, value: bytes, mode: str) -> bool:
         if mode == "refresh" and not self.swallowed:
             try:
                 await asyncio.sleep(60)
