@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from schemas.blob import Blob
 from schemas.collection import DataType
 
 MAX_EVENT_BYTES = 1_000_000  # one dml event stays under Kafka's default 1 MB message size
@@ -71,7 +72,7 @@ ALL_PARTITIONS = -1  # DeleteEvent.partition_id of a delete of every partition (
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
 class Column(_Event):
@@ -82,7 +83,7 @@ class Column(_Event):
     name: str
     dtype: DataType
     dim: int | None = None
-    data: bytes | None = None
+    data: Blob | None = None
     texts: list[str] | None = None
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.blob import Blob
 from schemas.errors import ErrorStatus
 from schemas.ingest import IDENTITY_PATTERN
 from schemas.validation import rule_error
@@ -41,7 +42,7 @@ class DmlRequest(BaseModel):
     (compact form); a delete carries ``ids`` or a ``filter``. ``collection`` is a name or an alias,
     resolved to its id once, when the request is applied."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     op: DmlOp
     request_id: str = Field(
@@ -50,7 +51,7 @@ class DmlRequest(BaseModel):
     collection: str = Field(min_length=1, max_length=255)
     partition: str = Field("", max_length=255)
     rows: list[dict[str, Any]] | None = None
-    arrow: bytes | None = None
+    arrow: Blob | None = None
     ids: list[int | str] | None = None
     filter: str = ""
     origin: str = Field("", max_length=256, description="who published it, for dead letters and logs")
@@ -76,7 +77,7 @@ class DmlResult(BaseModel):
     write's timestamp); else ``error`` says why and nothing was written. ``duplicate``: the
     request id was applied before, and this is the first application's result again."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     kind: Literal["DmlResult"] = "DmlResult"
     request_id: str

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from schemas.blob import Blob
 from schemas.collection import ConsistencyLevel
 from schemas.dml import Column
 
@@ -24,7 +25,7 @@ DEFAULT_TIMEOUT_MS = 10_000  # a request published without timeout_ms waits at m
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
 class _Request(_Event):
@@ -60,7 +61,7 @@ class SearchRequest(_Request):
     top_k: int
     nq: int
     dim: int
-    vectors: bytes
+    vectors: Blob
     params: dict[str, Any] = Field(default_factory=dict, description="search params, e.g. {'ef': 64}")
 
     def queries(self) -> np.ndarray:
@@ -105,10 +106,10 @@ class SearchResult(_Result):
     kind: Literal["SearchResult"] = "SearchResult"
     nq: int = 0
     top_k: int = 0
-    counts: bytes = b""  # int64 (nq,)
-    int_pks: bytes | None = None  # int64 (nq * top_k), INT64 primary keys
+    counts: Blob = b""  # int64 (nq,)
+    int_pks: Blob | None = None  # int64 (nq * top_k), INT64 primary keys
     str_pks: list[str | None] | None = None  # VARCHAR primary keys, None on padding slots
-    distances: bytes = b""  # float32 (nq * top_k)
+    distances: Blob = b""  # float32 (nq * top_k)
     fields: list[Column] = Field(default_factory=list)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.blob import Blob
 from schemas.collection import CollectionSchema
 
 IDENTITY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$"  # no spaces; ':' separates the parts
@@ -35,7 +36,7 @@ MAX_CHUNK_BYTES = 64 * 1024 * 1024  # an ingest request body larger than this is
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
 class IngestOpen(_Model):
@@ -45,7 +46,7 @@ class IngestOpen(_Model):
 
     collection_name: str
     partition_name: str = ""
-    arrow_schema: bytes
+    arrow_schema: Blob
     mode: IngestMode = "insert"
 
 
@@ -68,7 +69,7 @@ class IngestChunk(_Model):
     collection_id: int
     partition_id: int
     origin: str = Field("", max_length=256, description="who wrote it, e.g. spark:<query name>")
-    arrow: bytes
+    arrow: Blob
     mode: IngestMode = "insert"
 
 
@@ -99,7 +100,7 @@ class DeadLetter(_Model):
     field: str
     rule: str
     reason: str
-    values_arrow: bytes = b""
+    values_arrow: Blob = b""
     values_json: str = ""
 
     def values(self) -> Any:
