@@ -4,6 +4,12 @@ Settings (docs/spark.md explains each): ``local[2]`` (the machine's two cores), 
 2 shuffle partitions (Spark's 200 would be 200 tiny tasks per batch), a bounded driver heap,
 Arrow batches of ``ARROW_BATCH_ROWS`` rows, and Python workers on this interpreter (the one with
 pyarrow and Osprey installed). Anything can be overridden through ``conf``.
+
+``scratch_dir``: where the driver's JVM keeps its temporary files, i.e. ``spark.local.dir`` (the
+block manager's ``blockmgr-*`` directories, shuffle and spill files) and ``java.io.tmpdir`` (the
+native libraries snappy and lz4 unpack on every start). Spark removes them when it stops; a
+driver killed with SIGKILL leaves them behind, so a job that may be killed puts them under its own
+data directory instead of the machine's ``/tmp`` (default), where nothing would remove them.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -45,7 +52,11 @@ def spark_python(master: str) -> str:
 
 
 def spark_session(
-    app_name: str = "osprey", master: str = "local[2]", conf: dict[str, Any] | None = None, kafka: bool | None = None
+    app_name: str = "osprey",
+    master: str = "local[2]",
+    conf: dict[str, Any] | None = None,
+    kafka: bool | None = None,
+    scratch_dir: Path | None = None,
 ) -> Any:
     """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source, and
     Spark's Kafka connector on ``spark.jars`` (``format("kafka")``; the jars the bootstrap
@@ -56,7 +67,10 @@ def spark_session(
     launches the JVM): a later session of the same process keeps the first one's classpath.
 
     Spark's Python processes run this interpreter (unless ``PYSPARK_PYTHON`` is set): in local
-    mode through :func:`spark_streaming.worker_python.launcher`, without pyspark's zips."""
+    mode through :func:`spark_streaming.worker_python.launcher`, without pyspark's zips.
+
+    ``scratch_dir`` (created if missing) holds the driver's temporary files (module docstring);
+    like the jars, it applies only to the first session of a Python process."""
     if not (os.environ.get("PYSPARK_PYTHON") and os.environ.get("PYSPARK_DRIVER_PYTHON")):
         python = spark_python(master)  # only when needed: it may write the launcher
         os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
@@ -76,6 +90,8 @@ def spark_session(
             jars = []
         if jars:
             settings["spark.jars"] = ",".join(str(jar) for jar in jars)
+    if scratch_dir is not None:
+        settings.update(scratch_settings(scratch_dir))
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, str(value))
@@ -83,3 +99,11 @@ def spark_session(
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(OspreyDataSource)
     return spark
+
+
+def scratch_settings(scratch_dir: Path) -> dict[str, str]:
+    """The settings that keep a driver's temporary files under ``scratch_dir`` (created here)."""
+    local, java_tmp = scratch_dir / "local", scratch_dir / "tmp"
+    local.mkdir(parents=True, exist_ok=True)
+    java_tmp.mkdir(parents=True, exist_ok=True)
+    return {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={java_tmp}"}

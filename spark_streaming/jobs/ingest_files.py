@@ -37,6 +37,7 @@ QUIET_LINE_S = 10.0  # with nothing new, a progress line this often (the first b
 COLLECTION_WAIT_S = 2.0  # --follow: how often to look for files, or a collection that does not exist yet
 FORMATS = ("parquet", "json")
 VIA = ("osprey", "kafka")
+SPARK_SCRATCH = "spark-scratch"  # under the data dir: what a killed driver leaves behind (spark_streaming/session.py)
 
 
 def default_checkpoint(config: OspreyConfig, directory: Path, collection: str) -> Path:
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
     if args.via == "kafka":
         return run_kafka(args, config, directory, fmt)
     launched = time.monotonic()
-    spark = spark_session("osprey-ingest")
+    spark = spark_session("osprey-ingest", scratch_dir=config.data_dir / SPARK_SCRATCH)
     print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
     schema = file_schema(spark, directory, fmt)
     reader = spark.readStream.format(fmt).schema(schema)
@@ -172,7 +173,7 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
 
     checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection + "-kafka")
     launched = time.monotonic()
-    spark = spark_session("osprey-ingest-kafka", kafka=True)
+    spark = spark_session("osprey-ingest-kafka", kafka=True, scratch_dir=config.data_dir / SPARK_SCRATCH)
     print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
     reader = spark.readStream.format(fmt).schema(file_schema(spark, directory, fmt))
     if args.max_files_per_trigger:

@@ -78,7 +78,7 @@ def spark(proxy_process: WorkerProcess, module_config: OspreyConfig) -> Iterator
     from spark_streaming.session import spark_session
 
     os.environ["OSPREY_PROXY_HTTP"] = module_config.proxy_http
-    session = spark_session("osprey-tests")
+    session = spark_session("osprey-tests", scratch_dir=module_config.data_dir / "spark-scratch")
     yield session
     session.stop()
     os.environ.pop("OSPREY_PROXY_HTTP", None)
@@ -182,6 +182,17 @@ def test_three_files_exactly_their_rows(spark: Any, module_config: OspreyConfig,
         _with_client(module_config, lambda c: c.search("three", [expected[5][0]], limit=1, consistency_level="Strong"))
     )
     assert hits[0][0]["id"] == 5 and hits[0][0]["distance"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_the_drivers_temporary_files_stay_under_its_scratch_dir(spark: Any, module_config: OspreyConfig) -> None:
+    """What a killed driver leaves behind (block manager dirs, unpacked native libraries) is under the
+    scratch dir it was given, not in the machine's /tmp (spark_streaming/session.py)."""
+    scratch = module_config.data_dir / "spark-scratch"
+    jvm = spark.sparkContext._jvm
+    assert jvm.System.getProperty("java.io.tmpdir") == str(scratch / "tmp")
+    assert spark.conf.get("spark.local.dir") == str(scratch / "local")
+    spark.range(1000).repartition(2).count()  # a shuffle: the block manager writes under spark.local.dir
+    assert list((scratch / "local").glob("blockmgr-*"))
 
 
 def test_bad_rows_go_to_the_dead_letter_topic(spark: Any, module_config: OspreyConfig, tmp_path: Path) -> None:
@@ -535,11 +546,12 @@ def test_a_mode_other_than_insert_or_upsert_fails_the_query(
 
 UPSERT_JOB = """
 import sys
+from pathlib import Path
 from spark_streaming.session import spark_session
 from spark_streaming.stream import write_stream
 
 directory, name, checkpoint, options = sys.argv[1], sys.argv[2], sys.argv[3], dict(a.split("=") for a in sys.argv[4:])
-spark = spark_session("osprey-upsert-job")
+spark = spark_session("osprey-upsert-job", scratch_dir=Path(checkpoint).parent / "spark-scratch")
 df = spark.readStream.schema(spark.read.parquet(directory).schema).option("maxFilesPerTrigger", 1).parquet(directory)
 query = write_stream(df, name, checkpoint, trigger={"availableNow": True}, options=options)
 query.awaitTermination()
