@@ -67,13 +67,20 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
     return SearchHits(out.pks, out.distances, counts)
 
 
+_INT64_MIN = int(np.iinfo(np.int64).min)
+
+
 def _distinct_int_pks(hits: SearchHits) -> bool:
     """True if ``hits`` has INT64 PKs and no query holds a PK twice (padding never counts). A real
-    PK equal to a padding sentinel only makes this False, which sends the caller the full way."""
+    PK equal to a padding sentinel only makes this False, which sends the caller the full way.
+    Every slot real (the common case): the PKs are sorted as they are, no sentinels to place."""
     if hits.varchar_pks:
         return False
-    sentinels = np.iinfo(np.int64).min + np.arange(hits.k, dtype=np.int64)[None, :]
-    keys = np.sort(np.where(hits.valid_mask(), hits.pks, sentinels), axis=1)
+    keys = hits.pks
+    if hits.k > 0 and int(hits.counts.min()) < hits.k:
+        sentinels = _INT64_MIN + np.arange(hits.k, dtype=np.int64)[None, :]
+        keys = np.where(hits.valid_mask(), keys, sentinels)
+    keys = np.sort(keys, axis=1)
     return not bool((keys[:, 1:] == keys[:, :-1]).any())
 
 

@@ -186,3 +186,8 @@ def test_one_part_with_a_repeated_pk_is_deduplicated_and_a_clean_one_returned_as
     assert out.pks[0, :2].tolist() == [5, 7] and out.counts.tolist() == [2]
     clean = SearchHits(np.array([[5, 7, -1]], np.int64), np.array([[0.1, 0.3, np.inf]], np.float32), np.array([2]))
     assert reduce_search_results([clean], 3, "L2") is clean
+    full = SearchHits(np.array([[5, 7, 9], [1, 2, 3]], np.int64), np.full((2, 3), 0.5, np.float32), np.array([3, 3]))
+    assert reduce_search_results([full], 3, "L2") is full
+    padded_dup = SearchHits(np.array([[4, 4, -1]], np.int64), np.array([[0.1, 0.2, np.inf]], np.float32), np.array([2]))
+    out = reduce_search_results([padded_dup], 3, "L2")
+    assert out.pks[0, :1].tolist() == [4] and out.counts.tolist() == [1]
