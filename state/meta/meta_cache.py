@@ -45,6 +45,16 @@ class MetaCache:
             raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
         return view.describe(info.collection_id)  # type: ignore[return-value]
 
+    async def resolve(self, name: str) -> CollectionInfo:
+        """:meth:`get`'s collection alone, for a caller that needs no partitions, aliases, load
+        state or indexes (a search, on every request): nothing is built."""
+        info = (await self.view()).resolve(name)
+        if info is None:
+            info = (await self.refresh()).resolve(name)
+        if info is None:
+            raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
+        return info
+
     async def get_by_id(self, collection_id: int) -> CollectionDescription:
         """The collection with id ``collection_id``; CollectionNotFound if it does not exist (any
         more). A miss reloads once. Names resolved at an ingress are followed by id from then on."""

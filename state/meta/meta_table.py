@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas.index import IndexInfo
 from schemas.meta import AliasInfo, CollectionBrief, CollectionDescription, CollectionInfo, LoadInfo, PartitionInfo
@@ -58,6 +59,9 @@ class MetaView:
     names: dict[str, int] = field(default_factory=dict)
     loads: dict[int, LoadInfo] = field(default_factory=dict)
     indexes: dict[int, dict[int, IndexInfo]] = field(default_factory=dict)  # collection id -> index id -> index
+    # What readers derive from this view and may keep with it (state/readpath/dq_checks.py): a
+    # view is built once (from_kvs) and replaced, never changed, when the meta changes.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_kvs(cls, kvs: Mapping[str, str]) -> MetaView:

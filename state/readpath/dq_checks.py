@@ -169,8 +169,55 @@ def _metric(asked: str, field: Any, indexes: list[IndexInfo]) -> str:
     return metric
 
 
-def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
-    """Check ``request`` against the meta in ``view``; the checked request, or the first error."""
+PREPARED_SHAPES = 256  # request shapes whose meta checks a view keeps (cleared when full)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What :func:`prepare` derives from the meta for one shape of request: everything but the
+    per-request values (vectors, nq, top_k, params, offset and limit)."""
+
+    info: CollectionInfo
+    partition_ids: list[int] | None
+    filter: Filter | None
+    output_fields: list[str]
+    field: str = ""
+    dim: int = 0
+    metric: str = ""
+
+
+def _shape_key(request: SearchRequest | QueryRequest) -> tuple[Any, ...]:
+    common = (
+        "dq_checks.shape",
+        request.kind,
+        request.collection_id,
+        request.collection_name,
+        tuple(request.vchannels),
+        tuple(request.partition_ids),
+        tuple(request.partition_names),
+        request.filter,
+        tuple(request.output_fields),
+    )
+    if isinstance(request, SearchRequest):
+        return (*common, request.anns_field, request.metric_type)
+    return common
+
+
+def _shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Shape:
+    """The meta checks of ``request``, kept in ``view.memo`` by shape: a view is never changed,
+    only replaced, so a shape checked against it stays checked (only successes are kept). The
+    proxy and the query node check every request; a client asks the same shape again and again."""
+    key = _shape_key(request)
+    shape: _Shape | None = view.memo.get(key)
+    if shape is None:
+        shape = _derive_shape(request, view)
+        if len(view.memo) >= PREPARED_SHAPES:
+            view.memo.clear()
+        view.memo[key] = shape
+    return shape
+
+
+def _derive_shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Shape:
     info = resolve_collection(request, view)
     for vchannel in request.vchannels:
         if vchannel not in info.vchannels:
@@ -178,17 +225,28 @@ def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
     partition_ids = _partitions(request, info, view)
     flt = compile_filter(request.filter, info.collection_schema)
     if isinstance(request, QueryRequest):
+        return _Shape(info, partition_ids, flt, _output_fields(request.output_fields, info, allow_count=True))
+    field = _vector_field(request, info)
+    metric = _metric(request.metric_type, field, view.indexes_of(info.collection_id))
+    outputs = _output_fields(request.output_fields, info, allow_count=False)
+    return _Shape(info, partition_ids, flt, outputs, field.name, field.dim, metric)
+
+
+def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
+    """Check ``request`` against the meta in ``view``; the checked request, or the first error.
+    The meta checks are done once per shape of request and view (:func:`_shape`), the checks of
+    the request's own values every time."""
+    shape = _shape(request, view)
+    if isinstance(request, QueryRequest):
         if isinstance(request.offset, bool) or request.offset < 0:
             raise InvalidParameter("offset", "must be an integer >= 0", request.offset)
         if request.limit is not None and (isinstance(request.limit, bool) or not 0 <= request.limit <= 16_384 * 1024):
             raise InvalidParameter("limit", "must be an integer in [0, 16777216] or None", request.limit)
-        outputs = _output_fields(request.output_fields, info, allow_count=True)
-        return Prepared(request, info, partition_ids, flt, outputs)
-    field = _vector_field(request, info)
+        return Prepared(request, shape.info, _copy(shape.partition_ids), shape.filter, list(shape.output_fields))
     if request.nq < 1:
         raise InvalidParameter("nq", "a search needs at least one query vector", request.nq)
-    if request.dim != field.dim:
-        raise InvalidParameter("data", f"query vectors must have dim {field.dim} (field {field.name})", request.dim)
+    if request.dim != shape.dim:
+        raise InvalidParameter("data", f"query vectors must have dim {shape.dim} (field {shape.field})", request.dim)
     if len(request.vectors) != request.nq * request.dim * 4:
         raise InvalidParameter(
             "vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)", len(request.vectors)
@@ -196,7 +254,21 @@ def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
     queries = request.queries()
     if not np.isfinite(queries).all():
         raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")
-    metric = _metric(request.metric_type, field, view.indexes_of(info.collection_id))
     top_k = check_top_k(request.top_k)
-    outputs = _output_fields(request.output_fields, info, allow_count=False)
-    return Prepared(request, info, partition_ids, flt, outputs, field.name, metric, top_k, queries, _ef(request.params))
+    return Prepared(
+        request,
+        shape.info,
+        _copy(shape.partition_ids),
+        shape.filter,
+        list(shape.output_fields),
+        shape.field,
+        shape.metric,
+        top_k,
+        queries,
+        _ef(request.params),
+    )
+
+
+def _copy(ids: list[int] | None) -> list[int] | None:
+    """A caller's own list: the kept shape's lists are shared by every request of that shape."""
+    return None if ids is None else list(ids)

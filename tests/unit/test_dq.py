@@ -145,6 +145,31 @@ def test_prepare_refuses_bad_searches_naming_field_and_rule(overrides: dict[str,
     assert info.value.field == field and info.value.rule
 
 
+def test_prepare_checks_a_shape_against_a_view_once_and_the_values_every_time() -> None:
+    """The meta checks are kept per request shape in the view (a view is replaced, never changed):
+    a request of a known shape still has its own values checked, an error is never kept, a new
+    view checks again, and each Prepared owns its lists."""
+    v = view()
+    first = prepare(search(output_fields=["age"]), v)
+    assert len(v.memo) == 1
+    again = prepare(search(output_fields=["age"], top_k=7, request_id=2), v)
+    assert len(v.memo) == 1 and again.top_k == 7 and again.info is first.info
+    with pytest.raises(InvalidParameter) as bad:  # a kept shape, bad values
+        prepare(search(output_fields=["age"], vectors=np.full((2, DIM), np.inf, np.float32).tobytes()), v)
+    assert bad.value.field == "data"
+    with pytest.raises(PartitionNotFound):
+        prepare(search(partition_names=["nope"]), v)
+    assert len(v.memo) == 1  # the refused shape is not kept
+    first.output_fields.append("mutated")
+    assert prepare(search(output_fields=["age"]), v).output_fields == ["id", "age"]
+    newer = view()  # the meta changed: the partition exists now
+    newer.partitions[9][12] = PartitionInfo(partition_id=12, partition_name="nope", collection_id=9, created_ts=2)
+    assert prepare(search(partition_names=["nope"]), newer).partition_ids == [12]
+    for n in range(300):  # bounded: distinct filters do not grow a view without end
+        prepare(search(filter=f"age > {n}"), v)
+    assert len(v.memo) <= 256
+
+
 def test_prepare_refuses_unknown_collection_and_partition() -> None:
     with pytest.raises(CollectionNotFound):
         prepare(search(collection_id=404), view())
@@ -219,3 +244,14 @@ async def test_a_proxy_reloads_its_meta_once_for_a_partition_created_by_another_
     with pytest.raises(PartitionNotFound):
         await _ReadTask._check(task, search(partition_names=["nope"]))  # type: ignore[arg-type]
     assert cache.loads == 3
+
+
+async def test_the_cache_resolves_a_name_alone_and_reloads_once_for_one_it_does_not_know() -> None:
+    store = LatestMeta()
+    store.kvs[collection_info_key(9)] = make_collection().model_dump_json()
+    cache = MetaCache(store)  # type: ignore[arg-type]
+    assert (await cache.resolve("c")).collection_id == 9 and cache.loads == 1
+    assert (await cache.resolve("c")).collection_id == 9 and cache.loads == 1
+    with pytest.raises(CollectionNotFound):
+        await cache.resolve("nope")
+    assert cache.loads == 2
