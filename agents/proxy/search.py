@@ -327,7 +327,7 @@ class _ReadTask(Task[Any]):
         """The collection (resolved once, by id from here on), and the request's timestamp: a fresh
         TSO timestamp for Strong (it must follow every acknowledged write); otherwise the proxy's
         estimate of now, which costs no round trip and only feeds Bounded's "now - graceful time"."""
-        info = (await self.host.cache.get(self.collection_name)).info
+        info = await self.host.cache.resolve(self.collection_name)
         if self.given_guarantee is None and (self.level or info.consistency_level) is ConsistencyLevel.Strong:
             self.ts = await self.host.tso.now()
             self.host.request_tick()
@@ -410,9 +410,11 @@ class SearchTask(_ReadTask):
             params=self.params,
         )
         prepared = await self._check(request)
-        # partitions travel as ids (resolved here, once)
-        request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
-        self.prepared = dataclasses.replace(prepared, request=request)
+        # partitions travel as ids (resolved here, once); none named: the request is as it goes
+        if self.partition_names or prepared.partition_ids:
+            request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
+            prepared = dataclasses.replace(prepared, request=request)
+        self.prepared = prepared
 
     async def post_execute(self) -> None:
         prepared = self.prepared

@@ -954,7 +954,9 @@ class GrowingSegment:
                 )
             except RuntimeError:  # hnswlib could not fill top_k results
                 return self._search_exact(q, field, metric, top_k, rows)
-            if int(labels.min()) >= 0 and int(labels.max()) < rows.prefix:  # (a builder may have added rows since)
+            # every label in [0, prefix) (a builder may have added rows since): one max over the
+            # labels as unsigned, where a negative one would be above any prefix
+            if int(labels.view(np.uint64).max()) < rows.prefix:
                 return self._finish(distances, labels, None, metric, top_k)
         fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))
