@@ -10,8 +10,8 @@ In the header each blob is ``{"$blob": [offset, length]}``, so a float32 vector 
 plain JSON; ``decode`` accepts both.
 
 Both directions are one call into pydantic's serializer / validator (Rust), with the blobs handed
-over through its context (:mod:`schemas.blob`): a search request encodes in ~7 us and decodes in
-~12 us here, against ~27 / ~24 us through Python dicts and the ``json`` module (and a Python step
+over through its context (:mod:`schemas.blob`): a search request encodes in ~5 us and decodes in
+~9 us here, against ~28 / ~24 us through Python dicts and the ``json`` module (and a Python step
 costs several times its hot figure inside a busy process, docs/benchmarks.md). Only fields typed
 ``Blob`` travel raw: a ``bytes`` value anywhere else in an event would go into the JSON header as
 text, so every ``bytes`` field of an event model is a ``Blob`` (tests/unit/test_dml_codec.py

@@ -77,7 +77,7 @@ class DmlResult(BaseModel):
     write's timestamp); else ``error`` says why and nothing was written. ``duplicate``: the
     request id was applied before, and this is the first application's result again."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+    model_config = ConfigDict(frozen=True, extra="forbid")  # published as plain JSON (model_dump_json)
 
     kind: Literal["DmlResult"] = "DmlResult"
     request_id: str
