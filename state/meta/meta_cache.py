@@ -36,6 +36,16 @@ class MetaCache:
     async def get(self, name: str) -> CollectionDescription:
         """The collection named ``name`` (collection name or alias); CollectionNotFound if none.
         A miss reloads once, so a collection created through another proxy is found."""
+        view, info = await self._resolved(name)
+        return view.describe(info.collection_id)  # type: ignore[return-value]
+
+    async def resolve(self, name: str) -> CollectionInfo:
+        """:meth:`get`'s collection alone, for a caller that needs no partitions, aliases, load
+        state or indexes (a search, on every request): nothing is built."""
+        return (await self._resolved(name))[1]
+
+    async def _resolved(self, name: str) -> tuple[MetaView, CollectionInfo]:
+        """The view that knows ``name`` and its collection; reloaded once on a miss."""
         view = await self.view()
         info = view.resolve(name)
         if info is None:
@@ -43,17 +53,7 @@ class MetaCache:
             info = view.resolve(name)
         if info is None:
             raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
-        return view.describe(info.collection_id)  # type: ignore[return-value]
-
-    async def resolve(self, name: str) -> CollectionInfo:
-        """:meth:`get`'s collection alone, for a caller that needs no partitions, aliases, load
-        state or indexes (a search, on every request): nothing is built."""
-        info = (await self.view()).resolve(name)
-        if info is None:
-            info = (await self.refresh()).resolve(name)
-        if info is None:
-            raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
-        return info
+        return view, info
 
     async def get_by_id(self, collection_id: int) -> CollectionDescription:
         """The collection with id ``collection_id``; CollectionNotFound if it does not exist (any
