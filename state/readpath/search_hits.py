@@ -18,14 +18,17 @@ __all__ = ["hits_of", "search_result"]
 def search_result(
     request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits, fields: list[Column]
 ) -> SearchResult:
-    """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes)."""
+    """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes).
+
+    Built without validation (``model_construct``): every value is made here, of its field's
+    type, from a checked request and the shard's own arrays."""
     pks = hits.pks.reshape(-1)
     varchar = hits.varchar_pks
-    return SearchResult(
+    return SearchResult.model_construct(
         request_id=request.request_id,
         origin=request.origin,
         vchannel=vchannel,
-        node_id=node_id,
+        node_id=int(node_id),
         nq=hits.nq,
         top_k=hits.k,
         counts=hits.counts.astype("<i8").tobytes(),

@@ -110,6 +110,10 @@ class SearchHits:
         """True when the PKs are strings (object array)."""
         return self.pks.dtype == object
 
+    def full(self) -> bool:
+        """True when every query has ``k`` real hits (no padding anywhere)."""
+        return self.nq == 0 or int(self.counts.min()) == self.k
+
     def valid_mask(self) -> np.ndarray:
         """(nq, k) bool: True on real hits, False on padding."""
         return np.arange(self.k)[None, :] < self.counts[:, None]
@@ -212,47 +216,72 @@ class _SearchFirstLock:
     index *or waits for it*, so a builder adding slice after slice cannot starve searches (a plain
     lock would go back to the builder, which holds the GIL when it releases); a search may give up
     after a timeout (the add in progress may be slow: the builder runs at a low CPU priority).
+    Each search pays two uncontended acquisitions of one C lock (:meth:`acquire_search`,
+    :meth:`release`); the condition is waited on and notified only when someone waits. A step
+    after hnswlib's graph walk finds its code cold (docs/benchmarks.md), so the search path takes
+    no generator, lambda or condition call when the index is free.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._busy = False
         self._searches_waiting = 0
+        self._adds_waiting = 0
 
-    @contextmanager
-    def searching(self, timeout_s: float | None) -> Iterator[None]:
-        """Hold the index for a search; IndexBusy if not free within ``timeout_s`` (None = wait)."""
-        with self._cond:
+    def acquire_search(self, timeout_s: float | None) -> None:
+        """Hold the index for a search (then :meth:`release` it); IndexBusy if not free within
+        ``timeout_s`` (None = wait)."""
+        with self._mutex:
+            if not self._busy:  # the common case: nothing to wait for
+                self._busy = True
+                return
             self._searches_waiting += 1
             try:
                 acquired = self._cond.wait_for(lambda: not self._busy, timeout_s)
             finally:
                 self._searches_waiting -= 1
             if not acquired:
-                if not self._searches_waiting:
+                if not self._searches_waiting and self._adds_waiting:
                     self._cond.notify_all()  # an add may be waiting for the searches to be gone
                 raise IndexBusy(f"the index was not free within {timeout_s} s (an add is in progress)")
             self._busy = True
+
+    def acquire_add(self) -> None:
+        """Hold the index for an add or a resize (then :meth:`release` it), once no search holds it
+        or waits for it."""
+        with self._mutex:
+            if self._busy or self._searches_waiting:
+                self._adds_waiting += 1
+                try:
+                    self._cond.wait_for(lambda: not self._busy and not self._searches_waiting)
+                finally:
+                    self._adds_waiting -= 1
+            self._busy = True
+
+    def release(self) -> None:
+        with self._mutex:
+            self._busy = False
+            if self._searches_waiting or self._adds_waiting:
+                self._cond.notify_all()
+
+    @contextmanager
+    def searching(self, timeout_s: float | None) -> Iterator[None]:
+        """:meth:`acquire_search` ... :meth:`release` as a context manager."""
+        self.acquire_search(timeout_s)
         try:
             yield
         finally:
-            self._release()
+            self.release()
 
     @contextmanager
     def adding(self) -> Iterator[None]:
-        """Hold the index for an add or a resize, once no search holds it or waits for it."""
-        with self._cond:
-            self._cond.wait_for(lambda: not self._busy and not self._searches_waiting)
-            self._busy = True
+        """:meth:`acquire_add` ... :meth:`release` as a context manager."""
+        self.acquire_add()
         try:
             yield
         finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._cond:
-            self._busy = False
-            self._cond.notify_all()
+            self.release()
 
 
 class VectorIndex:
@@ -356,12 +385,15 @@ class VectorIndex:
             raise InvalidParameter("k", f"must be in [1, {self.size}]", k)
         ef = max(int(ef), int(k))
         threads = BATCH_QUERY_THREADS if len(queries) >= PARALLEL_QUERY_MIN_NQ else QUERY_THREADS
-        with self._lock.searching(timeout_s):
+        self._lock.acquire_search(timeout_s)
+        try:
             if ef != self._ef:
                 self._index.set_ef(ef)
                 self._ef = ef
             labels, distances = self._index.knn_query(queries, k=int(k), num_threads=threads)
-        distances = np.asarray(distances, dtype=np.float32)
+        finally:
+            self._lock.release()
         if self.metric != METRIC_L2:
             distances = np.float32(1.0) - distances
-        return labels.astype(np.int64), distances
+        # hnswlib's labels are uint64; ours are row offsets (< 2**63): the same bits as int64
+        return labels.view(np.int64), distances
