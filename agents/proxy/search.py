@@ -162,7 +162,7 @@ class DqRouter:
                 if owner is not None:
                     groups.setdefault(owner.address, []).append(vchannel)
             calls = [
-                self._call(address, request.model_copy(update={"vchannels": vchannels}), deadline)
+                self._call(address, _addressed(request, vchannels, info), deadline)
                 for address, vchannels in groups.items()
             ]
             outcomes = (
@@ -254,6 +254,16 @@ class DqRouter:
 
     def health(self) -> dict[str, Any]:
         return {"path": self.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
+
+
+def _addressed(
+    request: SearchRequest | QueryRequest, vchannels: list[str], info: CollectionInfo
+) -> SearchRequest | QueryRequest:
+    """``request`` for ``vchannels``: as it is when it already asks for every shard and they are
+    all of them (one query node serves the collection: no copy), else a copy naming them."""
+    if not request.vchannels and len(vchannels) == len(info.vchannels):
+        return request
+    return request.model_copy(update={"vchannels": vchannels})
 
 
 async def _caught(call: Awaitable[list[Result]]) -> list[Result] | BaseException:
@@ -435,16 +445,19 @@ class SearchTask(_ReadTask):
                         lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
                         row += 1
         keys = dynamic_keys(self.output_fields, prepared.info)
-        counts = hits.counts.tolist()
-        all_pks, all_distances = hits.pks.tolist(), hits.distances.tolist()  # one conversion, not one per query
+        all_pks, distances = hits.pks.tolist(), hits.distances  # one conversion, not one per query
+        of_batch = Hits.of_batch  # distance lists and hit dicts made when looked at
+        if not names and hits.full():  # every query has top_k hits (the common case): no slicing
+            self.result = [of_batch(ids, distances, q) for q, ids in enumerate(all_pks)]
+            return
         out = []
-        for q, n in enumerate(counts):
+        for q, n in enumerate(hits.counts.tolist()):
             ids = all_pks[q][:n]
             entities = None
             if names:
                 found = lookup[q]
                 entities = [_inline_dynamic(dict(found.get(pk, {})), keys) for pk in ids]
-            out.append(Hits(ids, all_distances[q][:n], entities))  # hit dicts made when looked at
+            out.append(of_batch(ids, distances, q, entities))
         self.result = out
 
 

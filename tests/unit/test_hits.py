@@ -40,3 +40,14 @@ def test_hits_refuse_columns_of_different_lengths() -> None:
 def test_hits_are_not_hashable() -> None:
     with pytest.raises(TypeError):
         hash(Hits([1], [0.1]))
+
+
+def test_hits_of_a_batch_make_their_distance_list_when_read() -> None:
+    import numpy as np
+
+    batch = np.array([[0.5, 0.75, np.inf], [0.25, 1.0, 2.0]], dtype=np.float32)
+    short, full = Hits.of_batch([7, 3], batch, 0), Hits.of_batch([1, 2, 4], batch, 1, [{"a": 1}, {}, {}])
+    assert short._distances is None  # nothing made yet
+    assert short.distances == [0.5, 0.75] and type(short.distances[0]) is float  # only its real hits
+    assert short == Hits([7, 3], [0.5, 0.75])
+    assert full[0] == {"id": 1, "distance": 0.25, "entity": {"a": 1}} and full.distances == [0.25, 1.0, 2.0]
