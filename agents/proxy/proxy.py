@@ -455,15 +455,11 @@ class Proxy(Service):
     async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[Hits]:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
-        task = SearchTask(self, collection_name, data, limit, **options)
-        await self.dq_queue.enqueue(task)
-        return await task.wait_to_finish()
+        return await self.dq_queue.run(SearchTask(self, collection_name, data, limit, **options))
 
     async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]:
         """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
-        task = QueryTask(self, collection_name, **options)
-        await self.dq_queue.enqueue(task)
-        return await task.wait_to_finish()
+        return await self.dq_queue.run(QueryTask(self, collection_name, **options))
 
     async def _tick_loop(self) -> None:
         """channelsTimeTicker: every interval, report per pchannel the timestamp below which every

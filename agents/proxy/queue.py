@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.proxy.task import Task
 from state.meta.idalloc import IdAllocator
@@ -12,6 +12,8 @@ from state.meta.tso import TimestampOracle
 from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 class DdTaskQueue:
@@ -72,6 +74,7 @@ class ParallelTaskQueue:
         self.tso = tso
         self._slots = asyncio.Semaphore(max_active)
         self._active: set[asyncio.Task[None]] = set()
+        self._running_inline = 0
         self.done_count = 0
 
     async def enqueue(self, task: Task[Any]) -> None:
@@ -88,11 +91,26 @@ class ParallelTaskQueue:
             self._slots.release()
             self.done_count += 1
 
+    async def run(self, task: Task[R]) -> R:
+        """Enqueue ``task`` and wait for its result, running it in the caller's own asyncio task
+        under the same limit: no task to create and no hop between two, which a search pays on
+        every request. For reads, which have nothing left to finish once their caller stops
+        waiting (a cancelled caller cancels its read)."""
+        await task.on_enqueue(self.ids, self.tso)
+        async with self._slots:
+            self._running_inline += 1
+            try:
+                await task.run()
+            finally:
+                self._running_inline -= 1
+                self.done_count += 1
+        return await task.wait_to_finish()
+
     async def stop(self) -> None:
         await cancel_and_wait(list(self._active))  # a cancellation of stop's caller still propagates
 
     def health(self) -> dict[str, Any]:
-        return {"active": len(self._active), "done": self.done_count}
+        return {"active": len(self._active) + self._running_inline, "done": self.done_count}
 
 
 DmTaskQueue = ParallelTaskQueue  # seed 001's dmTaskQueue: inserts and stream-writer chunks
