@@ -66,21 +66,29 @@ class DirectClient:
     async def call(self, request: SearchRequest | QueryRequest, timeout_s: float) -> ResultBatch:
         if self.closed or self._writer is None:
             raise ServiceUnavailable(f"connection to query node {self.address} is closed")
-        future: asyncio.Future[ResultBatch] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ResultBatch] = loop.create_future()
         self._pending[request.request_id] = future
+        # the deadline is one timer on the future (asyncio.timeout would add a context manager
+        # and a reschedule per call; a step on the search path costs several times its hot figure)
+        expiry = loop.call_later(timeout_s, _expire, future)
         try:
             write_frame(self._writer, encode(request))
             await self._writer.drain()
-            async with asyncio.timeout(timeout_s):
-                return await future
+            return await future
         except TimeoutError:
             raise ServiceUnavailable(
                 f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s"
             ) from None
         except (ConnectionError, OSError) as err:
+            if future.done():
+                future.exception()  # retrieved: a timer's TimeoutError is not logged as never read
+            else:
+                future.cancel()
             self._fail(err)
             raise ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})") from None
         finally:
+            expiry.cancel()
             self._pending.pop(request.request_id, None)
 
     async def _read_loop(self) -> None:
@@ -112,6 +120,11 @@ class DirectClient:
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
+
+
+def _expire(future: asyncio.Future[ResultBatch]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class DirectPool:

@@ -11,6 +11,7 @@ import pytest
 from agents.querynode.servers import DirectServer
 from agents.service import Service
 from schemas.dq import QueryRequest, QueryResult
+from schemas.errors import ServiceUnavailable
 from streams.direct import DirectClient
 
 
@@ -171,3 +172,22 @@ async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
         await client.close()
         await server.stop()
     assert not server.started
+
+
+async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection_stays_usable() -> None:
+    node = SlowNode()
+    server = DirectServer(node, "127.0.0.1", max_inflight=4)  # type: ignore[arg-type]
+    await server.start()
+    client = DirectClient(server.address)
+    await client.connect()
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ServiceUnavailable, match=r"did not answer request 1 within 0\.2 s"):
+            await client.call(QueryRequest(request_id=1), timeout_s=0.2)
+        assert 0.19 <= asyncio.get_running_loop().time() - started < 2
+        node.gate.set()  # the late answer to request 1 arrives and is dropped; the next call is answered
+        batch = await client.call(QueryRequest(request_id=2), timeout_s=5)
+        assert batch.request_id == 2 and not client.closed
+    finally:
+        await client.close()
+        await server.stop()
