@@ -37,8 +37,8 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
             raise InvalidParameter(f"parts[{i}]", f"must have nq={nq} rows and matching pks/distances/counts")
         if part.varchar_pks != varchar:
             raise InvalidParameter(f"parts[{i}]", "all parts must have the same primary key type")
-    if len(parts) == 1 and parts[0].k == top_k and _distinct_int_pks(parts[0]):
-        return parts[0]  # already the top-k, each PK once: nothing to merge (the common nq=1 case)
+    if len(parts) == 1 and parts[0].k == top_k and (parts[0].distinct_pks or _distinct_int_pks(parts[0])):
+        return parts[0]  # already the top-k, each PK once: nothing to merge (the common case)
     pks = np.concatenate([p.pks for p in parts], axis=1)
     distances = np.concatenate([p.distances for p in parts], axis=1).astype(np.float32, copy=False)
     scores = scores_of(distances, metric)
@@ -64,7 +64,7 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
     chosen = np.take_along_axis(distances, order, axis=1)
     out.distances[:, :kept] = np.where(real, chosen, out.distances[:, :kept])
     out.pks[:, :kept] = np.where(real, np.take_along_axis(pks, order, axis=1), out.pks[:, :kept])
-    return SearchHits(out.pks, out.distances, counts)
+    return SearchHits(out.pks, out.distances, counts, distinct_pks=True)
 
 
 _INT64_MIN = int(np.iinfo(np.int64).min)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from schemas.dml import Column
@@ -31,21 +33,34 @@ def search_result(
         node_id=int(node_id),
         nq=hits.nq,
         top_k=hits.k,
-        counts=hits.counts.astype("<i8").tobytes(),
-        int_pks=None if varchar else pks.astype("<i8").tobytes(),
+        counts=_raw(hits.counts, _I8),
+        int_pks=None if varchar else _raw(pks, _I8),
         str_pks=[None if p is None else str(p) for p in pks.tolist()] if varchar else None,
-        distances=hits.distances.astype("<f4").tobytes(),
+        distances=_raw(hits.distances, _F4),
         fields=fields,
     )
 
 
+_I8, _F4 = np.dtype("<i8"), np.dtype("<f4")
+
+
+def _raw(array: np.ndarray, dtype: np.dtype[Any]) -> bytes:
+    """``array``'s values as raw ``dtype`` bytes: one copy (``astype`` would add a second)."""
+    return array.tobytes() if array.dtype == dtype else array.astype(dtype).tobytes()
+
+
 def hits_of(result: SearchResult) -> SearchHits:
-    """The inverse of :func:`search_result` (fields aside)."""
+    """The inverse of :func:`search_result` (fields aside): read-only views of the result's bytes
+    (native float32 / int64 on a little-endian machine; converted where not)."""
     shape = (result.nq, result.top_k)
-    distances = np.frombuffer(result.distances, dtype="<f4").reshape(shape).astype(np.float32)
-    counts = np.frombuffer(result.counts, dtype="<i8").astype(np.int64)
+    distances = _native(np.frombuffer(result.distances, dtype=_F4).reshape(shape), np.float32)
+    counts = _native(np.frombuffer(result.counts, dtype=_I8), np.int64)
     if result.str_pks is not None:
         pks = np.array(result.str_pks, dtype=object).reshape(shape)
     else:
-        pks = np.frombuffer(result.int_pks or b"", dtype="<i8").reshape(shape).astype(np.int64)
+        pks = _native(np.frombuffer(result.int_pks or b"", dtype=_I8).reshape(shape), np.int64)
     return SearchHits(pks, distances, counts)
+
+
+def _native(array: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+    return array if array.dtype == dtype else array.astype(dtype)

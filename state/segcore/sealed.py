@@ -66,6 +66,7 @@ class SealedSegment(GrowingSegment):
     """
 
     kind = "sealed"
+    indexes_grow = False  # an attached index holds exactly its rows and is never added to
 
     def __init__(self, key: SegmentKey, schema: CollectionSchema, manifest: SegmentManifest | None = None) -> None:
         """An empty sealed segment; use :meth:`load` or :meth:`from_columns`."""
@@ -146,6 +147,13 @@ class SealedSegment(GrowingSegment):
         self._pk_index = None  # built on the first delete or version check (PkIndex.of)
         self._ts_sorted = bool(np.all(ts[1:] >= ts[:-1]))
         self._max_ts = int(ts.max())
+        # the PK column never changes: whether a PK is here twice (an upsert within one growing
+        # segment) is known once, and a search of this segment alone needs no duplicate check
+        if pk_array.dtype == object:
+            self._pks_distinct = len(set(pk_array.tolist())) == n
+        else:
+            ordered = np.sort(pk_array)
+            self._pks_distinct = not bool((ordered[1:] == ordered[:-1]).any())
 
     @staticmethod
     def _adopt_vectors(field: FieldSchema, values: Any, n: int) -> np.ndarray:

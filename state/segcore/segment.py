@@ -164,6 +164,8 @@ class GrowingSegment:
     """
 
     kind = "growing"  # "sealed" for a SealedSegment (state.segcore.sealed)
+    # an index of this segment may gain rows while it is searched (the interim index's builder)
+    indexes_grow = True
 
     def __init__(
         self,
@@ -202,6 +204,7 @@ class GrowingSegment:
         self._capacity = 0
         self._var_bytes = 0  # estimated payload of the Python objects in VARCHAR/JSON columns
         self._ts_sorted = True  # timestamps non-decreasing: visibility is a prefix
+        self._pks_distinct = False  # True: no PK is in this segment twice (known for sealed segments)
         self._max_ts = 0  # the largest insert timestamp: a read at or above it sees every live row
         # One buffer per column, all with the same capacity; "\0..." keys never clash with field names.
         self._buffers: dict[str, np.ndarray] = {}
@@ -927,7 +930,8 @@ class GrowingSegment:
             scores = scores_of(distances, metric)
             if bool((scores[:, 1:] > scores[:, :-1]).all()):
                 pks = self._buffers[self._pk_key][row_ids]
-                return SearchHits(pks, distances.astype(np.float32, copy=False), np.full(nq, top_k, np.int64))
+                distances = distances.astype(np.float32, copy=False)
+                return SearchHits(pks, distances, np.full(nq, top_k, np.int64), self._pks_distinct)
         order = self._order(distances, row_ids, invalid, metric)[:, :top_k]
         kept = order.shape[1]
         counts = np.full(nq, kept, np.int64) if invalid is None else np.minimum((~invalid).sum(axis=1), top_k)
@@ -955,8 +959,10 @@ class GrowingSegment:
             except RuntimeError:  # hnswlib could not fill top_k results
                 return self._search_exact(q, field, metric, top_k, rows)
             # every label in [0, prefix) (a builder may have added rows since): one max over the
-            # labels as unsigned, where a negative one would be above any prefix
-            if int(labels.view(np.uint64).max()) < rows.prefix:
+            # labels as unsigned, where a negative one would be above any prefix. An index that
+            # never grows (a sealed segment's build, of exactly its rows) needs no check: the
+            # first numpy call after a graph walk costs ~50 us here (docs/benchmarks.md)
+            if not self.indexes_grow or int(labels.view(np.uint64).max()) < rows.prefix:
                 return self._finish(distances, labels, None, metric, top_k)
         fetch = math.ceil(INDEX_OVERFETCH_FACTOR * top_k * index.size / rows.count) + INDEX_OVERFETCH_SLACK
         fetch = min(index.size, max(fetch, top_k))

@@ -90,12 +90,15 @@ class SearchHits:
     ``pks`` (nq, k) is int64 (INT64 primary key) or object (VARCHAR, str values); ``distances``
     (nq, k) float32 in the metric's convention; ``counts`` (nq,) int64 is the number of real hits
     per query (<= k). Slots ``>= counts[i]`` are padding: pk -1 / None, distance +inf (L2) or
-    -inf (IP, COSINE). Ties in distance are ordered by PK ascending.
+    -inf (IP, COSINE). Ties in distance are ordered by PK ascending. ``distinct_pks`` True
+    vouches that no query's row holds a PK twice (a segment whose PKs are all distinct says so;
+    False: unknown, a reduce checks).
     """
 
     pks: np.ndarray
     distances: np.ndarray
     counts: np.ndarray
+    distinct_pks: bool = False
 
     @property
     def nq(self) -> int:

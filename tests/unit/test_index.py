@@ -293,3 +293,29 @@ def test_a_sealed_segment_searches_through_its_attached_index(tmp_path: Path, me
     with pytest.raises(InvalidParameter):
         sealed.attach_index("nope", built, 1, 1)
     assert key.segment_id == sealed.segment_id
+
+
+def test_a_sealed_segment_vouches_for_distinct_pks_only_when_it_has_no_pk_twice() -> None:
+    from state.readpath.reduce import reduce_search_results
+    from state.segcore.vector_index import VectorIndex
+
+    n = 500
+    vectors = np.random.default_rng(2).standard_normal((n, DIM)).astype(np.float32)
+    row_ts = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(1 << 18)
+    queries = vectors[:5] + np.float32(1e-3)  # each query's nearest row is its own
+    key = SegmentKey(segment_id=10, collection_id=1, partition_id=2, vchannel="1_0v")
+    distinct = np.arange(n, dtype=np.int64)
+    repeated = distinct.copy()
+    repeated[1] = 0  # rows 0 and 1 hold the same PK (an upsert inside one growing segment)
+    near = vectors.copy()
+    near[1] = vectors[0] + np.float32(1e-2)  # row 1 near row 0, so both answer query 0
+    for pks, rows, vouched in ((distinct, vectors, True), (repeated, near, False)):
+        sealed = SealedSegment.from_columns(key, schema(), pks, row_ts, {"v": rows})
+        index = VectorIndex(DIM, "L2", n)
+        index.add(rows, np.arange(n))
+        sealed.attach_index("v", index, 1, 1)
+        hits = sealed.search(queries, "v", "L2", 10, (1 << 64) - 2, ef=200)
+        assert hits.distinct_pks is vouched
+        reduced = reduce_search_results([hits], 10, "L2")
+        assert (reduced is hits) is vouched  # a vouched part is taken as it is
+        assert len(set(reduced.pks[0, : reduced.counts[0]].tolist())) == reduced.counts[0]  # each PK once

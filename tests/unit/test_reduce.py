@@ -191,3 +191,11 @@ def test_one_part_with_a_repeated_pk_is_deduplicated_and_a_clean_one_returned_as
     padded_dup = SearchHits(np.array([[4, 4, -1]], np.int64), np.array([[0.1, 0.2, np.inf]], np.float32), np.array([2]))
     out = reduce_search_results([padded_dup], 3, "L2")
     assert out.pks[0, :1].tolist() == [4] and out.counts.tolist() == [1]
+
+
+def test_a_part_that_vouches_for_distinct_pks_is_not_checked_again() -> None:
+    pks, distances = np.array([[5, 7, 9]], np.int64), np.array([[0.1, 0.2, 0.3]], np.float32)
+    vouched = SearchHits(pks, distances, np.array([3]), distinct_pks=True)
+    assert reduce_search_results([vouched], 3, "L2") is vouched
+    merged = reduce_search_results([vouched, SearchHits(pks, distances, np.array([3]))], 3, "L2")
+    assert merged.pks.tolist() == [[5, 7, 9]] and merged.distinct_pks  # a reduce's output holds each PK once
