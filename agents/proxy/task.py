@@ -45,6 +45,10 @@ class Task(ABC, Generic[R]):
             return
         if err is None:
             self._done.set_result(self.result)  # type: ignore[arg-type]
+        elif isinstance(err, asyncio.CancelledError):
+            # cancelled, not failed: a caller that stopped waiting (a read run in its own task)
+            # leaves no exception behind to be logged as never retrieved
+            self._done.cancel()
         else:
             self._done.set_exception(err)
 
