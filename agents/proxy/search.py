@@ -58,13 +58,16 @@ TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for 
 Result = SearchResult | QueryResult
 
 
+_LEVELS = {each.value.lower(): each for each in ConsistencyLevel}
+
+
 def parse_level(level: ConsistencyLevel | str | None) -> ConsistencyLevel | None:
     if level is None or isinstance(level, ConsistencyLevel):
         return level
-    for each in ConsistencyLevel:
-        if isinstance(level, str) and level.lower() == each.value.lower():
-            return each
-    raise InvalidParameter("consistency_level", "must be one of Strong, Bounded, Session, Eventually", level)
+    found = _LEVELS.get(level.lower()) if isinstance(level, str) else None
+    if found is None:
+        raise InvalidParameter("consistency_level", "must be one of Strong, Bounded, Session, Eventually", level)
+    return found
 
 
 def query_vectors(data: Any) -> np.ndarray:
@@ -432,8 +435,9 @@ class SearchTask(_ReadTask):
         hits = reduce_search_results(parts, prepared.top_k, prepared.metric) if len(parts) > 1 else parts[0]
         names = prepared.output_fields[1:]
         # (pk) -> output values, per query, from the shard results that hold it
-        lookup: list[dict[Any, dict[str, Any]]] = [{} for _ in range(hits.nq)]
+        lookup: list[dict[Any, dict[str, Any]]] = []
         if names:
+            lookup = [{} for _ in range(hits.nq)]
             for result in self.results:
                 assert isinstance(result, SearchResult)
                 part = hits_of(result)
@@ -444,12 +448,12 @@ class SearchTask(_ReadTask):
                         pk = _py(part.pks[q, slot])
                         lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
                         row += 1
-        keys = dynamic_keys(self.output_fields, prepared.info)
         all_pks, distances = hits.pks.tolist(), hits.distances  # one conversion, not one per query
         of_batch = Hits.of_batch  # distance lists and hit dicts made when looked at
         if not names and hits.full():  # every query has top_k hits (the common case): no slicing
             self.result = [of_batch(ids, distances, q) for q, ids in enumerate(all_pks)]
             return
+        keys = dynamic_keys(self.output_fields, prepared.info) if names else None
         out = []
         for q, n in enumerate(hits.counts.tolist()):
             ids = all_pks[q][:n]

@@ -64,6 +64,10 @@ class IdAllocator:
         """The first of ``count`` (>= 1) consecutive ids, unique cluster-wide."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count < MAX_ID:
             raise InvalidParameter("count", f"must be an integer in [1, {MAX_ID})", count)
+        if self._end - self._next >= count:  # from the local block: no await between check and take
+            first = self._next
+            self._next += count
+            return first
         async with self._lock:
             if self._end - self._next < count:
                 size = max(count, self.batch)

@@ -65,3 +65,16 @@ async def test_a_cancelled_caller_cancels_its_read() -> None:
     gate = asyncio.Event()
     gate.set()
     assert await queue.run(Read(2, gate)) == 20  # its slot was given back
+
+
+def test_a_consistency_level_is_read_case_blind_and_anything_else_refused() -> None:
+    from agents.proxy.search import parse_level
+    from schemas.collection import ConsistencyLevel
+    from schemas.errors import InvalidParameter
+
+    assert parse_level("strong") is parse_level("Strong") is ConsistencyLevel.Strong
+    assert parse_level("EVENTUALLY") is ConsistencyLevel.Eventually and parse_level(None) is None
+    assert parse_level(ConsistencyLevel.Session) is ConsistencyLevel.Session
+    for bad in ("Weak", 2, ""):
+        with pytest.raises(InvalidParameter, match="must be one of Strong, Bounded, Session, Eventually"):
+            parse_level(bad)  # type: ignore[arg-type]
