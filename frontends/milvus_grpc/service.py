@@ -452,7 +452,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             consistency_level=level,
             guarantee_timestamp=guarantee,
         )
-        schema = (await self.client.proxy.cache.get(collection)).info.collection_schema
+        schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
         data = convert.search_result_data(hits, schema, list(request.output_fields), int(top_k))
         return milvus_pb2.SearchResults(**_ok(results=data, collection_name=collection))
 
@@ -464,7 +464,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         offset = params.get("offset", 0)
         level, guarantee = self._consistency(request)
         collection = request.collection_name
-        schema = (await self.client.proxy.cache.get(collection)).info.collection_schema
+        schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
         asked = list(request.output_fields)
         names = [convert.COUNT_STAR] if asked == [convert.COUNT_STAR] else convert.output_names(asked, schema)
         rows = await self.client.query(
