@@ -51,7 +51,8 @@ class BlobReader:
         """The bytes ``[offset, length]`` points at; a ``blob_range`` error if they are not all inside."""
         try:
             at, size = reference
-            at, size = int(at), int(size)
+            if type(at) is not int or type(size) is not int:  # what encode writes is ints: no conversion
+                at, size = int(at), int(size)
         except (TypeError, ValueError):
             raise PydanticCustomError(BLOB_RANGE_ERROR, "blob reference must be [offset, length]") from None
         if at < 0 or size < 0 or at + size > len(self.body):
@@ -69,11 +70,13 @@ def _to_wire(value: bytes, info: SerializationInfo) -> Any:
 
 
 def _from_wire(value: Any, info: ValidationInfo) -> Any:
-    if isinstance(value, dict) and BLOB_KEY in value:
-        reader = info.context
-        if not isinstance(reader, BlobReader):
-            raise PydanticCustomError(BLOB_RANGE_ERROR, "a blob reference is only valid inside a framed event")
-        return reader.take(value[BLOB_KEY])
+    if type(value) is dict:  # JSON objects decode as dicts; bytes and str pass through
+        reference = value.get(BLOB_KEY)
+        if reference is not None:
+            reader = info.context
+            if type(reader) is not BlobReader:
+                raise PydanticCustomError(BLOB_RANGE_ERROR, "a blob reference is only valid inside a framed event")
+            return reader.take(reference)
     return value
 
 

@@ -42,7 +42,7 @@ from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.readpath.consistency import guarantee_ts
 from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
 from state.readpath.reduce import merge_query_results, reduce_search_results
-from state.readpath.search_hits import hits_of
+from state.readpath.search_hits import hits_of, result_full
 from streams.direct import DirectPool
 from streams.topics import Topics
 
@@ -450,7 +450,8 @@ class SearchTask(_ReadTask):
                         row += 1
         all_pks, distances = hits.pks.tolist(), hits.distances  # one conversion, not one per query
         of_batch = Hits.of_batch  # distance lists and hit dicts made when looked at
-        if not names and hits.full():  # every query has top_k hits (the common case): no slicing
+        full = result_full(self.results[0]) if len(parts) == 1 else hits.full()  # type: ignore[arg-type]
+        if not names and full:  # every query has top_k hits (the common case): no slicing
             self.result = [of_batch(ids, distances, q) for q, ids in enumerate(all_pks)]
             return
         keys = dynamic_keys(self.output_fields, prepared.info) if names else None

@@ -20,7 +20,7 @@ from state.meta.meta_table import MetaView, collection_info_key, load_key, parti
 from state.meta.tso import add_ms, compose_ts
 from state.readpath.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
 from state.readpath.dq_checks import dynamic_keys, prepare
-from state.readpath.search_hits import hits_of, search_result
+from state.readpath.search_hits import hits_of, result_full, search_result
 from state.segcore.vector_index import SearchHits
 from streams.direct import read_frame, write_frame
 from tests.unit.test_delegator import DIM, make_collection
@@ -67,6 +67,14 @@ def test_search_result_round_trips_hits_int_and_varchar() -> None:
     strs = SearchHits(np.array([["b", None]], dtype=object), np.array([[1.0, np.inf]], np.float32), np.array([1]))
     back = hits_of(decode(encode(search_result(search(), "v0", 4, strs, [])), DQ_RESULT))  # type: ignore[arg-type]
     assert back.pks.tolist() == [["b", None]]
+
+
+def test_a_result_is_full_when_every_query_has_top_k_hits() -> None:
+    distances = np.zeros((2, 3), np.float32)
+    full = SearchHits(np.arange(6).reshape(2, 3), distances, np.array([3, 3]))
+    short = SearchHits(np.arange(6).reshape(2, 3), distances, np.array([3, 2]))
+    assert result_full(search_result(search(), "v0", 4, full, [])) and full.full()
+    assert not result_full(search_result(search(), "v0", 4, short, [])) and not short.full()
 
 
 async def test_direct_frames_keep_their_boundaries() -> None:
