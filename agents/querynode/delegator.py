@@ -452,15 +452,17 @@ class ShardDelegator:
         mask_of: MaskOf | None = None,
         ef: int | None = None,
         partition_ids: Sequence[int] | None = None,
+        queries_checked: bool = False,
     ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
-        :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK."""
+        :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK.
+        ``queries_checked``: as :meth:`GrowingSegment.search`'s."""
         metric = normalize_metric(metric)
         top_k = check_top_k(top_k)
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         parts = [
-            worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef)
+            worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
             for worker, ids in self.segments_by_worker(partition_ids).items()
         ]
         if not parts:

@@ -694,6 +694,7 @@ class QueryNode:
                     mask_of,
                     prepared.ef,
                     prepared.partition_ids,
+                    queries_checked=True,  # prepare() checked dim, nq and finiteness
                 )
                 fields = self._hit_fields(delegator, prepared, hits, guarantee)
                 return search_result(request, vchannel, self.node_id, hits, fields)

@@ -385,16 +385,18 @@ class Worker:
         ts: int,
         mask_of: MaskOf | None = None,
         ef: int | None = None,
+        queries_checked: bool = False,
     ) -> SearchHits:
         """Top ``top_k`` per query over the listed segments at MVCC timestamp ``ts`` (rows with insert
         ts > ``ts`` never appear), reduced with :func:`reduce_search_results` (each PK once).
-        At least one segment id is required (the caller knows the PK type of an empty result)."""
+        At least one segment id is required (the caller knows the PK type of an empty result).
+        ``queries_checked``: as :meth:`GrowingSegment.search`'s."""
         if not segment_ids:
             raise InvalidParameter("segment_ids", "must name at least one segment")
         segments = [self.segment(sid) for sid in segment_ids]
 
         def one(segment: GrowingSegment) -> SearchHits:
-            return segment.search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef)
+            return segment.search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef, queries_checked)
 
         # several segments in parallel: hnswlib and numpy release the GIL
         parts = [one(segments[0])] if len(segments) == 1 else list(self._search_pool().map(one, segments))

@@ -762,6 +762,7 @@ class GrowingSegment:
         ts: int,
         mask: np.ndarray | None = None,
         ef: int | None = None,
+        queries_checked: bool = False,
     ) -> SearchHits:
         """Top ``top_k`` rows per query among rows visible at ``ts`` and selected by ``mask``.
 
@@ -773,6 +774,9 @@ class GrowingSegment:
         every row otherwise, or when the index stays busy for INDEX_LOCK_WAIT_S) exactly: O(nq *
         rows * dim) BLAS plus O(nq * rows) selection, in blocks of EXACT_BLOCK_ELEMENTS floats;
         the two parts are merged. Memory stays O(EXACT_BLOCK_ELEMENTS + nq * top_k) either way.
+        ``queries_checked``: the caller vouches that ``queries`` is a C-contiguous, finite float32
+        (nq, dim) array of the field's dim (the query node's ``prepare`` checked it), so it is not
+        checked again.
         """
         vector_field = self._vector_fields.get(field) if isinstance(field, str) else None
         if vector_field is None:
@@ -781,7 +785,7 @@ class GrowingSegment:
         top_k = check_top_k(top_k)
         if ef is not None and (isinstance(ef, bool) or not isinstance(ef, (int, np.integer)) or ef < 1):
             raise InvalidParameter("ef", "must be an integer >= 1", ef)
-        q = self._check_queries(queries, vector_field)
+        q = queries if queries_checked else self._check_queries(queries, vector_field)
         rows = self._rows(ts, mask)
         if rows.count == 0 or len(q) == 0:
             return SearchHits.empty(len(q), top_k, metric, self._varchar_pk)

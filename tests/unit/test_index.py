@@ -316,6 +316,8 @@ def test_a_sealed_segment_vouches_for_distinct_pks_only_when_it_has_no_pk_twice(
         sealed.attach_index("v", index, 1, 1)
         hits = sealed.search(queries, "v", "L2", 10, (1 << 64) - 2, ef=200)
         assert hits.distinct_pks is vouched
+        trusted = sealed.search(queries, "v", "L2", 10, (1 << 64) - 2, ef=200, queries_checked=True)
+        assert np.array_equal(trusted.pks, hits.pks)  # queries the caller checked: the same answer
         reduced = reduce_search_results([hits], 10, "L2")
         assert (reduced is hits) is vouched  # a vouched part is taken as it is
         assert len(set(reduced.pks[0, : reduced.counts[0]].tolist())) == reduced.counts[0]  # each PK once
