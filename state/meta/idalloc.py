@@ -64,15 +64,13 @@ class IdAllocator:
         """The first of ``count`` (>= 1) consecutive ids, unique cluster-wide."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count < MAX_ID:
             raise InvalidParameter("count", f"must be an integer in [1, {MAX_ID})", count)
-        if self._end - self._next >= count:  # from the local block: no await between check and take
-            first = self._next
-            self._next += count
-            return first
-        async with self._lock:
-            if self._end - self._next < count:
-                size = max(count, self.batch)
-                last = int(await self._reserve(keys=[self.key], args=[size, self.start, MAX_ID]))
-                self._next, self._end = last - size + 1, last + 1
-            first = self._next
-            self._next += count
-            return first
+        if self._end - self._next < count:  # the local block is short: one caller refills it
+            async with self._lock:
+                if self._end - self._next < count:
+                    size = max(count, self.batch)
+                    last = int(await self._reserve(keys=[self.key], args=[size, self.start, MAX_ID]))
+                    self._next, self._end = last - size + 1, last + 1
+        # no await between the check that the block holds ``count`` ids and taking them
+        first = self._next
+        self._next += count
+        return first

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -155,32 +157,36 @@ class SlowNode:
         return [QueryResult(request_id=request.request_id, vchannel="v0")]
 
 
-async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
-    node = SlowNode()
-    server = DirectServer(node, "127.0.0.1", max_inflight=2)  # type: ignore[arg-type]
+@contextlib.asynccontextmanager
+async def served(node: SlowNode, max_inflight: int) -> AsyncIterator[tuple[DirectServer, DirectClient]]:
+    """A direct server for ``node`` on a free loopback port and a client connected to it; both
+    closed afterwards."""
+    server = DirectServer(node, "127.0.0.1", max_inflight=max_inflight)  # type: ignore[arg-type]
     await server.start()
     client = DirectClient(server.address)
     await client.connect()
     try:
+        yield server, client
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
+    node = SlowNode()
+    async with served(node, max_inflight=2) as (server, client):
         calls = [asyncio.create_task(client.call(QueryRequest(request_id=i), timeout_s=10)) for i in range(6)]
         await asyncio.sleep(0.2)
         assert node.holding == 2 and server.health()["in_flight"] == 2  # the rest wait unread
         node.gate.set()
         batches = await asyncio.gather(*calls)
         assert sorted(b.request_id for b in batches) == list(range(6)) and node.most == 2
-    finally:
-        await client.close()
-        await server.stop()
     assert not server.started
 
 
 async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection_stays_usable() -> None:
     node = SlowNode()
-    server = DirectServer(node, "127.0.0.1", max_inflight=4)  # type: ignore[arg-type]
-    await server.start()
-    client = DirectClient(server.address)
-    await client.connect()
-    try:
+    async with served(node, max_inflight=4) as (_, client):
         started = asyncio.get_running_loop().time()
         with pytest.raises(ServiceUnavailable, match=r"did not answer request 1 within 0\.2 s"):
             await client.call(QueryRequest(request_id=1), timeout_s=0.2)
@@ -188,6 +194,3 @@ async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection
         node.gate.set()  # the late answer to request 1 arrives and is dropped; the next call is answered
         batch = await client.call(QueryRequest(request_id=2), timeout_s=5)
         assert batch.request_id == 2 and not client.closed
-    finally:
-        await client.close()
-        await server.stop()
