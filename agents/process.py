@@ -40,6 +40,7 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
         **settings,
     )
     app.osprey_fetch_wait_ms = config.consumer_fetch_wait_ms  # type: ignore[attr-defined]  # streams/transport.py
+    app.osprey_fetch_idle_wait_ms = config.consumer_fetch_idle_ms  # type: ignore[attr-defined]
     return app
 
 

@@ -218,6 +218,14 @@ class OspreyConfig(BaseModel):
         "this trades idle CPU (each asks again this often) against a few ms of Strong-read latency measured at "
         "100-500 (docs/decisions.md). Osprey's group-less readers park 500 ms at no latency cost (streams/kafka.py)",
     )
+    consumer_fetch_idle_wait_ms: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="the fetch wait of the same consumers once idle: after several empty fetches in a row, while "
+        "their next fetch holds every assigned partition, so that a record on any of them ends the wait at once "
+        "(streams/fetch_wait.py); below consumer_fetch_wait_ms it has no effect",
+    )
     consumer_max_fetch_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024, description="bytes one Kafka fetch of a worker returns per partition"
     )
@@ -266,6 +274,12 @@ class OspreyConfig(BaseModel):
     def time_tick_idle_ms(self) -> int:
         """The idle pace of the time tick, never faster than ``time_tick_interval_ms``."""
         return max(self.time_tick_idle_interval_ms, self.time_tick_interval_ms)
+
+    @property
+    def consumer_fetch_idle_ms(self) -> int:
+        """The idle fetch wait of the Faust workers' and the dml-request consumers, never shorter
+        than their busy one (streams/fetch_wait.py)."""
+        return max(self.consumer_fetch_idle_wait_ms, self.consumer_fetch_wait_ms)
 
     @property
     def object_store_dir(self) -> Path:

@@ -6,7 +6,9 @@ parked; this transport sets it to the app's ``osprey_fetch_wait_ms`` (``consumer
 of the config, set by ``agents.process.make_app``; default ``FETCH_MAX_WAIT_MS``) before the
 consumer starts. Measured on
 Kafka 3.9 (docs/decisions.md): Strong searches p50 6.4/6.9 ms with 20 ms against 7.3/7.5 ms with
-1,500 ms in paired runs, the DDL suite the same either way. Everything else is Faust's own driver.
+1,500 ms in paired runs, the DDL suite the same either way. Once the consumer is idle, its fetches
+park ``osprey_fetch_idle_wait_ms`` instead (``consumer_fetch_idle_ms``; streams/fetch_wait.py says
+when that costs no latency). Everything else is Faust's own driver.
 It is registered through the ``faust.transports`` entry point in pyproject.toml.
 
 An app whose ``osprey_commit_offsets`` attribute is False never commits consumer offsets: the
@@ -26,6 +28,8 @@ import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from streams.fetch_wait import FetchWaitPolicy, adapt_fetch_wait
+
 FETCH_MAX_WAIT_MS = 20  # an idle consumer asks again every 20 ms: ~50 small requests/s
 
 
@@ -35,6 +39,13 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # aiokafka 0.14 passes this attribute to its Fetcher in start(); pinned in pyproject.
         consumer._fetch_max_wait_ms = getattr(transport.app, "osprey_fetch_wait_ms", FETCH_MAX_WAIT_MS)
         return consumer
+
+    async def on_start(self) -> None:
+        await super().on_start()  # creates and starts the consumer (and so its fetcher)
+        busy_ms = getattr(self.app, "osprey_fetch_wait_ms", FETCH_MAX_WAIT_MS)
+        idle_ms = max(busy_ms, getattr(self.app, "osprey_fetch_idle_wait_ms", busy_ms))
+        self.fetch_wait = FetchWaitPolicy(busy_ms, idle_ms)
+        adapt_fetch_wait(self._ensure_consumer(), self.fetch_wait)
 
 
 class ReadOffsets(defaultdict[TP, int | None]):

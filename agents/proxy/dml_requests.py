@@ -59,6 +59,7 @@ from schemas.ingest import DeadLetter, IngestChunk
 from schemas.meta import DEFAULT_PARTITION_NAME
 from schemas.validation import invalid_from_validation_error
 from state.meta.request_log import RequestLog
+from streams.fetch_wait import FetchWaitPolicy, adapt_fetch_wait
 from streams.kafka import MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,8 @@ class DmlRequestConsumer(Service):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             # it holds fetched requests while it applies them, longer than aiokafka's prefetch backoff:
-            # a longer wait would then delay the next records (streams/kafka.py)
+            # a longer wait would then delay the next records (streams/kafka.py); the idle wait is
+            # only asked for when no partition is left out of the fetch (streams/fetch_wait.py)
             fetch_max_wait_ms=config.consumer_fetch_wait_ms,
             max_partition_fetch_bytes=MAX_REQUEST_BYTES,
             # as the Faust workers: the smallest session the broker allows, so a killed proxy's
@@ -194,6 +196,7 @@ class DmlRequestConsumer(Service):
             heartbeat_interval_ms=int(HEARTBEAT_INTERVAL_S * 1000),
         )
         await self.consumer.start()
+        adapt_fetch_wait(self.consumer, FetchWaitPolicy(config.consumer_fetch_wait_ms, config.consumer_fetch_idle_ms))
         self.on_close(self.consumer.stop, "consumer")
         self.consumer.subscribe([self.topics.dml_request], listener=_Revoke(self))
         self.spawn(self._run(), "dml-request")
