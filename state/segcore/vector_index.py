@@ -16,6 +16,7 @@ IP and COSINE.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Iterator
@@ -132,6 +133,15 @@ class SearchHits:
         """All-padding hits of shape (nq, k)."""
         pks = np.full((nq, k), None, dtype=object) if varchar_pks else np.full((nq, k), INT64_PAD_PK, np.int64)
         return cls(pks, np.full((nq, k), worst_distance(metric), np.float32), np.zeros(nq, np.int64))
+
+
+@functools.lru_cache(maxsize=64)
+def full_counts(nq: int, k: int) -> np.ndarray:
+    """The ``counts`` of (nq, k) hits with no padding: one shared array per shape, read-only (a
+    caller that wants to change counts makes its own)."""
+    counts = np.full(nq, k, np.int64)
+    counts.flags.writeable = False
+    return counts
 
 
 def scores_of(distances: np.ndarray, metric: str) -> np.ndarray:

@@ -321,3 +321,30 @@ def test_a_sealed_segment_vouches_for_distinct_pks_only_when_it_has_no_pk_twice(
         reduced = reduce_search_results([hits], 10, "L2")
         assert (reduced is hits) is vouched  # a vouched part is taken as it is
         assert len(set(reduced.pks[0, : reduced.counts[0]].tolist())) == reduced.counts[0]  # each PK once
+
+
+@pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
+def test_an_index_top_k_is_taken_as_it_is_unless_distances_tie(metric: str) -> None:
+    """The fast path of ``_finish`` (no sort) compares distances in the metric's direction; equal
+    distances (duplicate vectors) go through the sort, ties by PK ascending."""
+    from state.segcore.vector_index import VectorIndex, full_counts
+
+    n = 300
+    vectors = np.random.default_rng(3).standard_normal((n, DIM)).astype(np.float32)
+    vectors[5] *= np.float32(10)  # far out, so it is every metric's best answer to itself
+    vectors[7] = vectors[5]  # rows 5 and 7 tie for every query
+    pks = np.arange(n, dtype=np.int64)[::-1].copy()  # row 7's PK (292) is below row 5's (294)
+    row_ts = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(1 << 18)
+    key = SegmentKey(segment_id=11, collection_id=1, partition_id=2, vchannel="1_0v")
+    sealed = SealedSegment.from_columns(key, schema(), pks, row_ts, {"v": vectors})
+    index = VectorIndex(DIM, metric, n)
+    index.add(vectors, np.arange(n))
+    sealed.attach_index("v", index, 1, 1)
+    far = -vectors[5:6]  # the tied rows are its worst answers under every metric: no tie in its top 10
+    hits = sealed.search(far, "v", metric, 10, (1 << 64) - 2, ef=300)
+    assert hits.counts is full_counts(1, 10) and not hits.counts.flags.writeable  # taken as it is
+    step = np.diff(hits.distances[0])
+    assert (step > 0).all() if metric == "L2" else (step < 0).all()
+    tied = sealed.search(vectors[5:6], "v", metric, 10, (1 << 64) - 2, ef=300)
+    assert tied.pks[0, :2].tolist() == [292, 294]  # equal distances: the smaller PK first
+    assert tied.distances[0, 0] == tied.distances[0, 1]
