@@ -33,7 +33,7 @@ from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
-from state.segcore.segment_files import remove_partial
+from state.segcore.segment_files import remove_partial, warm_arrow
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -157,4 +157,5 @@ class DataNodeRuntime(Service):
 
 def create_app(config: OspreyConfig) -> faust.App:
     """The data node app for ``config``."""
+    warm_arrow()  # before the first flush, not during it
     return make_dml_app(config, ROLE, DataNodeRuntime(config))

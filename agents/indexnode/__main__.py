@@ -11,6 +11,7 @@ from agents.indexnode.node import IndexNode
 from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_port
 from schemas.config import OspreyConfig
+from state.segcore.segment_files import warm_arrow
 
 DEPENDENCY_WAIT_S = 60.0  # how long to wait for the broker and Redis to accept connections
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -33,6 +34,7 @@ async def _run(config: OspreyConfig) -> None:
 def main() -> None:
     config = OspreyConfig.from_env()
     apply_interpreter_settings(config)
+    warm_arrow()  # before the first build reads its segment
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")

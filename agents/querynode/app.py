@@ -43,6 +43,7 @@ from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from state.segcore.segment_files import warm_arrow
 from streams.channels import pchannel_partition
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
@@ -190,6 +191,7 @@ class QueryNodeRuntime(Service):
 
 def create_app(config: OspreyConfig) -> faust.App:
     """The querynode app for ``config``."""
+    warm_arrow()  # before the first sealed segment's load, not during it
     runtime = QueryNodeRuntime(config)
 
     async def seek_target(app: faust.App, tp: TP, offset: int) -> int:

@@ -134,6 +134,14 @@ class SegmentFileCorrupt(ValueError):
         self.file = file
 
 
+def warm_arrow() -> None:
+    """Load now what pyarrow loads on its first conversion between numpy and Arrow: pyarrow 26
+    imports pandas then (~0.3 s of CPU on the 2-core machine, holding the GIL). A worker that
+    writes or reads segments (data node, query node, index node) calls this when it starts, so
+    its first flush or load does not stall its event loop that long on the data path."""
+    pa.array(np.zeros(1, np.int64)).to_numpy()
+
+
 def segment_path(collection_id: int, partition_id: int, segment_id: int) -> str:
     """The segment's directory relative to the object store's root: ``segments/<c>/<p>/<s>`` (POSIX)."""
     for name, value in (("collection_id", collection_id), ("partition_id", partition_id), ("segment_id", segment_id)):
