@@ -100,6 +100,14 @@ def log4j_properties(log_file: Path) -> str:
     )
 
 
+# HotSpot's C1 compiler only, no C2. The embedded broker shares a small machine with the whole
+# stack, and C2 spends its first minutes compiling: in four 200,000-row ingests in a row on one
+# fresh broker, its compiler threads took 0.52, 1.06, 0.32 and 0.15 core-s, next to 0.5-0.8 for
+# the broker's own threads, which took the same 0.6-0.7 with C1 alone (docs/decisions.md). A
+# Kafka cluster of the user's own is configured by its operators, not here.
+JIT_FLAGS = ("-XX:TieredStopAtLevel=1",)
+
+
 def metadata_answers(host: str, port: int, timeout_s: float = METADATA_TIMEOUT_S) -> bool:
     """True when the broker at ``host:port`` answers a Metadata (v1) request naming at least one
     broker, i.e. it has caught up with the KRaft metadata and serves clients."""
@@ -186,6 +194,7 @@ class KafkaBroker(EmbeddedProcess):
         return [
             java_binary(),
             *heap,
+            *JIT_FLAGS,
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
             "-XX:+ExitOnOutOfMemoryError",
