@@ -6,8 +6,9 @@ flight holds every assigned partition; it costs up to the wait when it does not:
 out of its next fetch a partition whose fetched records are still waiting to be taken, or that is
 paused (or has no position yet), and such a partition's next records wait for the fetch in flight
 to come back. A short wait (``consumer_fetch_wait_ms``, 20 ms) bounds that; it also makes every
-idle consumer ask 50 times a second, which on two cores cost the stack ~40% of a core with
-nothing to do (measured in docs/decisions.md: broker 35% -> 10%, each worker 7% -> 2-3%).
+idle consumer ask 50 times a second: on two cores an idle stack used ~0.45 of a core, about half
+of which this policy saves (docs/decisions.md: broker 22-34% -> 15-17%, each Faust worker ~6% ->
+2.5-3%, Strong reads no slower).
 
 :class:`FetchWaitPolicy` asks the broker to park the long wait only when both hold:
 
