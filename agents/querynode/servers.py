@@ -43,16 +43,27 @@ STOP_TIMEOUT_S = 2.0  # how long stop waits for the listener's connections to cl
 
 
 class InFlight:
-    """The answers a server is computing: at most ``limit`` at once; :meth:`run` waits for a slot
-    (so a caller that reads requests stops reading while the server is full)."""
+    """The answers a server is computing: at most ``limit`` at once; :meth:`run` (an answer in a
+    task of its own) and :meth:`acquire` (an answer in the caller's task, until :meth:`release`)
+    wait for a slot, so a caller that reads requests stops reading while the server is full."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._held = 0  # slots taken by acquire()
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._held
+
+    async def acquire(self) -> None:
+        """Take a slot for an answer the caller runs itself; :meth:`release` gives it back."""
+        await self._slots.acquire()
+        self._held += 1
+
+    def release(self) -> None:
+        self._held -= 1
+        self._slots.release()
 
     async def run(self, answer: Coroutine[Any, Any, None]) -> None:
         """Start ``answer`` once a slot is free; returns without waiting for it to finish."""
@@ -96,27 +107,48 @@ class DirectServer(Service):
 
     async def _close_server(self, server: asyncio.Server) -> None:
         server.close()
-        await cancel_and_wait([*self._connections, *self._answers.tasks()])
+        await cancel_and_wait(list(self._connections))  # every reading or answering task
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_TIMEOUT_S):
                 await server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One task at a time reads a connection: it reads one frame, hands the reading of the
+        next one to a new task, then answers its frame itself. So an answer starts as soon as its
+        frame is decoded, with no task to schedule first (decode to ``serve``, p50 on the 2-core
+        machine: 57 against 85 us for a batch of 100, 37 against 45 us at nq=1), and an answer
+        that waits (a Strong read, for tsafe) holds no later frame back. At most ``max_inflight``
+        answers at once: past that, a decoded frame waits for a slot before anything reads on
+        (back-pressure through TCP)."""
         me = asyncio.current_task()
         if me is not None:
             self._connections.add(me)
         try:
-            while True:
-                frame = await read_frame(reader)
-                request = decode(frame, DQ_REQUEST)
-                await self._answers.run(self._answer(request, writer, time.perf_counter()))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass  # the peer went away
-        except Exception:  # an undecodable frame: this connection's framing cannot be trusted
-            log.exception("querynode: bad frame on the direct path; closing the connection")
+            try:
+                request = decode(await read_frame(reader), DQ_REQUEST)
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                writer.close()  # the peer went away
+                return
+            except asyncio.CancelledError:  # the server stops
+                writer.close()
+                raise
+            except Exception:  # an undecodable frame: this connection's framing cannot be trusted
+                log.exception("querynode: bad frame on the direct path; closing the connection")
+                writer.close()
+                return
+            read_at = time.perf_counter()
+            await self._answers.acquire()
+            try:
+                self._read_on(reader, writer)
+                await self._answer(request, writer, read_at)
+            finally:
+                self._answers.release()
         finally:
-            writer.close()
             self._connections.discard(me)
+
+    def _read_on(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A new task reads the connection's next frame (:meth:`_connection`)."""
+        self._connections.add(asyncio.create_task(self._connection(reader, writer), name="direct-read"))
 
     async def _answer(
         self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float

@@ -142,17 +142,20 @@ async def test_a_hung_close_and_a_loop_that_ignores_cancel_do_not_hang_stop(capl
 
 
 class SlowNode:
-    """Answers after ``gate`` opens; counts how many requests it holds at once."""
+    """Answers after ``gate`` opens (requests with an id in ``prompt`` at once); counts how many
+    requests it holds at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, prompt: frozenset[int] = frozenset()) -> None:
         self.gate = asyncio.Event()
+        self.prompt = prompt
         self.holding = 0
         self.most = 0
 
     async def serve_safely(self, request: QueryRequest, answer_unowned: bool) -> list[QueryResult]:
         self.holding += 1
         self.most = max(self.most, self.holding)
-        await self.gate.wait()
+        if request.request_id not in self.prompt:
+            await self.gate.wait()
         self.holding -= 1
         return [QueryResult(request_id=request.request_id, vchannel="v0")]
 
@@ -182,6 +185,36 @@ async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
         batches = await asyncio.gather(*calls)
         assert sorted(b.request_id for b in batches) == list(range(6)) and node.most == 2
     assert not server.started
+
+
+async def test_a_waiting_answer_holds_no_later_request_of_its_connection_back() -> None:
+    """Each frame is answered by the task that read it, after it handed the reading on: request 1
+    waits (as a Strong read waits for tsafe) while requests 2 and 3, sent after it on the same
+    connection, are answered."""
+    node = SlowNode(prompt=frozenset({2, 3}))
+    async with served(node, max_inflight=4) as (server, client):
+        waiting = asyncio.create_task(client.call(QueryRequest(request_id=1), timeout_s=10))
+        await asyncio.sleep(0.05)
+        for request_id in (2, 3):
+            assert (await client.call(QueryRequest(request_id=request_id), timeout_s=5)).request_id == request_id
+        assert not waiting.done() and server.health()["in_flight"] == 1
+        node.gate.set()
+        assert (await waiting).request_id == 1
+        assert server.health()["in_flight"] == 0
+
+
+async def test_the_direct_server_stops_with_an_answer_still_waiting() -> None:
+    node = SlowNode()
+    async with served(node, max_inflight=4) as (server, client):
+        waiting = asyncio.create_task(client.call(QueryRequest(request_id=1), timeout_s=10))
+        await asyncio.sleep(0.05)
+        assert node.holding == 1
+        async with asyncio.timeout(5):
+            await server.stop()  # cancels the answering task and the one reading on
+        assert not server.started and not server.health()["in_flight"]
+        with pytest.raises(ServiceUnavailable, match="broke"):  # closed under the waiting call, at once
+            async with asyncio.timeout(2):
+                await waiting
 
 
 async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection_stays_usable() -> None:
