@@ -137,7 +137,11 @@ class DirectServer(Service):
                 writer.close()
                 return
             read_at = time.perf_counter()
-            await self._answers.acquire()
+            try:
+                await self._answers.acquire()
+            except asyncio.CancelledError:  # the server stops while this frame waits for a slot
+                writer.close()
+                raise
             try:
                 self._read_on(reader, writer)
                 await self._answer(request, writer, read_at)

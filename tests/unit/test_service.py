@@ -204,17 +204,20 @@ async def test_a_waiting_answer_holds_no_later_request_of_its_connection_back() 
 
 
 async def test_the_direct_server_stops_with_an_answer_still_waiting() -> None:
+    """Request 1 is being answered (it waits) and holds the only slot; request 2 is read and waits
+    for that slot. Stopping cancels both tasks and closes the connection under both calls."""
     node = SlowNode()
-    async with served(node, max_inflight=4) as (server, client):
-        waiting = asyncio.create_task(client.call(QueryRequest(request_id=1), timeout_s=10))
+    async with served(node, max_inflight=1) as (server, client):
+        waiting = [asyncio.create_task(client.call(QueryRequest(request_id=i), timeout_s=10)) for i in (1, 2)]
         await asyncio.sleep(0.05)
-        assert node.holding == 1
+        assert node.holding == 1 and server.health()["in_flight"] == 1
         async with asyncio.timeout(5):
-            await server.stop()  # cancels the answering task and the one reading on
+            await server.stop()
         assert not server.started and not server.health()["in_flight"]
-        with pytest.raises(ServiceUnavailable, match="broke"):  # closed under the waiting call, at once
-            async with asyncio.timeout(2):
-                await waiting
+        for call in waiting:
+            with pytest.raises(ServiceUnavailable, match="broke"):  # closed under the waiting call, at once
+                async with asyncio.timeout(2):
+                    await call
 
 
 async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection_stays_usable() -> None:
