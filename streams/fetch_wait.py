@@ -42,6 +42,11 @@ class FetchWaitPolicy:
         self.idle_after = idle_after
         self.empty_streak = 0  # fetches in a row that added no record
 
+    @property
+    def quiet(self) -> bool:
+        """The last ``idle_after`` fetches came back empty."""
+        return self.empty_streak >= self.idle_after
+
     def observe(self, had_records: bool) -> None:
         """A fetch came back; ``had_records``: it added records to the consumer's buffer."""
         self.empty_streak = 0 if had_records else self.empty_streak + 1
@@ -49,7 +54,7 @@ class FetchWaitPolicy:
     def wait_ms(self, holds_every_partition: bool) -> int:
         """The wait of a fetch about to be sent; ``holds_every_partition``: no assigned partition
         is left out of it."""
-        if holds_every_partition and self.empty_streak >= self.idle_after:
+        if holds_every_partition and self.quiet:
             return self.idle_ms
         return self.busy_ms
 
@@ -75,7 +80,9 @@ def adapt_fetch_wait(consumer: AIOKafkaConsumer, policy: FetchWaitPolicy) -> Non
     proc = fetcher._proc_fetch_request
 
     def get_actions_per_node(assignment: Any) -> Any:
-        fetcher._fetch_max_wait_ms = policy.wait_ms(holds_every_partition(fetcher, assignment))
+        # the partitions are looked at only when the policy is quiet (the walk runs on every turn
+        # of the fetcher's loop, so not on each one while records flow)
+        fetcher._fetch_max_wait_ms = policy.wait_ms(policy.quiet and holds_every_partition(fetcher, assignment))
         return actions(assignment)
 
     async def proc_fetch_request(assignment: Any, node_id: int, request: Any) -> bool:

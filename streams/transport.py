@@ -43,7 +43,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_start(self) -> None:
         await super().on_start()  # creates and starts the consumer (and so its fetcher)
         busy_ms = getattr(self.app, "osprey_fetch_wait_ms", FETCH_MAX_WAIT_MS)
-        idle_ms = max(busy_ms, getattr(self.app, "osprey_fetch_idle_wait_ms", busy_ms))
+        idle_ms = getattr(self.app, "osprey_fetch_idle_wait_ms", busy_ms)  # >= busy_ms: consumer_fetch_idle_ms
         self.fetch_wait = FetchWaitPolicy(busy_ms, idle_ms)
         adapt_fetch_wait(self._ensure_consumer(), self.fetch_wait)
 

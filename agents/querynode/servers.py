@@ -126,22 +126,18 @@ class DirectServer(Service):
         try:
             try:
                 request = decode(await read_frame(reader), DQ_REQUEST)
+                read_at = time.perf_counter()
+                await self._answers.acquire()
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 writer.close()  # the peer went away
                 return
-            except asyncio.CancelledError:  # the server stops
+            except asyncio.CancelledError:  # the server stops (while reading, or waiting for a slot)
                 writer.close()
                 raise
             except Exception:  # an undecodable frame: this connection's framing cannot be trusted
                 log.exception("querynode: bad frame on the direct path; closing the connection")
                 writer.close()
                 return
-            read_at = time.perf_counter()
-            try:
-                await self._answers.acquire()
-            except asyncio.CancelledError:  # the server stops while this frame waits for a slot
-                writer.close()
-                raise
             try:
                 self._read_on(reader, writer)
                 await self._answer(request, writer, read_at)

@@ -13,7 +13,7 @@ import numpy as np
 
 from schemas.dml import Column
 from schemas.dq import SearchRequest, SearchResult
-from state.segcore.vector_index import SearchHits
+from state.segcore.vector_index import SearchHits, full_counts
 
 __all__ = ["hits_of", "result_full", "search_result"]
 
@@ -70,7 +70,7 @@ def result_full(result: SearchResult) -> bool:
 
 @lru_cache(maxsize=64)
 def _full_counts(nq: int, top_k: int) -> bytes:
-    return np.full(nq, top_k, dtype=_I8).tobytes()
+    return _raw(full_counts(nq, top_k), _I8)
 
 
 def _native(array: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
