@@ -24,6 +24,10 @@ which the Kafka sink honours (hashing the keys could put every request on one pa
   one job ends with either row (as with two Spark partitions of a micro-batch); use upsert when
   the last write of a key must win.
 
+:func:`parquet_request_records` makes the same records from Parquet files that the tasks read
+themselves with pyarrow (``./osprey ingest --via kafka`` does this): the rows never become Spark
+rows, which is most of a fresh JVM's work in a load job (docs/decisions.md).
+
 :func:`kafka_connector_jars` are the jars the bootstrap fetched (``spark-sql-kafka-0-10``), for
 ``spark.jars``; :func:`spark_streaming.session.spark_session` adds them (``kafka=True`` requires them).
 """
@@ -43,6 +47,8 @@ REQUEST_BYTES = 3 * 1024 * 1024  # Arrow bytes per request: under the 4 MiB reco
 KAFKA_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the Spark producer's max.request.size (Kafka's default is 1 MB)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local properties, visible to every task
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+RECORD_SCHEMA = "key binary, value binary, partition int"  # what the Kafka sink takes
+PARQUET_BATCH_ROWS = 65_536  # rows a task reads from a Parquet file at a time, then cut into requests
 CONNECTOR_DIR = Path(".cache") / "jvm" / "spark-kafka"  # under the project root, filled by ./osprey
 
 
@@ -72,9 +78,16 @@ def check_request_schema(
     the osprey sink's own check (the proxy's ingest-open route, which resolves the names and
     writes nothing), so both paths refuse the same DataFrames with the same InvalidParameter
     naming the field and the rule. Needs the proxy's REST address (``config.proxy_http``)."""
+    check_request_schema_of(df.schema, collection, config, op, partition)
+
+
+def check_request_schema_of(
+    schema: Any, collection: str, config: OspreyConfig, op: str = "insert", partition: str = ""
+) -> None:
+    """:func:`check_request_schema` for a Spark ``StructType``."""
     from spark_streaming.sink import open_at, sink_mode
 
-    open_at(config.proxy_http, client_token(config), collection, partition, sink_mode(op), df.schema)
+    open_at(config.proxy_http, client_token(config), collection, partition, sink_mode(op), schema)
 
 
 def request_records(
@@ -106,7 +119,88 @@ def request_records(
     def to_requests(batches: Iterator[Any]) -> Iterator[Any]:
         return _requests(batches, collection, op, partition, prefix, origin or "spark:kafka", topic_partitions)
 
-    return df.mapInArrow(to_requests, "key binary, value binary, partition int")
+    return df.mapInArrow(to_requests, RECORD_SCHEMA)
+
+
+def parquet_request_records(
+    paths: Any,
+    schema: Any,
+    collection: str,
+    *,
+    topic_partitions: int,
+    op: str = "insert",
+    partition: str = "",
+    id_prefix: str = "",
+    origin: str = "",
+    check_with: OspreyConfig | None = None,
+    rows_counter: Any = None,
+) -> Any:
+    """The rows of Parquet files as request records (:func:`request_records`'s columns, ids and
+    partitions), read by the tasks themselves with pyarrow: the rows never become Spark rows.
+    ``paths`` is a DataFrame whose ``path`` column holds the files' URIs, e.g. the file source
+    ``spark.readStream.format("binaryFile")`` with only ``path`` selected (Spark then reads no
+    file's content, and its checkpoint still takes each file once). ``schema`` (a Spark
+    ``StructType``, e.g. from the first file's footer) is what every file is read as: its
+    columns, by name, cast to its types; a file without one of them, or whose values do not
+    cast, fails the task with a ValueError naming the file and the column. ``rows_counter``: a
+    Spark accumulator the tasks add the rows they read to (the file source counts files).
+
+    Spark's own Parquet reader turns every value into a Spark row and back into Arrow for
+    ``mapInArrow``: with a fresh JVM (a load job), compiling and running that code was most of the
+    job's CPU on the 2-core machine (docs/decisions.md)."""
+    if op not in ("insert", "upsert"):
+        raise ValueError(f"op must be insert or upsert, got {op!r}")
+    if topic_partitions < 1:
+        raise ValueError(f"topic_partitions must be >= 1, got {topic_partitions}")
+    if check_with is not None:
+        check_request_schema_of(schema, collection, check_with, op, partition)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    prefix = id_prefix or f"spark-batch-{uuid.uuid4().hex[:12]}"
+
+    def to_requests(batches: Iterator[Any]) -> Iterator[Any]:
+        rows = _parquet_rows(batches, arrow_schema, rows_counter)
+        return _requests(rows, collection, op, partition, prefix, origin or "spark:kafka", topic_partitions)
+
+    return paths.select("path").mapInArrow(to_requests, RECORD_SCHEMA)
+
+
+def _parquet_rows(paths: Iterator[Any], schema: Any, counter: Any = None) -> Iterator[Any]:
+    """In a Spark task: the record batches of every file named in ``paths`` (Arrow batches of a
+    ``path`` column), in ``schema``'s columns and types; their rows added to ``counter``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for batch in paths:
+        for uri in batch.column("path").to_pylist():
+            filesystem, path = _file_system(uri)
+            with pq.ParquetFile(path, filesystem=filesystem) as reader:
+                present = set(reader.schema_arrow.names)
+                for name in schema.names:
+                    if name not in present:
+                        raise ValueError(f"{uri}: no column {name!r} (the files are read as {schema})")
+                for rows in reader.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=schema.names):
+                    try:
+                        cast = rows.cast(schema)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                        raise ValueError(f"{uri}: its columns do not cast to {schema}: {err}") from err
+                    if counter is not None:
+                        counter.add(cast.num_rows)
+                    yield cast
+
+
+def _file_system(uri: str) -> tuple[Any, str]:
+    """pyarrow's file system and path for a file URI as Spark's file sources give it: Hadoop's
+    ``file:/abs/path`` (not percent-encoded) is a local path; any other scheme goes to pyarrow."""
+    from pyarrow import fs
+
+    if uri.startswith("file:"):
+        path = uri[len("file:") :]
+        if path.startswith("//"):  # file:///abs/path, or file://localhost/abs/path
+            path = "/" + path[2:].partition("/")[2]
+        return fs.LocalFileSystem(), path
+    return fs.FileSystem.from_uri(uri)
 
 
 def _requests(

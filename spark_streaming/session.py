@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 
 ARROW_BATCH_ROWS = 10_000  # rows per Arrow record batch handed to the sink (about 5 MiB at 128-d)
 DRIVER_MEMORY = "1g"  # local mode: the driver is the executor too
+JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+# A load job that ends (a fresh JVM, minutes at most) never repays C2's compiling: C1 only.
+# Measured on the Kafka path (docs/benchmarks.md, issue 15); a streaming job that keeps running
+# keeps Spark's default, tiered C1 then C2.
+SHORT_JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 LIGHT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
@@ -57,6 +62,7 @@ def spark_session(
     conf: dict[str, Any] | None = None,
     kafka: bool | None = None,
     scratch_dir: Path | None = None,
+    java_options: str = "",
 ) -> Any:
     """A SparkSession (get-or-create) with :data:`LIGHT_CONF` and the ``osprey`` data source, and
     Spark's Kafka connector on ``spark.jars`` (``format("kafka")``; the jars the bootstrap
@@ -70,7 +76,9 @@ def spark_session(
     mode through :func:`spark_streaming.worker_python.launcher`, without pyspark's zips.
 
     ``scratch_dir`` (created if missing) holds the driver's temporary files (module docstring);
-    like the jars, it applies only to the first session of a Python process."""
+    like the jars, it applies only to the first session of a Python process. So do
+    ``java_options``, added to the driver JVM's options (``spark.driver.extraJavaOptions``), e.g.
+    :data:`SHORT_JOB_JAVA_OPTIONS`."""
     if not (os.environ.get("PYSPARK_PYTHON") and os.environ.get("PYSPARK_DRIVER_PYTHON")):
         python = spark_python(master)  # only when needed: it may write the launcher
         os.environ.setdefault("PYSPARK_PYTHON", python)  # executor workers, data source planning
@@ -92,6 +100,7 @@ def spark_session(
             settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     if scratch_dir is not None:
         settings.update(scratch_settings(scratch_dir))
+    settings = with_java_options(settings, java_options)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, str(value))
@@ -101,9 +110,17 @@ def spark_session(
     return spark
 
 
+def with_java_options(settings: dict[str, str], options: str) -> dict[str, str]:
+    """``settings`` with ``options`` added after the driver JVM options they hold already."""
+    if not options.strip():
+        return settings
+    given = settings.get(JAVA_OPTIONS_KEY, "")
+    return {**settings, JAVA_OPTIONS_KEY: f"{given} {options.strip()}".strip()}
+
+
 def scratch_settings(scratch_dir: Path) -> dict[str, str]:
     """The settings that keep a driver's temporary files under ``scratch_dir`` (created here)."""
     local, java_tmp = scratch_dir / "local", scratch_dir / "tmp"
     local.mkdir(parents=True, exist_ok=True)
     java_tmp.mkdir(parents=True, exist_ok=True)
-    return {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={java_tmp}"}
+    return {"spark.local.dir": str(local), JAVA_OPTIONS_KEY: f"-Djava.io.tmpdir={java_tmp}"}

@@ -13,8 +13,13 @@ A progress line on stderr every ``PROGRESS_INTERVAL_S``: rows read, rows/s, writ
 
 ``--via kafka`` writes through Spark's own Kafka sink instead: the rows become ``dml-request``
 records (:mod:`spark_streaming.kafka_requests`) that the proxies apply, each request once. The
-progress and totals then count the rows Spark sent (its query progress); what the proxies made
-of them is on ``dml-result`` and in ``./osprey status``.
+progress and totals then count the rows Spark sent; what the proxies made of them is on
+``dml-result`` and in ``./osprey status``. Parquet files (``*.parquet``) are then read by the
+Spark tasks themselves with pyarrow (:func:`~spark_streaming.kafka_requests.parquet_request_records`:
+Spark's file source hands out their paths, and its checkpoint still takes each file once), and a
+job that ends (no ``--follow``) runs its JVM with C1 only
+(:data:`~spark_streaming.session.SHORT_JOB_JAVA_OPTIONS`): on the 2-core machine the two made
+the job ~20% faster and the topic path's rate ~20% higher (docs/benchmarks.md, issue 15).
 """
 
 from __future__ import annotations
@@ -168,24 +173,42 @@ def run(args: argparse.Namespace, config: OspreyConfig) -> dict[str, Any]:
 
 def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, fmt: str) -> dict[str, Any]:
     """``--via kafka``: the directory through Spark's Kafka sink into ``dml-request``."""
-    from spark_streaming.kafka_requests import kafka_options, request_records
-    from spark_streaming.session import spark_session
+    from spark_streaming.kafka_requests import kafka_options, parquet_request_records, request_records
+    from spark_streaming.session import SHORT_JOB_JAVA_OPTIONS, spark_session
 
     checkpoint = args.checkpoint or default_checkpoint(config, directory, args.collection + "-kafka")
     launched = time.monotonic()
-    spark = spark_session("osprey-ingest-kafka", kafka=True, scratch_dir=config.data_dir / SPARK_SCRATCH)
-    print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
-    reader = spark.readStream.format(fmt).schema(file_schema(spark, directory, fmt))
-    if args.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
-    records = request_records(
-        reader.load(str(directory)),
-        args.collection,
-        topic_partitions=config.dml_request_partitions,
-        op=args.mode,
-        partition=args.partition,
-        check_with=config,
+    spark = spark_session(
+        "osprey-ingest-kafka",
+        kafka=True,
+        scratch_dir=config.data_dir / SPARK_SCRATCH,
+        java_options="" if args.follow else SHORT_JOB_JAVA_OPTIONS,
     )
+    print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
+    schema = file_schema(spark, directory, fmt)
+    options = {"maxFilesPerTrigger": str(args.max_files_per_trigger)} if args.max_files_per_trigger else {}
+    counted = spark.sparkContext.accumulator(0) if fmt == "parquet" else None
+    if fmt == "parquet":  # the tasks read the files with pyarrow: Spark moves only their paths
+        paths = spark.readStream.format("binaryFile").option("pathGlobFilter", "*.parquet").options(**options)
+        records = parquet_request_records(
+            paths.load(str(directory)),
+            schema,
+            args.collection,
+            topic_partitions=config.dml_request_partitions,
+            op=args.mode,
+            partition=args.partition,
+            check_with=config,
+            rows_counter=counted,
+        )
+    else:
+        records = request_records(
+            spark.readStream.format(fmt).schema(schema).options(**options).load(str(directory)),
+            args.collection,
+            topic_partitions=config.dml_request_partitions,
+            op=args.mode,
+            partition=args.partition,
+            check_with=config,
+        )
     trigger = {"processingTime": FOLLOW_TRIGGER} if args.follow else {"availableNow": True}
     name = args.query_name or f"ingest_kafka_{args.collection}".replace("-", "_")
     writer = records.writeStream.format("kafka").options(**kafka_options(config)).queryName(name)
@@ -201,6 +224,8 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
                 if batch not in seen_batches:
                     seen_batches.add(batch)
                     sent += int(progress.get("numInputRows", 0))
+            if counted is not None:  # the binaryFile source counts files; the tasks count rows
+                sent = int(counted.value)
             rate = sent / (time.monotonic() - started)
             print(f"ingest {args.collection} via kafka: {sent:,} rows sent, {rate:,.0f} rows/s", file=sys.stderr)
         error = query.exception()
@@ -208,6 +233,8 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
             raise error
     except KeyboardInterrupt:
         query.stop()
+    if counted is not None:
+        sent = int(counted.value)
     seconds = time.monotonic() - started
     return {
         "collection": args.collection,
