@@ -777,6 +777,7 @@ def test_kafka_sink_loads_parquet_exactly_once_across_a_driver_kill(
     total = len(vectors)
     checkpoint = tmp_path / "checkpoint"
     job = start_job(module_config, tmp_path / "in", name, checkpoint, "--via", "kafka")
+    assert "-XX:TieredStopAtLevel=1" in driver_java_options(job)  # a load that ends: C1 only
     seen = kill_when_partly_visible(module_config, job, name, total)
     print(f"killed the driver with {seen} of {total} rows visible")
     wait_job(start_job(module_config, tmp_path / "in", name, checkpoint, "--via", "kafka"))
@@ -805,3 +806,73 @@ def test_kafka_sink_loads_parquet_exactly_once_across_a_driver_kill(
     # each request id counted once, however often it was answered; a replayed micro-batch cut
     # differently (docs/spark.md) has other ids and writes its rows again as newer versions
     assert sum(applied.values()) >= total
+
+
+def driver_java_options(job: subprocess.Popen[bytes]) -> str:
+    """What the job asked of its Spark driver JVM (``spark.driver.extraJavaOptions`` on the command
+    line of the SparkSubmit JVM in its process group), waiting for the JVM to start. (The tests'
+    own ``SPARK_SUBMIT_OPTS``, tests/conftest.py, reach every driver and are not looked at.)"""
+    key = "--conf\0spark.driver.extraJavaOptions="
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline and job.poll() is None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.getpgid(int(entry.name)) != job.pid:
+                    continue
+                command = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except (OSError, ProcessLookupError):
+                continue
+            if "org.apache.spark.deploy.SparkSubmit" in command and key in command:
+                return command.split(key, 1)[1].split("\0", 1)[0]
+        time.sleep(POLL_S)
+    pytest.fail("the job's Spark driver JVM did not start")
+
+
+def wait_visible(config: OspreyConfig, name: str, rows: int, job: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while count(config, name, "Eventually") < rows:
+        assert job.poll() is None, job.communicate()[0].decode(errors="replace")[-4000:]
+        assert time.monotonic() < deadline, f"only {count(config, name)} of {rows} rows visible"
+        time.sleep(POLL_S)
+
+
+def test_kafka_sink_follows_a_directory_for_new_parquet_files(
+    spark: Any, proxy_process: WorkerProcess, module_config: OspreyConfig, tmp_path: Path
+) -> None:
+    """``./osprey ingest --via kafka --follow``: the job waits for a first file, then takes each
+    Parquet file that appears (renamed into place, as a writer should), only ``*.parquet`` ones;
+    its JVM keeps Spark's default compilers (C1 only is for a job that ends); interrupted, it
+    stops and reports the rows it read."""
+    name = "kafka_follow_" + uuid.uuid4().hex[:8]
+    create_vector_collection(module_config, name)
+    source = tmp_path / "written"
+    vectors = write_vector_files(source)
+    directory = tmp_path / "in"
+    directory.mkdir()
+    job = start_job(module_config, directory, name, tmp_path / "checkpoint", "--via", "kafka", "--follow")
+    try:
+        shown = 0
+        for f in range(2):
+            (source / f"part-{f:03d}.parquet").rename(directory / f"part-{f:03d}.parquet")
+            shown += KAFKA_ROWS_PER_FILE
+            wait_visible(module_config, name, shown, job)
+        assert "TieredStopAtLevel" not in driver_java_options(job)
+        (directory / "notes.txt").write_text("not a Parquet file")  # the job takes *.parquet only
+        (source / "part-002.parquet").rename(directory / "part-002.parquet")
+        shown += KAFKA_ROWS_PER_FILE
+        wait_visible(module_config, name, shown, job)
+        job.send_signal(signal.SIGINT)  # the driver's Python: it stops its query and prints its totals
+        out, _ = job.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if job.poll() is None:
+            kill_job(job)
+    assert job.returncode == 0, out.decode(errors="replace")[-4000:]
+    text = out.decode(errors="replace")
+    totals, _ = json.JSONDecoder().raw_decode(text[text.rindex("\n{") + 1 :])  # the totals, printed last
+    assert totals["via"] == "kafka" and totals["rows_sent"] == shown
+    assert_each_pk_once(module_config, name, dict.fromkeys(range(shown)))
+    sample = rows_of(module_config, name, fields=("id", "vector"))[::499]
+    for row in sample:
+        assert np.asarray(row["vector"], np.float32).tobytes() == vectors[row["id"]].tobytes()
