@@ -110,3 +110,15 @@ def test_a_short_jobs_jvm_options_follow_the_scratch_settings(tmp_path: Path) ->
     assert both["spark.local.dir"] == scratch["spark.local.dir"]
     assert with_java_options({}, SHORT_JOB_JAVA_OPTIONS) == {JAVA_OPTIONS_KEY: "-XX:TieredStopAtLevel=1"}
     assert with_java_options(scratch, " ") is scratch
+
+
+def test_the_spark_producer_leaves_its_send_buffer_to_the_os() -> None:
+    """Spark's Kafka producer writes 3 MiB requests from heap buffers: with Kafka's 128 KiB send
+    buffer the JDK copied each request's remainder on every partial write."""
+    from schemas.config import OspreyConfig
+    from spark_streaming.kafka_requests import KAFKA_MAX_REQUEST_BYTES, kafka_options
+
+    options = kafka_options(OspreyConfig(kafka="127.0.0.1:9092", cluster="c"))
+    assert options["kafka.send.buffer.bytes"] == "-1"
+    assert options["kafka.max.request.size"] == str(KAFKA_MAX_REQUEST_BYTES)
+    assert options["kafka.bootstrap.servers"] == "127.0.0.1:9092" and options["topic"].endswith("dml-request")
