@@ -16,8 +16,8 @@ records (:mod:`spark_streaming.kafka_requests`) that the proxies apply, each req
 progress and totals then count the rows Spark sent; what the proxies made of them is on
 ``dml-result`` and in ``./osprey status``. Parquet files (``*.parquet``) are then read by the
 Spark tasks themselves with pyarrow (:func:`~spark_streaming.kafka_requests.parquet_request_records`:
-Spark's file source hands out their paths, and its checkpoint still takes each file once), and a
-job that ends (no ``--follow``) runs its JVM with C1 only
+Spark's file source hands out their paths, and its checkpoint still takes each file once), and
+such a job that ends (no ``--follow``) runs its JVM with C1 only
 (:data:`~spark_streaming.session.SHORT_JOB_JAVA_OPTIONS`): on the 2-core machine the two made
 the job ~20% faster and the topic path's rate ~20% higher (docs/benchmarks.md, issue 15).
 """
@@ -182,7 +182,8 @@ def run_kafka(args: argparse.Namespace, config: OspreyConfig, directory: Path, f
         "osprey-ingest-kafka",
         kafka=True,
         scratch_dir=config.data_dir / SPARK_SCRATCH,
-        java_options="" if args.follow else SHORT_JOB_JAVA_OPTIONS,
+        # C1 only where it was measured to pay: a load that ends, whose rows the JVM only moves
+        java_options=SHORT_JOB_JAVA_OPTIONS if fmt == "parquet" and not args.follow else "",
     )
     print(f"ingest: Spark session ready in {time.monotonic() - launched:.1f} s", file=sys.stderr, flush=True)
     schema = file_schema(spark, directory, fmt)
