@@ -19,7 +19,7 @@ Spark tasks themselves with pyarrow (:func:`~spark_streaming.kafka_requests.parq
 Spark's file source hands out their paths, and its checkpoint still takes each file once), and
 such a job that ends (no ``--follow``) runs its JVM with C1 only
 (:data:`~spark_streaming.session.SHORT_JOB_JAVA_OPTIONS`): on the 2-core machine the two made
-the job ~20% faster and the topic path's rate ~20% higher (docs/benchmarks.md, issue 15).
+a 200,000-row load 28-40% faster from launch to its last visible row (docs/benchmarks.md, issue 15).
 """
 
 from __future__ import annotations
