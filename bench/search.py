@@ -262,6 +262,20 @@ async def built_status(client: InProcessClient, rows: int) -> dict[int, dict[str
         await asyncio.sleep(0.1)
 
 
+async def querynode_latency(client: InProcessClient, searches: int = 0) -> dict[str, Any]:
+    """The query node's read-path latency document (``./osprey status``: its whole searches and its
+    shard searches over its last calls) once it counts at least ``searches`` searches (one query
+    node here; it publishes its status every second)."""
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+    deadline = time.monotonic() + STATUS_WAIT_S
+    while True:
+        docs = [d.get("latency", {}) for d in (await board.read("querynode")).values()]
+        latency = docs[0] if len(docs) == 1 else {}
+        if latency.get("search", {}).get("count", 0) >= searches or time.monotonic() > deadline:
+            return latency
+        await asyncio.sleep(0.1)
+
+
 async def build_indexes(client: InProcessClient, rows: int) -> dict[str, Any]:
     """Flush, CreateIndex, wait until every segment is searched through its index (issue 13)."""
     out: dict[str, Any] = {}
@@ -340,6 +354,7 @@ async def bench_osprey(
             f"raw hnswlib's {paired['raw_batched_qps']:,.0f} in the passes between them = {paired['ratio']:.2f}x, "
             f"recall@10 {paired['recall_at_10']:.4f}"
         )
+        searched = (await querynode_latency(client)).get("search", {}).get("count", 0)
         inter = await interleaved_batches(client, raw, w, EF, INTERLEAVED_BATCHES)
         out["batched_interleaved"] = inter
         print(
@@ -348,6 +363,21 @@ async def bench_osprey(
             "Osprey's path adds "
             f"{inter['osprey_fixed_ms']:.2f} ms a batch"
         )
+        # the query node's own figures over its last searches (nearly all of them these batches):
+        # the whole search there, and its segment search (the graph walk, the reduce); what the
+        # batch takes beyond the segment search is Osprey's path around the walk, whatever the
+        # two graphs' walk times (raw hnswlib's graph is not the segment's)
+        node = await querynode_latency(client, searched + INTERLEAVED_BATCHES)
+        if node.get("shard_search", {}).get("p50_ms") is not None:
+            inter["querynode_latency"] = node
+            inter["querynode_search_ms_p50"] = node["search"]["p50_ms"]
+            inter["querynode_shard_search_ms_p50"] = node["shard_search"]["p50_ms"]
+            inter["path_around_walk_ms"] = inter["osprey_batch_ms_p50"] - node["shard_search"]["p50_ms"]
+            print(
+                f"  the query node over its last {node['search']['window']} searches: whole search p50 "
+                f"{node['search']['p50_ms']:.2f} ms, segment search p50 {node['shard_search']['p50_ms']:.2f} ms; "
+                f"Osprey's path around the segment search: {inter['path_around_walk_ms']:.2f} ms a batch"
+            )
         out["sweep"] = []
         for ef in EF_SWEEP:
             point = await osprey_point(client, raw, w, ef, SWEEP_SEQUENTIAL)

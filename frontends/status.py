@@ -40,6 +40,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         now_ms = parse_ts(now)[0]
         board = StatusBoard(redis, ns)
         owners = await ShardOwners(redis, ns).owners()
+        querynodes = await board.read("querynode")
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
@@ -49,7 +50,10 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 p: {"last_tick": ts, "lag_ms": now_ms - parse_ts(ts)[0]}
                 for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
-            "vchannels": _vchannels(await board.read("querynode"), now_ms),
+            "vchannels": _vchannels(querynodes, now_ms),
+            # read-path latency over each node's last searches: the whole search, and its shards'
+            # segment searches (the difference is the node's own path around the walk)
+            "querynodes": {nid: {"latency": doc.get("latency", {})} for nid, doc in querynodes.items()},
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
             "indexnodes": {
@@ -73,6 +77,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                     "pchan_stats": doc.get("pchan_stats", {}),
                     "last_ticks": doc.get("last_ticks", {}),
                     "dq_router": doc.get("dq_router", {}),
+                    "latency": doc.get("latency", {}),  # searches and queries, the whole time here
                     # the dml-request consumer: applied, duplicates, failed, lag per partition,
                     # last publish-to-result time, sampled publish-to-visible times (absent in a
                     # proxy that does not consume it)

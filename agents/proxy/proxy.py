@@ -58,6 +58,7 @@ from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle, add_ms
+from state.readpath.latency import LatencyWindow
 from streams.channels import pchannel_name
 from streams.direct import DirectPool
 from streams.kafka import make_consumer, make_producer
@@ -72,6 +73,7 @@ LOAD_POLL_S = 0.2
 REQUEST_ID_BATCH = 1_000
 NAME_FIELDS = ("collection_name", "alias")
 ROUTER_RETRY_S = 0.5
+LATENCY_STAGES = ("search", "query")  # Proxy.latency
 STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
 QUIET_FLAG_TTL_IDLE_ROUNDS = 5  # a quiet flag outlives this many idle rounds (it is set again each round)
 STOP_LOOP_TIMEOUT_S = 5.0
@@ -110,6 +112,8 @@ class Proxy(Service):
         self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
         # parts of the proxy process that report with the proxy (name -> their health), e.g. dml_requests
         self.health_parts: dict[str, Callable[[], dict[str, Any]]] = {}
+        # a search's or query's whole time here, failures included (./osprey status)
+        self.latency = {stage: LatencyWindow() for stage in LATENCY_STAGES}
 
     async def on_start(self) -> None:
         config, ns = self.config, self.config.cluster
@@ -455,11 +459,19 @@ class Proxy(Service):
     async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[Hits]:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
-        return await self.dq_queue.run(SearchTask(self, collection_name, data, limit, **options))
+        started = time.perf_counter()
+        try:
+            return await self.dq_queue.run(SearchTask(self, collection_name, data, limit, **options))
+        finally:
+            self.latency["search"].record(time.perf_counter() - started)
 
     async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]:
         """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
-        return await self.dq_queue.run(QueryTask(self, collection_name, **options))
+        started = time.perf_counter()
+        try:
+            return await self.dq_queue.run(QueryTask(self, collection_name, **options))
+        finally:
+            self.latency["query"].record(time.perf_counter() - started)
 
     async def _tick_loop(self) -> None:
         """channelsTimeTicker: every interval, report per pchannel the timestamp below which every
@@ -555,6 +567,7 @@ class Proxy(Service):
             "dm_queue": self.dm_queue.health(),
             "dq_queue": self.dq_queue.health(),
             "dq_router": self.dq_router.health(),
+            "latency": {stage: window.summary() for stage, window in self.latency.items()},
             "meta_cache": self.cache.health(),
             "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
             "last_ticks": self.ticker.get_min_ts_statistics(),

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,7 @@ from state.meta.tso import TimestampOracle
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
 from state.readpath.expr import Filter
+from state.readpath.latency import LatencyWindow
 from state.readpath.search_hits import search_result
 from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES
 from state.segcore.sealed import SealedSegment
@@ -87,6 +89,7 @@ __all__ = ["PChannelState", "QueryNode", "guarantee_ts_of", "mask_of_filter"]
 log = logging.getLogger(__name__)
 
 
+LATENCY_STAGES = ("search", "shard_search", "query")  # QueryNode.latency
 SEGMENT_LOAD_CONCURRENCY = 2  # sealed segments loaded at once (threads: Parquet decoding releases the GIL)
 
 
@@ -174,6 +177,10 @@ class QueryNode:
         self.applied_events = 0
         self.skipped_events = 0
         self.replayed_records = 0  # records at or below a pchannel's position, skipped
+        # read-path stage latencies for ./osprey status: a whole search or query (prepare, the
+        # wait for tsafe, every shard here, the result), and a shard's search of its segments
+        # (the graph walks, the exact parts, the reduce): their difference is this node's own path
+        self.latency = {stage: LatencyWindow() for stage in LATENCY_STAGES}
 
     # ------------------------------------------------------------------ ownership
 
@@ -627,6 +634,15 @@ class QueryNode:
         """One result per addressed vchannel this node owns (and, if ``answer_unowned``, an error
         result for each one it does not own). An error about the whole request is one result
         with an empty vchannel. Never raises an OspreyError: errors travel as results."""
+        started = time.perf_counter()
+        results = await self._serve(request, answer_unowned, session_ts)
+        stage = "search" if isinstance(request, SearchRequest) else "query"
+        self.latency[stage].record(time.perf_counter() - started)
+        return results
+
+    async def _serve(
+        self, request: SearchRequest | QueryRequest, answer_unowned: bool, session_ts: int
+    ) -> list[SearchResult | QueryResult]:
         try:
             prepared = await self._prepare(request)
             guarantee = await guarantee_ts_of(request, prepared.info, self.tso, self.graceful_time_ms, session_ts)
@@ -684,6 +700,7 @@ class QueryNode:
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
                 assert prepared.queries is not None  # prepare() sets them for a search
+                started = time.perf_counter()
                 hits = await delegator.search(
                     prepared.queries,
                     prepared.field,
@@ -696,6 +713,7 @@ class QueryNode:
                     prepared.partition_ids,
                     queries_checked=True,  # prepare() checked dim, nq and finiteness
                 )
+                self.latency["shard_search"].record(time.perf_counter() - started)
                 fields = self._hit_fields(delegator, prepared, hits, guarantee)
                 return search_result(request, vchannel, self.node_id, hits, fields)
             if request.count or COUNT_STAR in request.output_fields:
@@ -783,6 +801,7 @@ class QueryNode:
             "replayed_records": self.replayed_records,
             "indexes_attached": self.indexes_attached,
             "indexes_pending": len(self._pending_indexes),
+            "latency": {stage: window.summary() for stage, window in self.latency.items()},
             "pchannels": {
                 name: {
                     "tsafe": s.tsafe,

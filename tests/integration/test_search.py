@@ -20,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from frontends.inprocess import InProcessClient
+from frontends.status import status
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dq import DQ_RESULT, QueryRequest, QueryResult, SearchRequest, SearchResult
@@ -378,6 +379,57 @@ async def test_a_partition_created_after_the_querynode_cached_the_meta_is_served
 
 
 # ---------------------------------------------------------------------------- bad inputs
+
+
+async def _latency(config: OspreyConfig, proxy_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the query nodes' latency documents by node id, this proxy's) from ./osprey status."""
+    doc = await status(config)
+    return doc["querynodes"], doc["proxies"].get(proxy_id, {}).get("latency", {})
+
+
+async def test_status_reports_read_path_latency(
+    client: InProcessClient, querynode: Any, module_config: OspreyConfig
+) -> None:
+    """./osprey status shows, per query node, its searches and queries and its shards' segment
+    searches over the last calls (count, p50/p99/max ms), and per proxy its searches and queries
+    the same way; each search and query here is counted once at each."""
+    coll = name()
+    await client.create_collection(coll, vec_schema(), shards_num=1)
+    data = random_rows(50, seed=31)
+    await client.insert(coll, data)
+    await wait_served(client, coll, 50)
+    proxy_id = client.proxy.proxy_id
+    nodes, _ = await _latency(module_config, proxy_id)
+    before = {nid: doc["latency"] for nid, doc in nodes.items()}
+    proxy_before = client.proxy.latency["search"].count
+    for q in data["embedding"][:5]:
+        await client.search(coll, [q], limit=3, consistency_level="Strong")
+    await client.query(coll, filter="age >= 0", output_fields=["id"], consistency_level="Strong")
+
+    deadline = time.monotonic() + 15  # the nodes write their status every second
+    while True:
+        nodes, proxy = await _latency(module_config, proxy_id)
+        searched = {
+            nid: doc["latency"]["search"]["count"] - before.get(nid, {}).get("search", {}).get("count", 0)
+            for nid, doc in nodes.items()
+            if doc["latency"]
+        }
+        if sum(searched.values()) >= 5 and proxy.get("search", {}).get("count", 0) >= proxy_before + 5:
+            break
+        assert time.monotonic() < deadline, (nodes, proxy)
+        await asyncio.sleep(0.2)
+    assert sum(searched.values()) == 5, searched  # one query node owns the shard: each search once
+    for doc in nodes.values():
+        latency = doc["latency"]
+        assert set(latency) == {"search", "shard_search", "query"}
+        search, shard = latency["search"], latency["shard_search"]
+        if search["count"]:
+            assert 0 < search["p50_ms"] <= search["p99_ms"] <= search["max_ms"]
+            assert shard["count"] == search["count"]  # one shard a search
+            assert 0 < shard["p50_ms"] <= search["max_ms"]
+    assert sum(doc["latency"]["query"]["count"] for doc in nodes.values()) >= 1
+    assert proxy["search"]["window"] >= 5 and proxy["search"]["p50_ms"] > 0
+    assert proxy["query"]["count"] >= 1
 
 
 async def test_bad_inputs_are_rejected_and_change_nothing(client: InProcessClient, querynode: Any) -> None:
