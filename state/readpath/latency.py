@@ -1,10 +1,12 @@
 """Latency of a stage of the read path over its most recent calls, for ``./osprey status``.
 
 A :class:`LatencyWindow` keeps the durations of the last ``size`` calls of one stage (a query
-node's whole search, its shard search; a proxy's search) in a ring of float64 seconds, and the
-count of every call since start. Recording is O(1) with no allocation (two stores and two
-additions: it runs on the search path, after the graph walk, where a Python step is at its
-dearest); the percentiles are computed when the status document is written, O(size log size).
+node's whole search, its shard search; a proxy's search) in a ring (a Python list of float
+seconds), and the count of every call since start. Recording is O(1) with no allocation (a list
+store and two additions: it runs on the search path, after the graph walk, where a Python step
+is at its dearest); the percentiles are computed when the status document is written, O(size log
+size), by a sort and numpy's default (linear) interpolation written out: ``np.percentile`` imports
+``numpy.ma`` on its first call, ~30 ms of the event loop in a process serving searches.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class LatencyWindow:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise InvalidParameter("size", "must be an integer >= 1", size)
         self.size = size
-        self._durations = np.zeros(size, dtype=np.float64)
+        self._durations = [0.0] * size
         self._next = 0  # the slot the next duration goes to
         self.count = 0  # calls recorded since start (the window holds min(count, size) of them)
 
@@ -43,8 +45,8 @@ class LatencyWindow:
     def recent(self) -> np.ndarray:
         """The durations in the window (seconds), oldest first."""
         if self.count < self.size:
-            return self._durations[: self.count].copy()
-        return np.roll(self._durations, -self._next)
+            return np.array(self._durations[: self.count], dtype=np.float64)
+        return np.array(self._durations[self._next :] + self._durations[: self._next], dtype=np.float64)
 
     def summary(self) -> dict[str, Any]:
         """``{"count", "window", "p50_ms", "p99_ms", "max_ms"}`` (the last three None before any call):
@@ -52,11 +54,21 @@ class LatencyWindow:
         window = self.recent()
         if not len(window):
             return {"count": 0, "window": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
-        p50, p99 = np.percentile(window, [50, 99]) * MS_PER_S
+        ordered = np.sort(window)
+        p50, p99 = (_percentile(ordered, q) * MS_PER_S for q in (50, 99))
         return {
             "count": self.count,
             "window": len(window),
             "p50_ms": round(float(p50), 3),
             "p99_ms": round(float(p99), 3),
-            "max_ms": round(float(window.max()) * MS_PER_S, 3),
+            "max_ms": round(float(ordered[-1]) * MS_PER_S, 3),
         }
+
+
+def _percentile(ordered: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of the sorted, non-empty ``ordered``, as ``np.percentile`` computes it
+    by default: linear interpolation between the two closest ranks."""
+    position = q / 100 * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return float(ordered[below] + (ordered[above] - ordered[below]) * (position - below))

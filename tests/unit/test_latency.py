@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -49,3 +52,26 @@ def test_a_bad_size_names_the_field(size: object) -> None:
     with pytest.raises(InvalidParameter) as err:
         LatencyWindow(size)  # type: ignore[arg-type]
     assert "size" in str(err.value)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 1024])
+def test_percentiles_are_numpys_linear_ones(n: int) -> None:
+    rng = np.random.default_rng(n)
+    window = LatencyWindow(1024)
+    values = rng.exponential(0.002, n)
+    for v in values:
+        window.record(float(v))
+    summary = window.summary()
+    p50, p99 = np.percentile(values, [50, 99]) * 1000
+    assert summary["p50_ms"] == pytest.approx(round(float(p50), 3), abs=1e-3)
+    assert summary["p99_ms"] == pytest.approx(round(float(p99), 3), abs=1e-3)
+
+
+def test_a_summary_imports_nothing() -> None:
+    """np.percentile imports numpy.ma on its first call (~30 ms in a serving process); summary does not."""
+    code = (
+        "import sys; from state.readpath.latency import LatencyWindow; w = LatencyWindow(8); w.record(0.001); "
+        "before = set(sys.modules); w.summary(); print(sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
