@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import hnswlib
@@ -250,30 +251,35 @@ async def osprey_point(
     }
 
 
-async def built_status(client: InProcessClient, rows: int) -> dict[int, dict[str, Any]]:
-    """The index nodes' status documents once they count ``rows`` built rows (a node publishes its
-    status every second, so the one read right after the last build may predate it)."""
+async def status_until(
+    client: InProcessClient, role: str, done: Callable[[dict[int, dict[str, Any]]], bool]
+) -> dict[int, dict[str, Any]]:
+    """The status documents of ``role`` once ``done`` holds for them, or after STATUS_WAIT_S (a node
+    publishes its status every second, so the one read right after an event may predate it)."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     deadline = time.monotonic() + STATUS_WAIT_S
     while True:
-        nodes = await board.read("indexnode")
-        if sum(d.get("built_rows", 0) for d in nodes.values()) >= rows or time.monotonic() > deadline:
+        nodes = await board.read(role)
+        if done(nodes) or time.monotonic() > deadline:
             return nodes
         await asyncio.sleep(0.1)
 
 
+async def built_status(client: InProcessClient, rows: int) -> dict[int, dict[str, Any]]:
+    """The index nodes' status documents once they count ``rows`` built rows."""
+    return await status_until(client, "indexnode", lambda n: sum(d.get("built_rows", 0) for d in n.values()) >= rows)
+
+
+def _latency(nodes: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The one query node's read-path latency document (empty unless there is exactly one)."""
+    return next(iter(nodes.values())).get("latency", {}) if len(nodes) == 1 else {}
+
+
 async def querynode_latency(client: InProcessClient, searches: int = 0) -> dict[str, Any]:
     """The query node's read-path latency document (``./osprey status``: its whole searches and its
-    shard searches over its last calls) once it counts at least ``searches`` searches (one query
-    node here; it publishes its status every second)."""
-    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
-    deadline = time.monotonic() + STATUS_WAIT_S
-    while True:
-        docs = [d.get("latency", {}) for d in (await board.read("querynode")).values()]
-        latency = docs[0] if len(docs) == 1 else {}
-        if latency.get("search", {}).get("count", 0) >= searches or time.monotonic() > deadline:
-            return latency
-        await asyncio.sleep(0.1)
+    shard searches over its last calls) once it counts at least ``searches`` searches."""
+    nodes = await status_until(client, "querynode", lambda n: _latency(n).get("search", {}).get("count", 0) >= searches)
+    return _latency(nodes)
 
 
 async def build_indexes(client: InProcessClient, rows: int) -> dict[str, Any]:

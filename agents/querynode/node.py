@@ -634,15 +634,6 @@ class QueryNode:
         """One result per addressed vchannel this node owns (and, if ``answer_unowned``, an error
         result for each one it does not own). An error about the whole request is one result
         with an empty vchannel. Never raises an OspreyError: errors travel as results."""
-        started = time.perf_counter()
-        results = await self._serve(request, answer_unowned, session_ts)
-        stage = "search" if isinstance(request, SearchRequest) else "query"
-        self.latency[stage].record(time.perf_counter() - started)
-        return results
-
-    async def _serve(
-        self, request: SearchRequest | QueryRequest, answer_unowned: bool, session_ts: int
-    ) -> list[SearchResult | QueryResult]:
         try:
             prepared = await self._prepare(request)
             guarantee = await guarantee_ts_of(request, prepared.info, self.tso, self.graceful_time_ms, session_ts)
@@ -674,12 +665,18 @@ class QueryNode:
         self, request: SearchRequest | QueryRequest, answer_unowned: bool, session_ts: int = 0
     ) -> list[SearchResult | QueryResult]:
         """:meth:`serve`, with an unexpected failure (a bug) answered as an internal error (code 5)
-        naming the request instead of leaving the asker waiting until its deadline."""
+        naming the request instead of leaving the asker waiting until its deadline. Its time goes
+        into :attr:`latency` (``search`` or ``query``), failures included, as every server asks here."""
+        started = time.perf_counter()
         try:
             return await self.serve(request, answer_unowned, session_ts)
         except Exception as exc:
             log.exception("querynode: request %s failed", request.request_id)
             return [self._error(request, "", OspreyError(f"internal error in query node {self.node_id}: {exc!r}"))]
+        finally:
+            self.latency["search" if isinstance(request, SearchRequest) else "query"].record(
+                time.perf_counter() - started
+            )
 
     async def _serve_shard(
         self, prepared: Prepared, state: PChannelState, vchannel: str, guarantee: int

@@ -387,6 +387,15 @@ async def _latency(config: OspreyConfig, proxy_id: int) -> tuple[dict[str, Any],
     return doc["querynodes"], doc["proxies"].get(proxy_id, {}).get("latency", {})
 
 
+def _since(nodes: dict[Any, Any], before: dict[Any, Any], stage: str) -> dict[Any, int]:
+    """Per query node with latency figures: its ``stage`` calls counted since ``before``."""
+    return {
+        nid: doc["latency"][stage]["count"] - before.get(nid, {}).get(stage, {}).get("count", 0)
+        for nid, doc in nodes.items()
+        if doc["latency"]
+    }
+
+
 async def test_status_reports_read_path_latency(
     client: InProcessClient, querynode: Any, module_config: OspreyConfig
 ) -> None:
@@ -419,21 +428,13 @@ async def test_status_reports_read_path_latency(
     deadline = time.monotonic() + 15  # the nodes write their status every second
     while True:
         nodes, proxy = await _latency(module_config, proxy_id)
-        searched = {
-            nid: doc["latency"]["search"]["count"] - before.get(nid, {}).get("search", {}).get("count", 0)
-            for nid, doc in nodes.items()
-            if doc["latency"]
-        }
+        searched = _since(nodes, before, "search")
         if sum(searched.values()) >= 5 and proxy.get("search", {}).get("count", 0) >= proxy_before + 5:
             break
         assert time.monotonic() < deadline, (nodes, proxy)
         await asyncio.sleep(0.2)
     assert sum(searched.values()) == 5, searched  # one query node owns the shard: each search once
-    shard_searched = sum(
-        doc["latency"]["shard_search"]["count"] - before.get(nid, {}).get("shard_search", {}).get("count", 0)
-        for nid, doc in nodes.items()
-        if doc["latency"]
-    )
+    shard_searched = sum(_since(nodes, before, "shard_search").values())
     assert shard_searched == 5  # the collection has one shard: one shard search a search
     for doc in nodes.values():
         latency = doc["latency"]
