@@ -53,13 +53,26 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             "vchannels": _vchannels(querynodes, now_ms),
             # read-path latency over each node's last searches: the whole search, and its shards'
             # segment searches (the difference is the node's own path around the walk)
-            "querynodes": {nid: {"latency": doc.get("latency", {})} for nid, doc in querynodes.items()},
+            # and the node's memory in transparent huge pages (KiB: its graphs, agents/interpreter.py)
+            "querynodes": {
+                nid: {"latency": doc.get("latency", {}), "huge_pages_kb": doc.get("huge_pages_kb")}
+                for nid, doc in querynodes.items()
+            },
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
             "indexnodes": {
                 nid: {
                     k: doc.get(k)
-                    for k in ("building", "queued", "built", "built_rows", "rows_per_s", "stale", "failed")
+                    for k in (
+                        "building",
+                        "queued",
+                        "built",
+                        "built_rows",
+                        "rows_per_s",
+                        "stale",
+                        "failed",
+                        "huge_pages_kb",
+                    )
                 }
                 for nid, doc in (await board.read("indexnode")).items()
             },

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.interpreter import huge_pages_kb
 from agents.segment_events import IndexTasksReader
 from agents.service import Service
 from schemas.config import OspreyConfig
@@ -261,5 +262,6 @@ class IndexNode(Service):
             "rows_per_s": round(self.built_rows / self.build_seconds, 1) if self.build_seconds else 0.0,
             "stale": self.stale,
             "failed": self.failed,
+            "huge_pages_kb": huge_pages_kb(),
             "updated_at": time.time(),
         }

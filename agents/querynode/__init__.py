@@ -2,13 +2,9 @@
 served vchannel (segment distribution, DML consumption, tsafe) over a
 :class:`~agents.querynode.worker.Worker` (the segments and their compute).
 
+Nothing is imported here, so ``python -m agents.querynode`` can re-execute itself (huge pages,
+:mod:`agents.interpreter`) before the heavy imports.
+
 May import: ``agents.service``/``agents.process``/``agents.ports``, ``state``, ``streams``,
 ``schemas``; never another agent.
 """
-
-from __future__ import annotations
-
-from agents.querynode.delegator import SegmentEntry, ShardDelegator
-from agents.querynode.worker import Worker
-
-__all__ = ["SegmentEntry", "ShardDelegator", "Worker"]

@@ -13,12 +13,14 @@ import asyncio
 import random
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from agents.interpreter import huge_pages_possible
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from schemas.codec import decode, encode
@@ -743,3 +745,17 @@ def _plain(hits: list[list[dict[str, Any]]]) -> list[list[tuple[Any, float, Any]
             row.append((h["id"], h["distance"], sorted(entity.items())))
         out.append(row)
     return out
+
+
+async def test_query_node_runs_with_huge_pages(querynode: Any, module_config: OspreyConfig) -> None:
+    """The query node process executed itself with glibc's huge-pages tunable (same pid as the
+    one started), and ./osprey status shows how much of its memory is in huge pages."""
+    environ = await asyncio.to_thread(Path(f"/proc/{querynode.pid()}/environ").read_bytes)
+    tunable = b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+    assert environ.split(b"\0").count(tunable) == (1 if huge_pages_possible() else 0)
+    deadline = time.monotonic() + 15  # the node writes its status every second
+    while not (nodes := (await status(module_config))["querynodes"]):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    for doc in nodes.values():
+        assert isinstance(doc["huge_pages_kb"], int) and doc["huge_pages_kb"] >= 0

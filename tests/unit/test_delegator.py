@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from agents.querynode import ShardDelegator, Worker
+from agents.querynode.delegator import ShardDelegator
+from agents.querynode.worker import Worker
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from agents.datanode.buffer import SegmentBuffer
-from agents.querynode import ShardDelegator, Worker
+from agents.querynode.delegator import ShardDelegator
+from agents.querynode.worker import Worker
 from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS, Column, DeleteEvent, InsertEvent
 from schemas.meta import CollectionInfo, LoadInfo

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 import state.segcore.segment as segment_module
-from agents.querynode import Worker
-from agents.querynode.worker import IndexBuilder
+from agents.querynode.worker import IndexBuilder, Worker
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable

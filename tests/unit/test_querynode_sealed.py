@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from agents.datanode.buffer import SegmentBuffer
-from agents.querynode import Worker
 from agents.querynode.delegator import SEGMENT_GROWING, SEGMENT_SEALED
 from agents.querynode.node import QueryNode
+from agents.querynode.worker import Worker
 from schemas.codec import encode
 from schemas.collection import CollectionSchema
 from schemas.dml import InsertEvent, TimeTickEvent
