@@ -25,6 +25,7 @@ import faust
 from faust.types import TP
 
 from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
+from agents.interpreter import HugePagesGauge
 from agents.querynode.loader import SegmentLoader
 from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
@@ -67,6 +68,7 @@ class QueryNodeRuntime(Service):
         self.node: QueryNode | None = None
         self._assignment: set[int] | None = None
         self._lease: Lease | None = None
+        self.huge_pages = HugePagesGauge()  # the segments' graphs in huge pages (agents/interpreter.py)
 
     async def ready(self) -> QueryNode:
         """The node, once the runtime has started."""
@@ -165,6 +167,7 @@ class QueryNodeRuntime(Service):
 
     async def publish_status(self) -> None:
         if self.node is not None:
+            await self.huge_pages.refresh()
             doc = self.health()
             await self.status.publish(ROLE, self.node.node_id, doc, ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
 
@@ -176,6 +179,7 @@ class QueryNodeRuntime(Service):
             **super().health(),
             **self.node.health(),
             "address": self.direct.address,
+            "huge_pages_kb": self.huge_pages.kb,
             "direct_served": self.direct.served,
             "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
             "topic": self.topic_server.health(),

@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 
 from agents.dml_cursor import DmlCursor, Verdict
-from agents.interpreter import huge_pages_kb
 from agents.querynode.delegator import SEGMENT_SEALED, ShardDelegator
 from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
@@ -800,7 +799,6 @@ class QueryNode:
             "indexes_attached": self.indexes_attached,
             "indexes_pending": len(self._pending_indexes),
             "latency": {stage: window.summary() for stage, window in self.latency.items()},
-            "huge_pages_kb": huge_pages_kb(),  # the segments' graphs in huge pages (agents/interpreter.py)
             "pchannels": {
                 name: {
                     "tsafe": s.tsafe,

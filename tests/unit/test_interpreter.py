@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.interpreter import apply_interpreter_settings, huge_pages_env, huge_pages_possible
+from agents import interpreter
+from agents.interpreter import (
+    HugePagesGauge,
+    apply_interpreter_settings,
+    glibc_version,
+    huge_pages_env,
+    huge_pages_possible,
+)
 from schemas.config import OspreyConfig
 
 
@@ -116,3 +123,23 @@ def test_process_without_the_setting_is_not_executed_again() -> None:
     lines = _run_child({"OSPREY_HUGE_PAGES": "false"})
     assert [line[0] for line in lines] == ["image", "grew"]
     assert int(lines[-1][1]) < 8 << 10  # 4 KiB pages (a stray huge page at most)
+
+
+def test_glibc_version_is_the_running_one() -> None:
+    version = glibc_version()
+    if sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+        assert version >= (2, 17)
+    else:
+        assert version == (0,)
+
+
+async def test_huge_pages_gauge_reads_again_only_when_its_figure_is_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = iter([100, 200])
+    monkeypatch.setattr(interpreter, "huge_pages_kb", lambda: next(reads))
+    gauge = HugePagesGauge(refresh_s=60)
+    assert gauge.kb is None
+    assert await gauge.refresh() == 100
+    assert await gauge.refresh() == 100  # not read again within refresh_s
+    gauge.refresh_s = 0
+    assert await gauge.refresh() == 200
+    assert gauge.kb == 200
