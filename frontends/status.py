@@ -22,6 +22,8 @@ from state.meta.tso import TimestampOracle, parse_ts
 from streams.channels import pchannel_partition
 
 ROLES = ("rootcoord", "proxy", "querynode", "datanode", "indexnode")
+# what ./osprey status shows of an index node's status document
+INDEXNODE_FIELDS = ("building", "queued", "built", "built_rows", "rows_per_s", "stale", "failed", "huge_pages_kb")
 
 
 async def status(config: OspreyConfig) -> dict[str, Any]:
@@ -51,9 +53,9 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 for p, ts in sorted(ticks.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
             "vchannels": _vchannels(querynodes, now_ms),
-            # read-path latency over each node's last searches: the whole search, and its shards'
-            # segment searches (the difference is the node's own path around the walk)
-            # and the node's memory in transparent huge pages (KiB: its graphs, agents/interpreter.py)
+            # per query node: read-path latency over its last searches (the whole search, and its
+            # shards' segment searches: the difference is the node's own path around the walk),
+            # and its memory in transparent huge pages (KiB: its graphs, agents/interpreter.py)
             "querynodes": {
                 nid: {"latency": doc.get("latency", {}), "huge_pages_kb": doc.get("huge_pages_kb")}
                 for nid, doc in querynodes.items()
@@ -61,20 +63,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
             "indexnodes": {
-                nid: {
-                    k: doc.get(k)
-                    for k in (
-                        "building",
-                        "queued",
-                        "built",
-                        "built_rows",
-                        "rows_per_s",
-                        "stale",
-                        "failed",
-                        "huge_pages_kb",
-                    )
-                }
-                for nid, doc in (await board.read("indexnode")).items()
+                nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in (await board.read("indexnode")).items()
             },
             "loads": {
                 c.collection_name: None

@@ -6,25 +6,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import TYPE_CHECKING
 
 from agents.interpreter import apply_interpreter_settings, exec_with_huge_pages
 from agents.ports import wait_for_port
 from schemas.config import OspreyConfig
 
-if TYPE_CHECKING:
-    from agents.indexnode.node import IndexNode
-
 DEPENDENCY_WAIT_S = 60.0  # how long to wait for the broker and Redis to accept connections
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-async def _run(config: OspreyConfig, node_class: type[IndexNode]) -> None:
+async def _run(config: OspreyConfig) -> None:
+    from agents.indexnode.node import IndexNode  # after exec_with_huge_pages (main)
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    node = node_class(config)
+    node = IndexNode(config)
     await node.start()
     logging.getLogger("osprey.indexnode").info("index node %d started", node.node_id)
     try:
@@ -37,7 +35,6 @@ def main() -> None:
     config = OspreyConfig.from_env()
     exec_with_huge_pages(config)  # first: the new image repeats what came before
     # imported after that exec, so a restarted image imports them once
-    from agents.indexnode.node import IndexNode
     from state.segcore.segment_files import warm_arrow
 
     apply_interpreter_settings(config)
@@ -45,7 +42,7 @@ def main() -> None:
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
-    asyncio.run(_run(config, IndexNode))
+    asyncio.run(_run(config))
 
 
 if __name__ == "__main__":
