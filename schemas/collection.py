@@ -4,7 +4,8 @@ A :class:`CollectionSchema` that exists is valid: exactly one INT64/VARCHAR prim
 FLOAT_VECTOR fields, 1..64 unique, well-formed field names, per-type parameters (``dim``,
 ``max_length``) present exactly where they belong. Parse untrusted input with
 :func:`parse_collection_schema`; every broken rule comes out as ``InvalidParameter`` (code 1100)
-naming the full path (``collection_schema.fields[0].dim``) and the rule.
+naming the full path (``collection_schema.fields[0].dim``) and the rule; a missing vector field and a
+duplicated field name lead the reason with Milvus's words (``MILVUS_*``), which its users match.
 
 The rootcoord stores ``schema.with_field_ids()``: field ids 100, 101, ... in field order and, when
 ``enable_dynamic_field`` is set, a trailing JSON field ``$meta`` (``is_dynamic=True``), as Milvus does.
@@ -54,6 +55,9 @@ RULE_FIELD_IDS_ALL_OR_NONE = "must be set on every field or on none"
 RULE_FIELD_ID_POSITION = (
     f"must be {FIRST_FIELD_ID} + the field's position ({FIRST_FIELD_ID}, {FIRST_FIELD_ID + 1}, ...)"
 )
+# Milvus 2.6's own words for two of the rules (they lead the reason; its users match them)
+MILVUS_NO_VECTOR_FIELD = "schema does not contain vector field"
+MILVUS_DUPLICATED_FIELD_NAME = "duplicated field name"
 
 
 class DataType(str, Enum):
@@ -236,7 +240,10 @@ class CollectionSchema(BaseModel):
         for i, f in enumerate(fields):
             if f.name in seen:
                 raise rule_error(
-                    f"{RULE_UNIQUE_NAME}: fields[{seen[f.name]}] is also named {f.name!r}", f.name, f"fields[{i}].name"
+                    f"{RULE_UNIQUE_NAME}: fields[{seen[f.name]}] is also named {f.name!r}",
+                    f.name,
+                    f"fields[{i}].name",
+                    milvus_text=MILVUS_DUPLICATED_FIELD_NAME,
                 )
             seen[f.name] = i
 
@@ -258,7 +265,7 @@ class CollectionSchema(BaseModel):
 
         vectors = [i for i, f in enumerate(fields) if f.dtype.is_vector]
         if not vectors:
-            raise rule_error(RULE_NEED_VECTOR, None, "fields")
+            raise rule_error(RULE_NEED_VECTOR, None, "fields", milvus_text=MILVUS_NO_VECTOR_FIELD)
         if len(vectors) > MAX_VECTOR_FIELDS:
             raise rule_error(
                 f"{RULE_MAX_VECTORS}, found {len(vectors)}", None, f"fields[{vectors[MAX_VECTOR_FIELDS]}].dtype"
@@ -296,6 +303,21 @@ class CollectionSchema(BaseModel):
         """The field with ``field_id``, or None (always None before :meth:`with_field_ids`)."""
         return next((f for f in self.fields if f.field_id == field_id), None)
 
+    def first_difference(self, other: CollectionSchema) -> tuple[str, object] | None:
+        """Where ``other`` first differs from this schema: the path (``description``, ``fields``
+        when the counts differ, ``fields[1].dim``) and ``other``'s value there; None when equal.
+        Compare two schemas of the same state (both with or both without field ids)."""
+        for name in type(self).model_fields:
+            if name != "fields" and getattr(self, name) != getattr(other, name):
+                return name, _plain(getattr(other, name))
+        if len(self.fields) != len(other.fields):
+            return "fields", [f.name for f in other.fields]
+        for i, (mine, theirs) in enumerate(zip(self.fields, other.fields, strict=True)):
+            for name in FieldSchema.model_fields:
+                if getattr(mine, name) != getattr(theirs, name):
+                    return f"fields[{i}].{name}", _plain(getattr(theirs, name))
+        return None
+
     def with_field_ids(self) -> CollectionSchema:
         """A copy with field ids 100, 101, ... in field order and, if enable_dynamic_field, a trailing $meta.
 
@@ -317,6 +339,11 @@ class CollectionSchema(BaseModel):
         return CollectionSchema(
             fields=numbered, description=self.description, enable_dynamic_field=self.enable_dynamic_field
         )
+
+
+def _plain(value: object) -> object:
+    """An enum member as its value (``"INT64"``), anything else as it is: for error texts."""
+    return value.value if isinstance(value, Enum) else value
 
 
 def parse_field_schema(data: object, root: str = "field_schema") -> FieldSchema:

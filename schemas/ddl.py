@@ -50,7 +50,8 @@ class CreateCollection(DdlEvent):
     load: bool = Field(
         True,
         description="load the new collection at once (Osprey's Client, REST and CLI; Milvus's CreateCollection "
-        "RPC leaves it unloaded unless index params come with it)",
+        "RPC leaves it unloaded unless index params come with it). A create repeating an existing collection "
+        "changes nothing: a collection released since stays released",
     )
 
 

@@ -120,6 +120,13 @@ class CollectionNotLoaded(OspreyError):
     code = 101
 
 
+class SchemaMismatch(OspreyError):
+    """A write made with a schema the collection no longer has (merr ErrCollectionSchemaMismatch;
+    pymilvus answers it by describing the collection again and retrying)."""
+
+    code = 109
+
+
 class PartitionNotFound(OspreyError):
     code = 200
 
@@ -133,14 +140,20 @@ class IndexNotFound(OspreyError):
 
 
 class InvalidParameter(OspreyError):
-    """A request broke a rule: ``field`` and ``rule`` say which; ``got`` is the offending value."""
+    """A request broke a rule: ``field`` and ``rule`` say which; ``got`` is the offending value.
+
+    ``milvus_text``, when Milvus has its own words for the error (users match them as a substring),
+    leads the reason in Milvus's ``merr`` style: ``<milvus_text>: invalid parameter[field=..][rule=..]``.
+    Field and rule stay data of their own; the reason carries the text across processes."""
 
     code = 1100
 
-    def __init__(self, field: str, rule: str, got: object | None = None) -> None:
+    def __init__(self, field: str, rule: str, got: object | None = None, *, milvus_text: str = "") -> None:
         text = f"invalid parameter[field={field}][rule={rule}]"
         if got is not None:
             text += f": got {got!r}"
+        if milvus_text:
+            text = f"{milvus_text}: {text}"
         super().__init__(text, field=field, rule=rule)
 
 

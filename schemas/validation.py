@@ -56,13 +56,15 @@ def validate_name(field: str, value: object) -> str:
     return value
 
 
-def rule_error(rule: str, got: object = None, field: str = "") -> PydanticCustomError:
+def rule_error(rule: str, got: object = None, field: str = "", milvus_text: str = "") -> PydanticCustomError:
     """A pydantic error carrying an Osprey ``rule`` and the offending value ``got``.
 
     ``field`` is a path relative to where the raising validator runs ("" for a field validator,
     ``"dim"`` for a model validator talking about its ``dim``); it may hold dots and ``[i]``.
+    ``milvus_text`` is Milvus's own words for the error, leading the InvalidParameter's reason.
     """
-    return PydanticCustomError(RULE_ERROR_TYPE, "{rule}", {"rule": rule, "field": field, "got": got})
+    ctx = {"rule": rule, "field": field, "got": got, "milvus_text": milvus_text}
+    return PydanticCustomError(RULE_ERROR_TYPE, "{rule}", ctx)
 
 
 def format_loc(loc: Sequence[int | str], root: str = "") -> str:
@@ -138,7 +140,8 @@ def _rule_of(err: Any) -> str:
 
 
 def invalid_from_validation_error(exc: ValidationError, root: str = "") -> InvalidParameter:
-    """The first error of ``exc`` as InvalidParameter(field=root-prefixed path, rule=human text, got=input)."""
+    """The first error of ``exc`` as InvalidParameter(field=root-prefixed path, rule=human text, got=input),
+    led by Milvus's text when a :func:`rule_error` carries one."""
     errors = exc.errors()
     if not errors:  # pragma: no cover - pydantic never raises an empty ValidationError
         return InvalidParameter(root or exc.title, "is invalid")
@@ -147,7 +150,10 @@ def invalid_from_validation_error(exc: ValidationError, root: str = "") -> Inval
     if err["type"] == RULE_ERROR_TYPE:
         ctx = err.get("ctx") or {}
         return InvalidParameter(
-            _join(path, str(ctx.get("field", ""))) or exc.title, str(ctx.get("rule")), ctx.get("got")
+            _join(path, str(ctx.get("field", ""))) or exc.title,
+            str(ctx.get("rule")),
+            ctx.get("got"),
+            milvus_text=str(ctx.get("milvus_text") or ""),
         )
     got = None if err["type"] == "missing" else err.get("input")
     return InvalidParameter(path or exc.title, _rule_of(err), got)

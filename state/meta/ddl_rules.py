@@ -56,13 +56,54 @@ class Plan:
         return bool(self.saves or self.removals or self.removal_prefixes or self.additions)
 
 
-# -- errors worded close to Milvus's
-def collection_not_found(name: str) -> CollectionNotFound:
-    return CollectionNotFound(f"collection not found[database={DATABASE}][collection={name}]")
+# -- errors worded as Milvus 2.6 words them (its users match the texts; ../shared/milvus_compat.md)
+RULE_DROP_VIA_ALIAS = "must name a collection, not an alias: drop the alias with DropAlias"
+RULE_NOT_AN_ALIAS = "must name a collection, not an alias: an alias cannot point to another alias"
+RULE_SAME_PARAMETERS = (
+    "must equal the existing collection's: creating an existing collection again succeeds only with identical "
+    "parameters"
+)
+
+
+def collection_not_found(name: str, *, with_database: bool = True) -> CollectionNotFound:
+    """Milvus's ``collection not found[database=default][collection=<n>]``; AlterAlias's names no
+    database (Milvus's ``WrapErrCollectionNotFound``)."""
+    where = f"[database={DATABASE}]" if with_database else ""
+    return CollectionNotFound(f"collection not found{where}[collection={name}]")
 
 
 def alias_not_found(alias: str) -> AliasNotFound:
     return AliasNotFound(f"alias not found[database={DATABASE}][alias={alias}]")
+
+
+def alias_name_conflict(alias: str) -> AliasCollectionNameConflict:
+    """An alias named like a collection (CreateAlias, AlterAlias)."""
+    return AliasCollectionNameConflict(f"alias and collection name conflict[database={DATABASE}][alias={alias}]")
+
+
+def collection_name_conflict(name: str) -> AliasCollectionNameConflict:
+    """A CreateCollection named like an alias."""
+    return AliasCollectionNameConflict(
+        f"collection name [{name}] conflicts with an existing alias, please choose a unique name"
+    )
+
+
+def alias_already_exists(alias: str, collection_name: str) -> AliasAlreadyExists:
+    """CreateAlias of an alias that points to another collection, ``collection_name``."""
+    return AliasAlreadyExists(
+        f"{alias} is alias to another collection: {collection_name}: "
+        f"alias already exist[database={DATABASE}][alias={alias}]"
+    )
+
+
+def collection_differs(name: str, field_name: str, got: object) -> InvalidParameter:
+    """A CreateCollection of an existing name whose ``field_name`` differs from the collection's."""
+    return InvalidParameter(
+        field_name,
+        RULE_SAME_PARAMETERS,
+        got,
+        milvus_text=f"create duplicate collection with different parameters, collection: {name}",
+    )
 
 
 def _reply(event: ddl.DdlEvent, **fields: Any) -> Callable[[int], ddl.DdlReply]:
@@ -84,18 +125,16 @@ def error_reply(event: ddl.DdlEvent, err: OspreyError) -> ddl.DdlReply:
     )
 
 
-def _collection_target(view: MetaView, field_name: str, name: str) -> CollectionInfo:
+def _collection_target(view: MetaView, field_name: str, name: str, *, with_database: bool = True) -> CollectionInfo:
     """A collection named by its own name; an alias name here is refused (an alias points at a
-    collection, never at another alias)."""
+    collection, never at another alias). ``with_database``: see :func:`collection_not_found`."""
     validate_name(field_name, name)
     info = view.collection_by_name(name)
     if info is not None:
         return info
     if name in view.aliases:
-        raise InvalidParameter(
-            field_name, "must name a collection, not an alias: an alias cannot point to another alias", name
-        )
-    raise collection_not_found(name)
+        raise InvalidParameter(field_name, RULE_NOT_AN_ALIAS, name)
+    raise collection_not_found(name, with_database=with_database)
 
 
 def _resolve(view: MetaView, field_name: str, name: str) -> CollectionInfo:
@@ -108,14 +147,51 @@ def _resolve(view: MetaView, field_name: str, name: str) -> CollectionInfo:
 
 
 # -- collections
+def _create_difference(e: ddl.CreateCollection, info: CollectionInfo) -> tuple[str, object] | None:
+    """The first parameter of ``e`` that differs from the existing collection ``info``'s (its field
+    path and the request's value); None when ``e`` repeats the collection's parameters exactly:
+    the schema (fields with the ids the rootcoord gives them, types, params, primary key, auto_id,
+    dynamic field, description), ``shards_num`` and ``consistency_level``."""
+    difference = info.collection_schema.first_difference(e.collection_schema.with_field_ids())
+    if difference is not None:
+        path, got = difference
+        return f"collection_schema.{path}", got
+    if e.shards_num != info.shards_num:
+        return "shards_num", e.shards_num
+    if e.consistency_level != info.consistency_level:
+        return "consistency_level", e.consistency_level.value
+    return None
+
+
+def _create_existing(e: ddl.CreateCollection, info: CollectionInfo) -> Plan:
+    """A CreateCollection of an existing name, as Milvus: with identical parameters it succeeds with
+    the collection's id and writes nothing; with any difference it is refused (code 1100).
+
+    ``load`` is not compared and not acted on: a repeated create changes nothing, so a collection
+    released since stays released (Milvus's CreateCollection never loads; a user who released it
+    meant it, and ``load_collection`` is the call that loads). A new collection's ``load`` stands."""
+    difference = _create_difference(e, info)
+    if difference is not None:
+        raise collection_differs(info.collection_name, *difference)
+    reply_type = ddl.CreateCollectionReply
+    return Plan(
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id,
+            proxy_id=e.proxy_id,
+            ts=ts,
+            collection_id=info.collection_id,
+            created_ts=info.created_ts,
+        )
+    )
+
+
 async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
     name = validate_name("collection_name", e.collection_name)
     if name in view.aliases:
-        raise AliasCollectionNameConflict(
-            f"collection name conflicts with an existing alias[database={DATABASE}][collection={name}][alias={name}]"
-        )
-    if name in view.names:
-        raise InvalidParameter("collection_name", "must be unique: a collection with this name already exists", name)
+        raise collection_name_conflict(name)
+    existing = view.collection_by_name(name)
+    if existing is not None:
+        return _create_existing(e, existing)
     schema = e.collection_schema.with_field_ids()
     collection_id = await new_id()
     partition_id = await new_id()
@@ -163,7 +239,12 @@ async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
     info = view.collection_by_name(name)
     if info is None:
         if name in view.aliases:
-            raise InvalidParameter("collection_name", f"cannot drop the collection via alias = {name}", name)
+            raise InvalidParameter(
+                "collection_name",
+                RULE_DROP_VIA_ALIAS,
+                name,
+                milvus_text=f"cannot drop the collection via alias = {name}",
+            )
         # Milvus makes the drop idempotent: a missing collection is dropped already (collection_id 0)
         return Plan(make_reply=_reply(e, collection_id=0))
     aliases = view.aliases_of(info.collection_id)
@@ -323,20 +404,20 @@ def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
 
 # -- aliases
 def _create_alias(e: ddl.CreateAlias, view: MetaView) -> Plan:
+    """Milvus's order of checks: the alias is a collection's name (1601); the alias exists (the same
+    collection again: success; another: 1602); the target is missing (100) or an alias (1100)."""
     alias = validate_name("alias", e.alias)
     if alias in view.names:
-        raise AliasCollectionNameConflict(f"alias and collection name conflict[database={DATABASE}][alias={alias}]")
-    target = _collection_target(view, "collection_name", e.collection_name)
-    cid = target.collection_id
+        raise alias_name_conflict(alias)
+    validate_name("collection_name", e.collection_name)
     existing = view.aliases.get(alias)
     if existing is not None:
-        if existing.collection_id == cid:  # the same alias for the same collection again: success
-            return Plan(make_reply=_reply(e, collection_id=cid))
-        other = view.collections.get(existing.collection_id)
-        raise AliasAlreadyExists(
-            f"alias already exists and points to another collection[database={DATABASE}][alias={alias}]"
-            f"[collection={other.collection_name if other else existing.collection_id}]"
-        )
+        current = view.collections.get(existing.collection_id)
+        if current is not None and current.collection_name == e.collection_name:  # the same again: success
+            return Plan(make_reply=_reply(e, collection_id=current.collection_id))
+        raise alias_already_exists(alias, current.collection_name if current else str(existing.collection_id))
+    target = _collection_target(view, "collection_name", e.collection_name)
+    cid = target.collection_id
 
     def record(ts: int) -> tuple[str, str]:
         return keys.alias_key(alias), AliasInfo(
@@ -356,11 +437,15 @@ def _drop_alias(e: ddl.DropAlias, view: MetaView) -> Plan:
 
 
 def _alter_alias(e: ddl.AlterAlias, view: MetaView) -> Plan:
+    """Milvus's order of checks: the alias is a collection's name (1601); the alias is missing
+    (1600); the target is missing (100, Milvus names no database here) or an alias (1100)."""
     alias = validate_name("alias", e.alias)
+    if alias in view.names:
+        raise alias_name_conflict(alias)
     existing = view.aliases.get(alias)
     if existing is None:
         raise alias_not_found(alias)
-    target = _collection_target(view, "collection_name", e.collection_name)
+    target = _collection_target(view, "collection_name", e.collection_name, with_database=False)
     cid = target.collection_id
     if e.ts < existing.updated_ts:  # a later AlterAlias already won: last writer by timestamp wins
         return Plan(make_reply=_reply(e, collection_id=existing.collection_id, superseded=True))

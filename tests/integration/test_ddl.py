@@ -70,6 +70,20 @@ async def test_pchannels_spread_over_dml_partitions(client: InProcessClient, mod
     assert set(info.pchannels) <= valid and len(set(info.pchannels)) == 3
 
 
+async def test_create_collection_again_with_identical_parameters_changes_nothing(client: InProcessClient) -> None:
+    """Milvus: the same create again succeeds with the collection's id, writing nothing; ``load``
+    is not acted on (a released collection stays released)."""
+    coll = name()
+    cid = await client.create_collection(coll, schema(description="books"), shards_num=2, consistency_level="Strong")
+    await client.release_collection(coll)
+    before = await meta_dump(client)
+    again = await client.create_collection(
+        coll, schema(description="books"), shards_num=2, consistency_level="Strong", load=True
+    )
+    assert again == cid and await meta_dump(client) == before
+    assert (await client.describe_collection(coll)).load is None
+
+
 async def test_describe_and_list_as_of_a_timestamp(client: InProcessClient) -> None:
     coll = name()
     await client.create_collection(coll, schema())
@@ -264,7 +278,8 @@ async def test_drop_collection_by_alias_name_is_refused(client: InProcessClient)
     await client.create_alias(z, a)
     with pytest.raises(InvalidParameter) as err:
         await client.drop_collection(z)
-    assert err.value.rule == f"cannot drop the collection via alias = {z}"  # Milvus's text
+    assert err.value.reason.startswith(f"cannot drop the collection via alias = {z}: ")  # Milvus's text first
+    assert err.value.field == "collection_name"
     assert await client.has_collection(a)
 
 
@@ -460,10 +475,21 @@ async def test_bad_inputs_on_existing_meta_change_nothing(client: InProcessClien
     a, b = await two_collections(client)
     z = name("z")
     await client.create_alias(z, a)
-    await _bad(client, client.create_collection(a, schema()), InvalidParameter, "already exists")
+    await _bad(
+        client,
+        client.create_collection(a, schema(dim=16)),
+        InvalidParameter,
+        f"create duplicate collection with different parameters, collection: {a}",
+    )
     await _bad(client, client.create_alias(b, a), AliasCollectionNameConflict, f"alias={b}")
-    await _bad(client, client.create_collection(z, schema()), AliasCollectionNameConflict, f"alias={z}")
-    await _bad(client, client.alter_alias(z, name("nope")), CollectionNotFound, "collection not found")
+    await _bad(
+        client,
+        client.create_collection(z, schema()),
+        AliasCollectionNameConflict,
+        f"collection name [{z}] conflicts with an existing alias",
+    )
+    nope = name("nope")
+    await _bad(client, client.alter_alias(z, nope), CollectionNotFound, f"collection not found[collection={nope}]")
     await _bad(client, client.drop_collection(a), InvalidParameter, "[field=collection_name]")
     await _bad(client, client.drop_collection(z), InvalidParameter, f"cannot drop the collection via alias = {z}")
     await _bad(client, client.create_alias(name("y"), z), InvalidParameter, "not an alias")

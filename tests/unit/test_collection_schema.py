@@ -355,10 +355,14 @@ def test_two_primary_keys_named() -> None:
 
 
 def test_no_vector_field() -> None:
-    check(
+    """Milvus's words lead the reason (its users match them); field and rule stay Osprey's."""
+    err = check(
         schema(pk(), {"name": "n", "dtype": "FLOAT"}),
         "collection_schema.fields",
         "must have at least one FLOAT_VECTOR field",
+    )
+    assert err.reason.startswith(
+        "schema does not contain vector field: invalid parameter[field=collection_schema.fields]"
     )
 
 
@@ -377,6 +381,27 @@ def test_duplicate_field_names() -> None:
         "field names must be unique",
     )
     assert "fields[0]" in err.rule and "got 'id'" in err.reason
+    assert err.reason.startswith("duplicated field name: invalid parameter[field=collection_schema.fields[2].name]")
+
+
+def test_first_difference_names_the_path_and_the_other_value() -> None:
+    base = parse_collection_schema(schema(pk(), vec(), enable_dynamic_field=True)).with_field_ids()
+    assert base.first_difference(base) is None
+    assert base.first_difference(parse_collection_schema(schema(pk(), vec(), enable_dynamic_field=True))) is not None
+    cases = [
+        (schema(pk(), vec(dim=16), enable_dynamic_field=True), ("fields[1].dim", 16)),
+        (schema(pk(), vec(), enable_dynamic_field=False), ("enable_dynamic_field", False)),
+        (schema(pk(), vec(), enable_dynamic_field=True, description="d"), ("description", "d")),
+        (schema(pk(auto_id=True), vec(), enable_dynamic_field=True), ("fields[0].auto_id", True)),
+        (schema(pk(), vec(name="w"), enable_dynamic_field=True), ("fields[1].name", "w")),
+        (schema(pk(dtype="VARCHAR", max_length=8), vec(), enable_dynamic_field=True), ("fields[0].dtype", "VARCHAR")),
+        (
+            schema(pk(), vec(), {"name": "n", "dtype": "BOOL"}, enable_dynamic_field=True),
+            ("fields", ["id", "v", "n", "$meta"]),
+        ),
+    ]
+    for data, expected in cases:
+        assert base.first_difference(parse_collection_schema(data).with_field_ids()) == expected, data
 
 
 def test_empty_and_malformed_fields() -> None:

@@ -7,8 +7,15 @@ import itertools
 import pytest
 
 from schemas import ddl
-from schemas.errors import AliasCollectionNameConflict, InvalidParameter
-from state.meta.ddl_rules import Plan, plan
+from schemas.errors import (
+    AliasAlreadyExists,
+    AliasCollectionNameConflict,
+    AliasNotFound,
+    CollectionNotFound,
+    InvalidParameter,
+    OspreyError,
+)
+from state.meta.ddl_rules import RULE_DROP_VIA_ALIAS, RULE_SAME_PARAMETERS, Plan, plan
 from state.meta.meta_table import MetaView, collection_prefix
 from streams.channels import assign_pchannels, pchannel_partition, vchannel_name
 from streams.topics import Topics
@@ -173,3 +180,159 @@ async def test_partitions_load_and_release_one_by_one() -> None:
     await meta.run(ddl.LoadCollection, collection_name="c")
     await meta.run(ddl.ReleasePartitions, collection_name="c", partition_names=["_default"])
     assert meta.view.loads[info.collection_id].partition_ids == [ids["p1"]]  # the rest stays loaded
+
+
+# -- Milvus 2.6's error texts (../shared/milvus_compat.md, item 6): each starts the reason
+MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, object], type[OspreyError], str]] = [
+    (
+        ddl.CreateAlias,
+        {"alias": "y", "collection_name": "missing"},
+        CollectionNotFound,
+        "collection not found[database=default][collection=missing]",
+    ),
+    (
+        ddl.AlterAlias,
+        {"alias": "z", "collection_name": "missing"},
+        CollectionNotFound,
+        "collection not found[collection=missing]",
+    ),
+    (
+        ddl.CreateAlias,
+        {"alias": "b", "collection_name": "a"},
+        AliasCollectionNameConflict,
+        "alias and collection name conflict[database=default][alias=b]",
+    ),
+    (
+        ddl.AlterAlias,
+        {"alias": "b", "collection_name": "a"},
+        AliasCollectionNameConflict,
+        "alias and collection name conflict[database=default][alias=b]",
+    ),
+    (
+        ddl.CreateCollection,
+        {"collection_name": "z", "collection_schema": SCHEMA},
+        AliasCollectionNameConflict,
+        "collection name [z] conflicts with an existing alias, please choose a unique name",
+    ),
+    (
+        ddl.CreateAlias,
+        {"alias": "z", "collection_name": "b"},
+        AliasAlreadyExists,
+        "z is alias to another collection: a: alias already exist[database=default][alias=z]",
+    ),
+    (  # Milvus checks the alias before the target: a missing target is not what it reports
+        ddl.CreateAlias,
+        {"alias": "z", "collection_name": "missing"},
+        AliasAlreadyExists,
+        "z is alias to another collection: a: alias already exist[database=default][alias=z]",
+    ),
+    (
+        ddl.AlterAlias,
+        {"alias": "nope", "collection_name": "a"},
+        AliasNotFound,
+        "alias not found[database=default][alias=nope]",
+    ),
+    (ddl.DescribeAlias, {"alias": "nope"}, AliasNotFound, "alias not found[database=default][alias=nope]"),
+    (ddl.DropCollection, {"collection_name": "z"}, InvalidParameter, "cannot drop the collection via alias = z"),
+]
+
+
+@pytest.mark.parametrize(("kind", "fields", "error", "text"), MILVUS_TEXTS)
+async def test_errors_start_with_milvus_texts(
+    kind: type[ddl.DdlEvent], fields: dict[str, object], error: type[OspreyError], text: str
+) -> None:
+    meta = Meta()
+    for n in ("a", "b"):
+        await meta.run(ddl.CreateCollection, collection_name=n, collection_schema=SCHEMA)
+    await meta.run(ddl.CreateAlias, alias="z", collection_name="a")
+    before = dict(meta.kvs)
+    with pytest.raises(error) as err:
+        await meta.run(kind, **fields)
+    assert err.value.reason.startswith(text), err.value.reason
+    assert meta.kvs == before
+
+
+async def test_drop_via_alias_keeps_field_and_rule_after_milvus_text() -> None:
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA)
+    await meta.run(ddl.CreateAlias, alias="z", collection_name="a")
+    with pytest.raises(InvalidParameter) as err:
+        await meta.run(ddl.DropCollection, collection_name="z")
+    assert (err.value.code, err.value.field, err.value.rule) == (1100, "collection_name", RULE_DROP_VIA_ALIAS)
+    assert err.value.reason == (
+        "cannot drop the collection via alias = z: "
+        f"invalid parameter[field=collection_name][rule={RULE_DROP_VIA_ALIAS}]: got 'z'"
+    )
+
+
+async def _plan(meta: Meta, kind: type[ddl.DdlEvent], **fields: object) -> Plan:
+    event = kind.model_validate({"request_id": next(meta.requests), "proxy_id": 1, "ts": next(meta.clock), **fields})
+    return await plan(event, meta.view, meta.new_id, TOPICS)
+
+
+DYNAMIC = {**SCHEMA, "enable_dynamic_field": True, "description": "books"}
+
+
+@pytest.mark.parametrize("load", [True, False])
+async def test_create_collection_again_with_identical_parameters_succeeds_and_writes_nothing(load: bool) -> None:
+    """Milvus: the same CreateCollection again succeeds with the collection's id. ``load`` is not a
+    parameter of the collection and is not acted on: a collection released since stays released."""
+    meta = Meta()
+    first = await meta.run(
+        ddl.CreateCollection, collection_name="a", collection_schema=DYNAMIC, shards_num=2, consistency_level="Strong"
+    )
+    await meta.run(ddl.ReleaseCollection, collection_name="a")
+    ids_before = next(meta.ids)
+    change = await _plan(
+        meta,
+        ddl.CreateCollection,
+        collection_name="a",
+        collection_schema=DYNAMIC,
+        shards_num=2,
+        consistency_level="Strong",
+        load=load,
+    )
+    assert not change.writes and next(meta.ids) == ids_before + 1  # no id allocated either
+    reply = change.make_reply(5)
+    assert isinstance(reply, ddl.CreateCollectionReply) and isinstance(first, ddl.CreateCollectionReply)
+    assert (reply.code, reply.collection_id, reply.created_ts, reply.invalidate) == (
+        0,
+        first.collection_id,
+        first.created_ts,
+        [],
+    )
+
+
+DIFFERENT_CREATES: list[tuple[dict[str, object], str]] = [
+    ({"collection_schema": {**DYNAMIC, "description": "other"}}, "collection_schema.description"),
+    ({"collection_schema": {**DYNAMIC, "enable_dynamic_field": False}}, "collection_schema.enable_dynamic_field"),
+    (
+        {"collection_schema": {**DYNAMIC, "fields": [SCHEMA["fields"][0], {**SCHEMA["fields"][1], "dim": 8}]}},
+        "collection_schema.fields[1].dim",
+    ),
+    (
+        {"collection_schema": {**DYNAMIC, "fields": [{**SCHEMA["fields"][0], "auto_id": True}, SCHEMA["fields"][1]]}},
+        "collection_schema.fields[0].auto_id",
+    ),
+    (
+        {"collection_schema": {**DYNAMIC, "fields": [*SCHEMA["fields"], {"name": "n", "dtype": "BOOL"}]}},
+        "collection_schema.fields",
+    ),
+    ({"shards_num": 1}, "shards_num"),
+    ({"consistency_level": "Bounded"}, "consistency_level"),
+]
+
+
+@pytest.mark.parametrize(("change", "field"), DIFFERENT_CREATES)
+async def test_create_collection_again_with_other_parameters_is_refused(change: dict[str, object], field: str) -> None:
+    meta = Meta()
+    same = {"collection_name": "a", "collection_schema": DYNAMIC, "shards_num": 2, "consistency_level": "Strong"}
+    await meta.run(ddl.CreateCollection, **same)
+    before = dict(meta.kvs)
+    with pytest.raises(InvalidParameter) as err:
+        await meta.run(ddl.CreateCollection, **{**same, **change})
+    assert err.value.code == 1100 and err.value.field == field and err.value.rule == RULE_SAME_PARAMETERS
+    assert err.value.reason.startswith(
+        f"create duplicate collection with different parameters, collection: a: invalid parameter[field={field}]"
+    ), err.value.reason
+    assert meta.kvs == before

@@ -60,3 +60,17 @@ def test_retriable_flags() -> None:
 def test_an_unknown_code_keeps_its_text() -> None:
     err = from_status(4242, "something new")
     assert type(err) is OspreyError and err.reason == "something new" and err.code == OspreyError.code
+
+
+def test_milvus_text_leads_the_reason_and_survives_a_round_trip() -> None:
+    """Milvus's own words first (its users match them), Osprey's field and rule after, as data."""
+    err = InvalidParameter("collection_name", "must name a collection", "z", milvus_text="cannot drop via alias = z")
+    assert (
+        err.reason
+        == "cannot drop via alias = z: invalid parameter[field=collection_name][rule=must name a collection]: got 'z'"
+    )
+    assert (err.field, err.rule, err.code) == ("collection_name", "must name a collection", 1100)
+    rebuilt = from_error_status(err.status())
+    assert isinstance(rebuilt, InvalidParameter)
+    assert (rebuilt.reason, rebuilt.field, rebuilt.rule) == (err.reason, err.field, err.rule)
+    assert InvalidParameter("f", "r").reason == "invalid parameter[field=f][rule=r]"  # no Milvus text: as before
