@@ -8,7 +8,8 @@ The contract:
   ``AliasDescription``, ``IndexInfo``, ``IndexDescription``, ...) and ``InsertResult``,
   ``UpsertResult``, ``DeleteResult``, rebuilt
   from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a TSO timestamp) reads the
-  meta as it was then, 0 the latest. Not here: ``now``, ``health`` and
+  meta as it was then, 0 the latest. Not here: ``now``, ``health``, ``list_loaded_collections``
+  and ``list_loaded_partitions`` (MilvusService's InMemory listings; Milvus's REST has none) and
   the stream writers' routes (see :mod:`spark_streaming.ingest_client`).
 - One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
   or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
@@ -60,6 +61,7 @@ from schemas.errors import (
     ServiceUnavailable,
     from_status,
 )
+from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.meta import (
@@ -67,12 +69,13 @@ from schemas.meta import (
     CollectionBrief,
     CollectionDescription,
     CollectionInfo,
+    DatabaseInfo,
     LoadInfo,
     LoadProgress,
     LoadState,
     PartitionInfo,
 )
-from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
+from schemas.segment import CollectionStats, CompactionPlan, CompactionState, FlushResult, FlushState, SegmentState
 
 __all__ = ["Client"]
 
@@ -445,7 +448,8 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
     ) -> int:
-        """Create a collection (loaded at once unless ``load`` is False); returns its id."""
+        """Create a collection (loaded at once unless ``load`` is False); returns its id. An existing
+        collection with identical parameters: its id, nothing changes (see InProcessClient's)."""
         checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
         body: dict[str, Any] = {
             "collectionName": collection_name,
@@ -468,9 +472,12 @@ class Client:
         body = {"collectionName": collection_name, "asOf": as_of}
         return await self._call("collections/has", body, lambda a: bool(a["data"]["has"]))
 
-    async def describe_collection(self, collection_name: str, as_of: int = 0) -> CollectionDescription:
-        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases."""
-        body = {"collectionName": collection_name, "asOf": as_of}
+    async def describe_collection(
+        self, collection_name: str = "", as_of: int = 0, collection_id: int = 0
+    ) -> CollectionDescription:
+        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases; by name or
+        alias, or by ``collection_id`` when the name is empty."""
+        body = {"collectionName": collection_name, "asOf": as_of, "collectionID": collection_id}
         return await self._call("collections/describe", body, lambda a: _description(a["data"]))
 
     async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
@@ -609,7 +616,9 @@ class Client:
         body = {"collectionName": collection_name, "partitionNames": list(partition_names)}
         await self._call("partitions/release", body, lambda a: None)
 
-    async def get_load_state(self, collection_name: str) -> LoadProgress:
+    async def get_load_state(self, collection_name: str, partition_names: Sequence[str] | None = None) -> LoadProgress:
+        """The collection's load state and progress, or of ``partition_names`` (see InProcessClient's)."""
+
         def result(answer: Answer) -> LoadProgress:
             d = answer["data"]
             return LoadProgress(
@@ -620,9 +629,12 @@ class Client:
                 vchannels_ready=int(d["vchannelsReady"]),
                 vchannels=int(d["vchannels"]),
                 load_version=int(d["loadVersion"]),
+                partition_names=list(d.get("partitionNames", [])),
+                refresh_progress=int(d.get("refreshProgress", 0)),
             )
 
-        return await self._call("collections/get_load_state", {"collectionName": collection_name}, result)
+        body = {"collectionName": collection_name, "partitionNames": list(partition_names or ())}
+        return await self._call("collections/get_load_state", body, result)
 
     async def _load_progress(self, collection_name: str, timeout: float, wait: bool) -> LoadProgress:
         deadline = time.monotonic() + timeout
@@ -643,8 +655,8 @@ class Client:
         body = {"collectionName": collection_name, "partitionName": partition_name}
         return await self._call("partitions/get_stats", body, _stats(collection_name))
 
-    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int]) -> FlushState:
-        body = {"collectionName": collection_name, "segmentIDs": list(segment_ids)}
+    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int], flush_ts: int = 0) -> FlushState:
+        body = {"collectionName": collection_name, "segmentIDs": list(segment_ids), "flushTs": flush_ts}
 
         def result(answer: Answer) -> FlushState:
             d = answer["data"]
@@ -676,11 +688,45 @@ class Client:
     async def compact(self, collection_name: str, wait: bool = True, timeout: float = FLUSH_WAIT_S) -> CompactionState:
         """Milvus's Compact (see :meth:`InProcessClient.compact`); ``timeout`` seconds here at most."""
         body = {"collectionName": collection_name, "wait": wait}
-        return await self._call("collections/compact", body, _compaction_state(collection_name), timeout)
+        return await self._call("collections/compact", body, _compaction_state, timeout)
 
-    async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
-        body = {"collectionName": collection_name, "compactionID": compaction_id}
-        return await self._call("collections/get_compaction_state", body, _compaction_state(collection_name))
+    async def get_compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
+        """Milvus's GetCompactionState(WithPlans) by id (see :meth:`InProcessClient.get_compaction_state`)."""
+        body = {"compactionID": compaction_id, "collectionName": collection_name}
+        return await self._call("collections/get_compaction_state", body, _compaction_state)
+
+    # -- databases and health
+    async def list_databases(self) -> list[str]:
+        """Milvus's ListDatabases: ``["default"]``."""
+        return await self._call("databases/list", {}, lambda a: [str(n) for n in a["data"]])
+
+    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        """Milvus's DescribeDatabase of ``default``; another name is DatabaseNotFound (code 800)."""
+
+        def result(answer: Answer) -> DatabaseInfo:
+            d = answer["data"]
+            return DatabaseInfo(
+                db_name=d["dbName"],
+                db_id=int(d["dbID"]),
+                created_ts=int(d["createdTimestamp"]),
+                properties={p["key"]: p["value"] for p in d["properties"]},
+            )
+
+        return await self._call("databases/describe", {"dbName": db_name}, result)
+
+    async def check_health(self) -> HealthCheck:
+        """Milvus's CheckHealth of the proxy (see :meth:`InProcessClient.check_health`)."""
+
+        def result(answer: Answer) -> HealthCheck:
+            d = answer["data"]
+            return HealthCheck(
+                healthy=bool(d["isHealthy"]),
+                reasons=list(d["reasons"]),
+                quota_states=list(d["quotaStates"]),
+                nodes={str(k): int(v) for k, v in d["nodes"].items()},
+            )
+
+        return await self._call("health/check", {}, result)
 
     # -- indexes (built asynchronously by index nodes on flushed segments)
     async def create_index(
@@ -708,11 +754,17 @@ class Client:
         )
 
     async def describe_index(
-        self, collection_name: str, index_name: str = "", field_name: str = ""
+        self, collection_name: str, index_name: str = "", field_name: str = "", timestamp: int = 0
     ) -> IndexDescription:
         """One index with its build progress; IndexNotFound (700) if none matches, InvalidParameter
-        if several do (neither name given and the collection has several indexes)."""
-        body = {"collectionName": collection_name, "indexName": index_name, "fieldName": field_name}
+        if several do (neither name given and the collection has several indexes). ``timestamp``
+        as :meth:`InProcessClient.describe_index <frontends.inprocess.InProcessClient.describe_index>`."""
+        body = {
+            "collectionName": collection_name,
+            "indexName": index_name,
+            "fieldName": field_name,
+            "timestamp": timestamp,
+        }
         found = await self._call("indexes/describe", body, lambda a: [_index_description(d) for d in a["data"]])
         if len(found) != 1:  # the proxy's rule (Proxy.index_state), the same error
             raise InvalidParameter(
@@ -720,9 +772,9 @@ class Client:
             )
         return found[0]
 
-    async def describe_indexes(self, collection_name: str) -> list[IndexDescription]:
+    async def describe_indexes(self, collection_name: str, timestamp: int = 0) -> list[IndexDescription]:
         """Every index of the collection with its build progress; IndexNotFound (700) when none."""
-        body = {"collectionName": collection_name}
+        body = {"collectionName": collection_name, "timestamp": timestamp}
         return await self._call("indexes/describe", body, lambda a: [_index_description(d) for d in a["data"]])
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
@@ -777,20 +829,28 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        offset: int = 0,
+        round_decimal: int = -1,
     ) -> list[Hits]:
         """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
         (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
         best first, as :class:`~schemas.hits.Hits` (also ``.ids``, ``.distances``). ``search_params``
         is ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``timeout`` in seconds
-        bounds the wait for the shards' tsafe."""
+        bounds the wait for the shards' tsafe. ``offset`` and ``round_decimal`` as
+        :meth:`InProcessClient.search <frontends.inprocess.InProcessClient.search>`."""
         vectors = _jsonable(data) if hasattr(data, "tolist") else data
+        params = dict(search_params or {})  # pymilvus's style: offset, round_decimal as keys too
         body: dict[str, Any] = {
             "collectionName": collection_name,
             "data": vectors,
             "limit": limit,
+            "offset": params.pop("offset") if "offset" in params and not offset else offset,
+            "roundDecimal": params.pop("round_decimal")
+            if "round_decimal" in params and round_decimal == -1
+            else round_decimal,
             "filter": filter,
             "annsField": anns_field,
-            "searchParams": _search_params(search_params),
+            "searchParams": _search_params(params),
             **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
         }
         nq = len(vectors) if isinstance(vectors, list | tuple) else 1
@@ -836,9 +896,15 @@ class Client:
         return int(rows[0]["count(*)"])
 
 
-def _compaction_state(collection_name: str) -> Callable[[Answer], CompactionState]:
-    def result(answer: Answer) -> CompactionState:
-        d = answer["data"]
-        return CompactionState(collection_name=collection_name, compaction_id=int(d["compactionID"]), state=d["state"])
-
-    return result
+def _compaction_state(answer: Answer) -> CompactionState:
+    d = answer["data"]
+    return CompactionState(
+        collection_name=d["collectionName"],
+        collection_id=int(d["collectionID"]),
+        compaction_id=int(d["compactionID"]),
+        state=d["state"],
+        executing_plans=int(d["executingPlanNumber"]),
+        completed_plans=int(d["completedPlanNumber"]),
+        failed_plans=int(d["failedPlanNumber"]),
+        plans=[CompactionPlan.model_validate(p) for p in d["mergeInfos"]],
+    )

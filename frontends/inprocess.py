@@ -19,10 +19,18 @@ from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
+from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
+from schemas.meta import (
+    AliasDescription,
+    CollectionBrief,
+    CollectionDescription,
+    DatabaseInfo,
+    LoadProgress,
+    PartitionInfo,
+)
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 
@@ -61,7 +69,9 @@ class InProcessClient:
         load: bool = True,
     ) -> int:
         """Create a collection; returns its id. It is loaded (searchable) at once unless ``load``
-        is False (then :meth:`load_collection` before searching)."""
+        is False (then :meth:`load_collection` before searching). As in Milvus, creating an existing
+        collection again with identical parameters returns its id and changes nothing (a collection
+        released since stays released); with any difference it is refused (InvalidParameter)."""
         fields: dict[str, Any] = {
             "collection_name": collection_name,
             "collection_schema": schema,
@@ -81,9 +91,16 @@ class InProcessClient:
     async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:
         return (await self._call(ddl.HasCollection, collection_name=collection_name, as_of=as_of)).value
 
-    async def describe_collection(self, collection_name: str, as_of: int = 0) -> CollectionDescription:
-        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases."""
-        return (await self._call(ddl.DescribeCollection, collection_name=collection_name, as_of=as_of)).collection
+    async def describe_collection(
+        self, collection_name: str = "", as_of: int = 0, collection_id: int = 0
+    ) -> CollectionDescription:
+        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases; by name or
+        alias, or by ``collection_id`` when the name is empty."""
+        return (
+            await self._call(
+                ddl.DescribeCollection, collection_name=collection_name, collection_id=collection_id, as_of=as_of
+            )
+        ).collection
 
     async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
         return (await self._call(ddl.ShowCollections, as_of=as_of)).collections
@@ -191,9 +208,23 @@ class InProcessClient:
         """Stop serving these partitions (the last one loaded releases the collection)."""
         await self.proxy.load(ddl.ReleasePartitions, collection_name, partition_names=list(partition_names))
 
-    async def get_load_state(self, collection_name: str) -> LoadProgress:
-        """NotLoad, Loading or Loaded, with the percentage of vchannels served."""
-        return await self.proxy.loading_progress(collection_name)
+    async def get_load_state(self, collection_name: str, partition_names: Sequence[str] | None = None) -> LoadProgress:
+        """NotLoad, Loading or Loaded, with the percentage of vchannels served, of the collection or
+        of ``partition_names`` (each must exist: PartitionNotFound; one the load does not cover is
+        NotLoad, progress 0), and ``refresh_progress`` (flushed segments loaded, %)."""
+        return await self.proxy.loading_progress(collection_name, partition_names)
+
+    async def list_loaded_collections(self, collection_names: Sequence[str] | None = None) -> list[LoadProgress]:
+        """Milvus's ShowCollections InMemory: the loaded collections with their progress; with
+        ``collection_names``, those (each must exist and be loaded: CollectionNotLoaded)."""
+        return await self.proxy.loaded_collections(list(collection_names or ()))
+
+    async def list_loaded_partitions(
+        self, collection_name: str, partition_names: Sequence[str] | None = None
+    ) -> list[LoadProgress]:
+        """Milvus's ShowPartitions InMemory: one progress per loaded partition of the collection;
+        with ``partition_names``, those (each must exist and be loaded: PartitionNotLoaded)."""
+        return await self.proxy.loaded_partitions(collection_name, list(partition_names or ()))
 
     async def _progress(self, collection_name: str, timeout: float | None, wait: bool) -> LoadProgress:
         if not wait:
@@ -208,9 +239,10 @@ class InProcessClient:
     async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
         return await self.proxy.collection_stats(collection_name, [partition_name])
 
-    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int]) -> FlushState:
-        """Whether these segments (a :meth:`flush` result's ``segment_ids``) are all flushed."""
-        return await self.proxy.flush_state(collection_name, list(segment_ids))
+    async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int], flush_ts: int = 0) -> FlushState:
+        """Whether these segments (a :meth:`flush` result's ``segment_ids``) are all flushed and,
+        given ``flush_ts`` (its ``flush_ts``), no segment opened before it still waits for a flush."""
+        return await self.proxy.flush_state(collection_name, list(segment_ids), flush_ts)
 
     async def flush(self, collection_name: str) -> FlushResult:
         """Seal the collection's growing segments and wait until the data nodes flushed every
@@ -225,9 +257,27 @@ class InProcessClient:
         (poll :meth:`get_compaction_state` with the returned ``compaction_id``)."""
         return await self.proxy.compact(collection_name, wait, timeout)
 
-    async def get_compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
-        """Milvus's GetCompactionState: ``Executing`` or ``Completed``."""
-        return await self.proxy.compaction_state(collection_name, compaction_id)
+    async def get_compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
+        """Milvus's GetCompactionState(WithPlans) by the id :meth:`compact` returned: ``Executing``
+        or ``Completed``, and the plans the data nodes ran (sources -> target segment). An id
+        nobody knows (or forgotten after a week) is Completed with no plans, as in Milvus.
+        ``collection_name``, if given, must be the compaction's collection."""
+        return await self.proxy.compaction_state(compaction_id, collection_name)
+
+    # -- databases and health
+    async def list_databases(self) -> list[str]:
+        """Milvus's ListDatabases: Osprey has one database, ``default``."""
+        return [(await self.proxy.describe_database()).db_name]
+
+    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        """Milvus's DescribeDatabase of ``default`` (or ``""``): id 1, its creation timestamp;
+        another name is DatabaseNotFound (code 800)."""
+        return await self.proxy.describe_database(db_name)
+
+    async def check_health(self) -> HealthCheck:
+        """Milvus's CheckHealth: healthy, or the reasons this proxy cannot serve (Redis or Kafka
+        unreachable, no live rootcoord, query node or data node, its lease or a loop lost)."""
+        return await self.proxy.check_health()
 
     # -- indexes (seed 004): built asynchronously by index nodes on flushed segments
     async def create_index(
@@ -248,15 +298,18 @@ class InProcessClient:
         return await self.proxy.create_index(collection_name, field_name, index_params, index_name, wait, timeout)
 
     async def describe_index(
-        self, collection_name: str, index_name: str = "", field_name: str = ""
+        self, collection_name: str, index_name: str = "", field_name: str = "", timestamp: int = 0
     ) -> IndexDescription:
         """One index with its build progress (state, indexed_rows, total_rows, pending_index_rows);
-        IndexNotFound (700) if none matches, InvalidParameter if several do."""
-        return await self.proxy.index_state(collection_name, index_name, field_name)
+        IndexNotFound (700) if none matches, InvalidParameter if several do. ``timestamp`` (Milvus's
+        DescribeIndex timestamp): the state is Finished once every segment whose rows precede it is
+        indexed (segments sealed later are counted in the rows only)."""
+        return await self.proxy.index_state(collection_name, index_name, field_name, timestamp)
 
-    async def describe_indexes(self, collection_name: str) -> list[IndexDescription]:
-        """Every index of the collection with its build progress; IndexNotFound (700) when none."""
-        return await self.proxy.describe_index(collection_name)
+    async def describe_indexes(self, collection_name: str, timestamp: int = 0) -> list[IndexDescription]:
+        """Every index of the collection with its build progress (``timestamp`` as in
+        :meth:`describe_index`); IndexNotFound (700) when none."""
+        return await self.proxy.describe_index(collection_name, state_ts=timestamp)
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
         """The names of the collection's indexes ([] when none)."""
@@ -317,6 +370,8 @@ class InProcessClient:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        offset: int = 0,
+        round_decimal: int = -1,
     ) -> list[Hits]:
         """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
         (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``
@@ -324,7 +379,9 @@ class InProcessClient:
         IP/COSINE descending, ties by id). ``search_params`` is
         ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``consistency_level``
         overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
-        ``timeout`` in seconds bounds the wait for the shards' tsafe."""
+        ``timeout`` in seconds bounds the wait for the shards' tsafe. ``offset``: skip each query's
+        first hits (a page: ``limit + offset`` at most 16384); ``round_decimal`` (0 to 6): distances
+        rounded to that many decimals (-1: not rounded). Both may also be keys of ``search_params``."""
         return await self.proxy.search(
             collection_name,
             data,
@@ -337,6 +394,8 @@ class InProcessClient:
             consistency_level=consistency_level,
             guarantee_timestamp=guarantee_timestamp,
             timeout=timeout,
+            offset=offset,
+            round_decimal=round_decimal,
         )
 
     async def query(

@@ -124,6 +124,9 @@ class IndexDescription(_Model):
         return 100 if self.total_rows == 0 else int(100 * self.indexed_rows / self.total_rows)
 
 
+HNSW_BUILD_PARAMS = ("M", "efConstruction")  # the build parameters Osprey's HNSW takes
+
+
 def _int_param(key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool):
         raise InvalidParameter(key, f"must be an integer in [{low}, {high}]", value)
@@ -144,7 +147,8 @@ def parse_index_params(extra_params: Mapping[str, Any]) -> tuple[str, str, str, 
     ``add_index`` without a type); ``metric_type`` L2, IP or COSINE (absent = COSINE); build
     parameters either in ``params`` (a JSON object, or a dict) or as separate keys; for HNSW ``M``
     in [2, 2048] and ``efConstruction`` in [1, 2^31-1] (absent: AUTOINDEX's 16 and 200).
-    AUTOINDEX ignores given build parameters (Milvus does too). Keys no index type uses are ignored.
+    AUTOINDEX chooses its own (Milvus's text when others are given: "only metric type can be passed
+    when use AutoIndex"), FLAT has none; a key the index type does not use is refused, never ignored.
     """
     raw_type = extra_params.get("index_type") or INDEX_AUTO
     if not isinstance(raw_type, str) or raw_type.upper() not in INDEX_TYPES:
@@ -165,6 +169,19 @@ def parse_index_params(extra_params: Mapping[str, Any]) -> tuple[str, str, str, 
         if not isinstance(inner, dict):
             raise InvalidParameter("params", "must be a JSON object", inner)
         params.update(inner)
+    if index_type == INDEX_AUTO and params:
+        key = next(iter(params))
+        raise InvalidParameter(key, "only metric type can be passed when use AutoIndex", params[key])
+    if index_type == INDEX_FLAT and params:
+        key = next(iter(params))
+        raise InvalidParameter(key, "is not a build parameter: FLAT has none", params[key])
+    for key, value in params.items():
+        if key not in HNSW_BUILD_PARAMS:
+            raise InvalidParameter(
+                key,
+                f"is not a build parameter of HNSW ({', '.join(HNSW_BUILD_PARAMS)}): not supported by Osprey",
+                value,
+            )
     if index_type == INDEX_FLAT:
         return index_type, INDEX_FLAT, metric, {}
     if index_type == INDEX_AUTO:

@@ -107,9 +107,13 @@ class LoadState(StrEnum):
 
 
 class LoadProgress(_Record):
-    """GetLoadingProgress / GetLoadState of one collection: ``progress`` is the percentage of its
-    vchannels whose query node serves the current load (``load_version``: the LoadInfo's
-    ``loaded_ts``)."""
+    """GetLoadingProgress / GetLoadState of one collection, or of ``partition_names`` of it:
+    ``progress`` is the percentage of its vchannels whose query node serves the current load
+    (``load_version``: the LoadInfo's ``loaded_ts``); of several partitions, the mean of theirs (a
+    partition the load does not cover counts 0 and makes the state NotLoad).
+    ``refresh_progress`` is the percentage of the flushed segments (of the loaded partitions asked
+    about) that the serving query nodes hold as sealed segments: 100 once every flushed segment is
+    loaded, Milvus's "refreshed" (``agents/proxy/load.py``)."""
 
     collection_name: str
     collection_id: int
@@ -118,3 +122,20 @@ class LoadProgress(_Record):
     vchannels_ready: int
     vchannels: int
     load_version: int = 0
+    partition_names: list[str] = []
+    refresh_progress: int = 0
+
+
+DEFAULT_DATABASE_NAME = "default"
+DEFAULT_DATABASE_ID = 1  # Milvus's util.DefaultDBID
+
+
+class DatabaseInfo(_Record):
+    """DescribeDatabase / ListDatabases: Osprey has one database, ``default``. ``created_ts`` is the
+    TSO timestamp the rootcoord recorded when it first started on this cluster's meta (0: never
+    recorded, see ``state/meta/database.py``)."""
+
+    db_name: str
+    db_id: int
+    created_ts: int
+    properties: dict[str, str] = {}

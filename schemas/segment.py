@@ -245,13 +245,46 @@ class CollectionStats(_Model):
     flushed_segments: int
 
 
+NO_TARGET_SEGMENT = -1  # Milvus's CompactionMergeInfo.target of a plan with no result (yet, or ever)
+
+
+class CompactionPlan(_Model):
+    """One merge a data node ran for a Compact request (Milvus's CompactionMergeInfo): the flushed
+    segments of ``vchannel`` it rewrote (``sources``) and the segment their live rows went to
+    (``target``; :data:`NO_TARGET_SEGMENT` while it runs, or when every row was deleted)."""
+
+    vchannel: str
+    sources: list[int]
+    target: int = NO_TARGET_SEGMENT
+    state: Literal["Executing", "Completed"] = "Executing"
+
+
+class CompactionRound(_Model):
+    """What the owner of ``vchannel`` did for the Compact requests with timestamps in
+    (``after``, ``honoured``]: the plans of its round (written as it runs, in the compaction store)."""
+
+    vchannel: str
+    after: int
+    honoured: int
+    plans: list[CompactionPlan] = []
+
+
 class CompactionState(_Model):
     """Compact / GetCompactionState: ``compaction_id`` is the request's timestamp; ``Completed``
-    once the data nodes owning the collection's vchannels have each run a compaction round for it."""
+    once the data nodes owning the collection's vchannels have each run a compaction round for it.
+    ``plans``: the merges those rounds ran (Milvus's mergeInfos), counted by state: ``failed_plans``
+    were left unfinished by a data node that stopped (another ran the vchannel's round again).
+    An id nobody knows (never issued, or forgotten after ``COMPACTION_RECORD_TTL_S``) is
+    ``Completed`` with no plans, as Milvus answers one whose tasks were cleaned up."""
 
     collection_name: str
     compaction_id: int
     state: Literal["Executing", "Completed"]
+    collection_id: int = 0
+    executing_plans: int = 0
+    completed_plans: int = 0
+    failed_plans: int = 0
+    plans: list[CompactionPlan] = []
 
 
 class FlushState(_Model):

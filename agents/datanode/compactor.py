@@ -13,7 +13,10 @@ since the last round, or a Compact request for its collection is pending):
    write the live rows (log order, insert timestamps kept) as a new flushed segment with a new
    id; record it Flushed and the old segments Dropped (``compacted_into``) in ONE meta write;
    publish :class:`~schemas.segment.SegmentFlushed` with ``compacted_from`` (query nodes load it
-   and swap it for the old segments in one step), then the old segments' SegmentDropped.
+   and swap it for the old segments in one step), then the old segments' SegmentDropped;
+4. a round that honours Compact requests records its plans in the compaction store before they
+   run and each one's target once written (``state/meta/compaction_requests.py``), then marks the
+   vchannel's requests honoured: GetCompactionState's plans are the merges that really ran.
 
 Why it is exact: the compactor removes only rows that are dead from flushed data and delete logs
 alone; deletes and versions it does not know yet (still in the dml tail, or in growing segments)
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +50,16 @@ from schemas.collection import DataType
 from schemas.config import OspreyConfig
 from schemas.dml import ALL_PARTITIONS
 from schemas.meta import CollectionInfo
-from schemas.segment import SegmentDropped, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
+from schemas.segment import (
+    NO_TARGET_SEGMENT,
+    CompactionPlan,
+    CompactionRound,
+    SegmentDropped,
+    SegmentFlushed,
+    SegmentInfo,
+    SegmentKey,
+    SegmentState,
+)
 from state.meta.compaction_requests import CompactionRequests
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
@@ -74,6 +86,8 @@ REQUEST_POLL_S = 1.0  # how often pending Compact requests are looked for
 REMOVE_INTERVAL_S = 5.0  # how often the files of replaced segments past their grace period are looked for
 LOCK_TTL_MS = 120_000  # a vchannel's compaction lock outlives a crashed holder by this much at most
 ERROR_PAUSE_S = 5.0
+
+PlanReport = Callable[[list[CompactionPlan]], Awaitable[None]]  # a round's plans, as they run
 
 
 class Compactor(Service):
@@ -168,12 +182,30 @@ class Compactor(Service):
                     asked = None  # honoured already
                 if asked is None and not scheduled:
                     continue
-                done += await self._compact_vchannel(info, vchannel, pchannel, forced=asked is not None)
+                report = None
+                if asked is not None:
+                    report = await self._round_reporter(info.collection_id, vchannel, marks.get(vchannel, 0), asked)
+                done += await self._compact_vchannel(info, vchannel, pchannel, forced=asked is not None, report=report)
                 if asked is not None:
                     await self.requests.done(info.collection_id, vchannel, asked)
         return done
 
-    async def _compact_vchannel(self, info: CollectionInfo, vchannel: str, pchannel: str, forced: bool) -> int:
+    async def _round_reporter(self, collection_id: int, vchannel: str, after: int, honoured: int) -> PlanReport:
+        """Records the plans of the round honouring the requests in (``after``, ``honoured``] of
+        ``vchannel`` as it runs them (GetCompactionStateWithPlans reads them)."""
+        started = await self.tso.alloc()
+
+        async def report(plans: list[CompactionPlan]) -> None:
+            round_ = CompactionRound(vchannel=vchannel, after=after, honoured=honoured, plans=plans)
+            await self.requests.record_round(collection_id, round_, started)
+
+        return report
+
+    async def _compact_vchannel(
+        self, info: CollectionInfo, vchannel: str, pchannel: str, forced: bool, report: PlanReport | None = None
+    ) -> int:
+        """Compact ``vchannel``'s flushed segments (``forced``: even if unchanged since its last
+        round); ``report`` gets the plans before they run and after each one completes."""
         cid = info.collection_id
         segments = [s for s in await self.meta.segments(cid) if s.vchannel == vchannel and s.state in FLUSHED_STATES]
         logs = [d for d in await self.meta.deltas(cid) if d.vchannel == vchannel]
@@ -195,8 +227,14 @@ class Compactor(Service):
                 candidates, max_rows, self.config.compaction_deleted_ratio, self.config.compaction_small_ratio
             )
             by_id = {s.segment_id: (s, d) for s, d in zip(segments, dead, strict=True)}
-            for plan in plans:
-                await self._compact(info, pchannel, [by_id[sid] for sid in plan])
+            merges = [CompactionPlan(vchannel=vchannel, sources=list(plan)) for plan in plans]
+            if report is not None and merges:
+                await report(merges)
+            for i, plan in enumerate(plans):
+                target = await self._compact(info, pchannel, [by_id[sid] for sid in plan])
+                merges[i] = merges[i].model_copy(update={"target": target, "state": "Completed"})
+                if report is not None:
+                    await report(merges)
             self._signatures[vchannel] = signature if not plans else ()
             return len(plans)
         finally:
@@ -226,7 +264,9 @@ class Compactor(Service):
                     d[hit] = np.minimum(d[hit], np.uint64(record.ts))
         return dead
 
-    async def _compact(self, info: CollectionInfo, pchannel: str, group: list[tuple[SegmentInfo, np.ndarray]]) -> None:
+    async def _compact(self, info: CollectionInfo, pchannel: str, group: list[tuple[SegmentInfo, np.ndarray]]) -> int:
+        """Rewrite ``group``'s live rows as one new flushed segment; its id, or
+        NO_TARGET_SEGMENT when every row was deleted (nothing written)."""
         schema = info.collection_schema
         first = group[0][0]
         new_id = await self.segment_ids.alloc()
@@ -320,6 +360,7 @@ class Compactor(Service):
             removed,
             live,
         )
+        return new_id if result is not None else NO_TARGET_SEGMENT
 
     async def remove_replaced(self) -> int:
         """Remove the files of segments replaced by a compaction more than the grace period ago."""

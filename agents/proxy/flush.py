@@ -23,6 +23,21 @@ from schemas.segment import FlushResult, SegmentInfo, SegmentState
 FLUSH_POLL_INTERVAL_S = 0.1
 
 
+def unflushed_before(allocated: list[dict[str, str | int]], collection_id: int, flush_ts: int) -> list[int]:
+    """The segments among ``allocated`` (the allocator's Growing and Sealed-not-done hashes) of
+    ``collection_id`` that may hold rows stamped before ``flush_ts``: opened (first grant) before
+    it and holding rows. Milvus's GetFlushState(flush_ts) is flushed only when there are none:
+    every row before ``flush_ts`` is in a flushed segment. Conservative: a segment opened before
+    ``flush_ts`` counts even if its rows came later."""
+    return sorted(
+        int(seg["segment_id"])
+        for seg in allocated
+        if int(seg.get("collection_id", 0)) == collection_id
+        and int(seg.get("assigned", 0)) > 0
+        and 0 < int(seg.get("created_ts", 0)) < flush_ts
+    )
+
+
 class FlushTask(Task[FlushResult]):
     name = "Flush"
 

@@ -8,19 +8,74 @@ load version, and each query node builds (or drops) what it serves of the collec
 the change (``agents/querynode/meta_watch.py``), then reports, per delegator, the load version it
 serves in its status (every second). A vchannel is ready when the query node that owns its
 pchannel (``ShardOwners``) reports a delegator for it at the current load version: its sealed
-segments are loaded and it consumes the tail; a Strong read still waits for its tsafe.
+segments are loaded and it consumes the tail; a Strong read still waits for its tsafe. A
+partition is served where its collection's load version is (the load covers it or it is NotLoad),
+and the flushed segments a delegator reports as sealed say how far the query nodes have loaded
+what the data nodes flushed (``refresh_progress``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from schemas.meta import CollectionInfo, LoadInfo, LoadProgress, LoadState
+from schemas.errors import CollectionNotFound, CollectionNotLoaded, PartitionNotLoaded
+from schemas.meta import CollectionDescription, CollectionInfo, LoadInfo, LoadProgress, LoadState, PartitionInfo
 from schemas.segment import CollectionStats, SegmentInfo, SegmentState
+from state.meta.meta_table import MetaView
 from state.meta.shard_owners import ShardOwner
 
 FLUSHED_STATES = (SegmentState.FLUSHED, SegmentState.INDEXED)
+SEALED_KIND = "sealed"  # a query node's report of a segment it serves from its flushed files
+
+
+def served_vchannels(
+    info: CollectionInfo,
+    load: LoadInfo,
+    owners: Mapping[str, ShardOwner],
+    reports: Mapping[int, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """vchannel -> the report of its delegator, for the vchannels of ``info`` whose owner serves
+    ``load`` (its delegator reports the load's version)."""
+    served = {}
+    for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
+        owner = owners.get(pchannel)
+        report = reports.get(owner.node_id) if owner is not None else None
+        doc = (report or {}).get("pchannels", {}).get(pchannel, {}).get("vchannels", {}).get(vchannel)
+        if doc is not None and doc.get("load_version") == load.loaded_ts:
+            served[vchannel] = doc
+    return served
+
+
+def refresh_progress(
+    collection_id: int,
+    in_scope: Callable[[int], bool],
+    served: Mapping[str, dict[str, Any]],
+    segments: Sequence[SegmentInfo],
+) -> int:
+    """The percentage of the collection's flushed segments whose partition is ``in_scope`` that the
+    delegators in ``served`` hold as sealed segments (100 when there is none).
+
+    Milvus 2.6 answers ``refresh_progress`` 100 unless a refresh load is pending: querycoordv2's
+    ShowCollections/ShowPartitions report 100 when ``collection.IsRefreshed()``, and a refresh
+    (``refreshCollection``: LoadCollection with ``refresh``) "looks for new segments that are not
+    loaded yet and tries to load them up", done once every segment of the collection is loaded.
+    Osprey's query nodes load each segment as it is flushed, without a refresh request, so the
+    equivalent is how many of the flushed segments they have loaded: 100 is Milvus's refreshed."""
+    flushed = {
+        s.segment_id
+        for s in segments
+        if s.collection_id == collection_id and s.state in FLUSHED_STATES and in_scope(s.partition_id)
+    }
+    if not flushed:
+        return 100
+    sealed = {
+        int(sid)
+        for doc in served.values()
+        for sid, segment in doc.get("segments", {}).items()
+        if segment.get("kind") == SEALED_KIND
+    }
+    return 100 * len(flushed & sealed) // len(flushed)
 
 
 def loading_progress(
@@ -28,35 +83,100 @@ def loading_progress(
     load: LoadInfo | None,
     owners: Mapping[str, ShardOwner],
     reports: Mapping[int, dict[str, Any]],
+    partitions: Sequence[PartitionInfo] | None = None,
+    segments: Sequence[SegmentInfo] = (),
 ) -> LoadProgress:
-    """The progress of ``info``'s current ``load`` from the owners of its pchannels and the query
-    nodes' status reports (node id -> status document)."""
+    """The progress of ``info``'s current ``load`` (of ``partitions`` of it, if given) from the
+    owners of its pchannels and the query nodes' status reports (node id -> status document).
+
+    A query node serves a whole load version per vchannel, so a partition the load covers is as
+    far as the collection; one it does not cover is NotLoad, progress 0. Several partitions: the
+    mean progress, NotLoad if any is not covered. ``segments`` (the segment meta of the
+    collection) give ``refresh_progress``."""
     total = len(info.vchannels)
+    asked = list(partitions) if partitions else []
+    base: dict[str, Any] = {
+        "collection_name": info.collection_name,
+        "collection_id": info.collection_id,
+        "vchannels": total,
+        "partition_names": [p.partition_name for p in asked],
+    }
     if load is None:
-        return LoadProgress(
-            collection_name=info.collection_name,
-            collection_id=info.collection_id,
-            state=LoadState.NOT_LOAD,
-            progress=0,
-            vchannels_ready=0,
-            vchannels=total,
-        )
-    ready = 0
-    for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
-        owner = owners.get(pchannel)
-        report = reports.get(owner.node_id) if owner is not None else None
-        served = (report or {}).get("pchannels", {}).get(pchannel, {}).get("vchannels", {}).get(vchannel)
-        if served is not None and served.get("load_version") == load.loaded_ts:
-            ready += 1
+        return LoadProgress(**base, state=LoadState.NOT_LOAD, progress=0, vchannels_ready=0)
+    served = served_vchannels(info, load, owners, reports)
+    ready = len(served)
+    progress = 100 * ready // max(1, total)
+    state = LoadState.LOADED if ready == total else LoadState.LOADING
+    asked_ids = {p.partition_id for p in asked}
+    if asked:
+        covered = [p for p in asked if load.covers(p.partition_id)]
+        progress = progress * len(covered) // len(asked)
+        if len(covered) < len(asked):
+            state = LoadState.NOT_LOAD
+
+    def in_scope(partition_id: int) -> bool:
+        return load.covers(partition_id) and (not asked or partition_id in asked_ids)
+
+    refresh = 0 if state is LoadState.NOT_LOAD else refresh_progress(info.collection_id, in_scope, served, segments)
     return LoadProgress(
-        collection_name=info.collection_name,
-        collection_id=info.collection_id,
-        state=LoadState.LOADED if ready == total else LoadState.LOADING,
-        progress=100 * ready // max(1, total),
+        **base,
+        state=state,
+        progress=progress,
         vchannels_ready=ready,
-        vchannels=total,
         load_version=load.loaded_ts,
+        refresh_progress=refresh,
     )
+
+
+def loaded_collections(
+    view: MetaView,
+    owners: Mapping[str, ShardOwner],
+    reports: Mapping[int, dict[str, Any]],
+    segments: Sequence[SegmentInfo],
+    names: Sequence[str] = (),
+) -> list[LoadProgress]:
+    """ShowCollections InMemory: the progress of every loaded collection of ``view`` (by id), or of
+    the collections ``names`` (names or aliases, in that order), each of which must exist
+    (CollectionNotFound) and be loaded (CollectionNotLoaded), as Milvus's querycoord answers."""
+    if names:
+        infos = []
+        for name in names:
+            info = view.resolve(name)
+            if info is None:
+                raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
+            if info.collection_id not in view.loads:
+                raise CollectionNotLoaded(f"collection not loaded[collection={name}]")
+            infos.append(info)
+    else:
+        infos = [view.collections[cid] for cid in sorted(view.loads) if cid in view.collections]
+    return [
+        loading_progress(info, view.loads[info.collection_id], owners, reports, segments=segments) for info in infos
+    ]
+
+
+def loaded_partitions(
+    desc: CollectionDescription,
+    owners: Mapping[str, ShardOwner],
+    reports: Mapping[int, dict[str, Any]],
+    segments: Sequence[SegmentInfo],
+    names: Sequence[str] = (),
+    collection_name: str = "",
+) -> list[LoadProgress]:
+    """ShowPartitions InMemory: one progress per partition of ``desc`` the load covers, or per
+    partition ``names``, each of which must exist (PartitionNotFound) and be covered by the load
+    (PartitionNotLoaded), as Milvus's querycoord answers."""
+    load = desc.load
+    if names:
+        wanted = []
+        for name in names:
+            desc.partition_id(name, collection_name)  # PartitionNotFound naming the collection as asked
+            part = next(p for p in desc.partitions if p.partition_name == name)
+            if load is None or not load.covers(part.partition_id):
+                raise PartitionNotLoaded(f"partition not loaded[partition={name}]")
+            wanted.append(part)
+    else:
+        wanted = [p for p in desc.partitions if load is not None and load.covers(p.partition_id)]
+    return [loading_progress(desc.info, load, owners, reports, [p], segments) for p in wanted]
 
 
 def collection_stats(

@@ -22,11 +22,12 @@ from redis.exceptions import RedisError
 
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
-from agents.proxy.flush import FlushTask
+from agents.proxy.flush import FlushTask, unflushed_before
+from agents.proxy.health import HEALTH_PROBE_TIMEOUT_S, REQUIRED_ROLES, HealthProbe, health_check
 from agents.proxy.index import describe_index
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
-from agents.proxy.load import collection_stats, loading_progress
+from agents.proxy.load import collection_stats, loaded_collections, loaded_partitions, loading_progress
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
@@ -38,13 +39,23 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
-from schemas.errors import CollectionNotLoaded, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.errors import CollectionNotLoaded, DatabaseNotFound, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
-from schemas.meta import LoadInfo, LoadProgress, LoadState
+from schemas.meta import (
+    DEFAULT_DATABASE_ID,
+    DEFAULT_DATABASE_NAME,
+    DatabaseInfo,
+    LoadInfo,
+    LoadProgress,
+    LoadState,
+    PartitionInfo,
+)
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
-from state.meta.compaction_requests import CompactionRequests
+from state.meta.compaction_requests import CompactionRequests, CompactionTarget, summarize
+from state.meta.database import DatabaseRecords
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
@@ -186,7 +197,9 @@ class Proxy(Service):
         self.ingest_log = IngestLog(self.redis, ns)
         self.compaction_requests = CompactionRequests(self.redis, ns)
         self.index_tasks = IndexTaskStore(self.redis, ns)
-        self.lease = await NodeRegistry(self.redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.proxy_id)
+        self.databases = DatabaseRecords(self.redis, ns)
+        self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
+        self.lease = await self.registry.register_process(ROLE, self.proxy_id)
         self.on_close(self.lease.stop, "node lease")
 
     async def on_stop(self) -> None:
@@ -243,12 +256,40 @@ class Proxy(Service):
         assert isinstance(reply, ddl.LoadReply)
         return reply.load
 
-    async def loading_progress(self, collection_name: str) -> LoadProgress:
-        """How much of the collection's current load the query nodes serve (``agents/proxy/load.py``)."""
+    async def loading_progress(
+        self, collection_name: str, partition_names: Sequence[str] | None = None
+    ) -> LoadProgress:
+        """How much of the collection's current load (of ``partition_names``, each of which must
+        exist: PartitionNotFound) the query nodes serve (``agents/proxy/load.py``)."""
+        desc = await self.cache.get(collection_name)
+        partitions: list[PartitionInfo] = []
+        for name in partition_names or ():
+            pid = desc.partition_id(name, collection_name)
+            partitions.append(next(p for p in desc.partitions if p.partition_id == pid))
+        owners = await self.shard_owners.owners()
+        reports = await self.status_board.read(QUERYNODE_ROLE)
+        segments = await self.segment_meta.segments(desc.info.collection_id)
+        return loading_progress(desc.info, desc.load, owners, reports, partitions, segments)
+
+    async def loaded_collections(self, collection_names: Sequence[str] = ()) -> list[LoadProgress]:
+        """ShowCollections InMemory: the progress of every loaded collection, or of these (each must
+        exist and be loaded)."""
+        view = await self.cache.view()
+        if any(view.resolve(n) is None for n in collection_names):
+            view = await self.cache.refresh()  # created through another proxy since the view was read
+        owners = await self.shard_owners.owners()
+        reports = await self.status_board.read(QUERYNODE_ROLE)
+        segments = await self.segment_meta.segments()
+        return loaded_collections(view, owners, reports, segments, collection_names)
+
+    async def loaded_partitions(self, collection_name: str, partition_names: Sequence[str] = ()) -> list[LoadProgress]:
+        """ShowPartitions InMemory: one progress per loaded partition of the collection, or per
+        partition named (each must exist and be loaded)."""
         desc = await self.cache.get(collection_name)
         owners = await self.shard_owners.owners()
         reports = await self.status_board.read(QUERYNODE_ROLE)
-        return loading_progress(desc.info, desc.load, owners, reports)
+        segments = await self.segment_meta.segments(desc.info.collection_id)
+        return loaded_partitions(desc, owners, reports, segments, partition_names, collection_name)
 
     async def wait_loaded(self, collection_name: str, timeout_s: float) -> LoadProgress:
         """Poll :meth:`loading_progress` until the collection is Loaded; RequestTimeout after
@@ -281,17 +322,27 @@ class Proxy(Service):
         reports = await self.status_board.read(DATANODE_ROLE)
         return collection_stats(desc.info, partition_ids, segments, reports)
 
-    async def flush_state(self, collection_name: str, segment_ids: list[int]) -> FlushState:
-        """Milvus's GetFlushState: are these segments (a Flush's ``segment_ids``) all flushed?"""
+    async def flush_state(self, collection_name: str, segment_ids: list[int], flush_ts: int = 0) -> FlushState:
+        """Milvus's GetFlushState: are these segments (a Flush's ``segment_ids``) all flushed, and
+        (``flush_ts``, a Flush's timestamp) every row stamped before it in a flushed segment?"""
         desc = await self.cache.get(collection_name)
+        cid = desc.info.collection_id
         states: dict[int, SegmentState] = {}
         for sid in segment_ids:
-            record = await self.segment_meta.get(desc.info.collection_id, sid)
+            record = await self.segment_meta.get(cid, sid)
             states[sid] = SegmentState.GROWING if record is None else record.state
         done = {SegmentState.FLUSHED, SegmentState.INDEXED, SegmentState.DROPPED}
-        return FlushState(
-            collection_name=collection_name, flushed=all(s in done for s in states.values()), segments=states
-        )
+        flushed = all(s in done for s in states.values())
+        if flushed and flush_ts:
+            assigner = self.segment_assigner
+            sealed = [await assigner.segment(sid) for sid in await assigner.sealed(cid)]
+            allocated = [*await assigner.growing(), *(s for s in sealed if s is not None)]
+            waiting = set(unflushed_before(allocated, cid, flush_ts))
+            flushed = not waiting
+            for seg in allocated:
+                if int(seg["segment_id"]) in waiting:
+                    states.setdefault(int(seg["segment_id"]), SegmentState(str(seg.get("state", "Growing"))))
+        return FlushState(collection_name=collection_name, flushed=flushed, segments=states)
 
     async def flush(self, collection_name: str) -> FlushResult:
         """Seal the collection's growing segments and wait until the data nodes flushed them
@@ -305,10 +356,14 @@ class Proxy(Service):
         flushed segments with enough deleted rows are rewritten and small ones merged. ``wait``:
         until every vchannel's owner ran a round for it (RequestTimeout after ``timeout_s``,
         default ``flush_timeout_s``)."""
-        desc = await self.cache.get(collection_name)
+        info = (await self.cache.get(collection_name)).info
         compaction_id = await self.tso.alloc()
-        await self.compaction_requests.request(desc.info.collection_id, compaction_id)
-        state = await self.compaction_state(collection_name, compaction_id)
+        target = CompactionTarget(
+            collection_id=info.collection_id, collection_name=info.collection_name, vchannels=info.vchannels
+        )
+        await self.compaction_requests.remember(compaction_id, target)
+        await self.compaction_requests.request(info.collection_id, compaction_id)
+        state = await self.compaction_state(compaction_id)
         deadline = time.monotonic() + (timeout_s or self.config.flush_timeout_s)
         while wait and state.state != "Completed":
             if time.monotonic() >= deadline:
@@ -317,17 +372,73 @@ class Proxy(Service):
                     f"{timeout_s or self.config.flush_timeout_s:g} s; is a data node running?"
                 )
             await asyncio.sleep(LOAD_POLL_S)
-            state = await self.compaction_state(collection_name, compaction_id)
+            state = await self.compaction_state(compaction_id)
         return state
 
-    async def compaction_state(self, collection_name: str, compaction_id: int) -> CompactionState:
-        """Milvus's GetCompactionState for a :meth:`compact` request."""
-        desc = await self.cache.get(collection_name)
-        info = desc.info
-        done = await self.compaction_requests.completed(info.collection_id, info.vchannels, compaction_id)
-        return CompactionState(
-            collection_name=collection_name, compaction_id=compaction_id, state="Completed" if done else "Executing"
+    async def compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
+        """Milvus's GetCompactionState(WithPlans) of a :meth:`compact` request, by its id alone
+        (recorded for ``COMPACTION_RECORD_TTL_S``). ``collection_name``, if given, must be the
+        request's collection (InvalidParameter otherwise) and answers an id forgotten since from
+        that collection's marks. An id nobody knows is Completed with no plans, Milvus's answer."""
+        requests = self.compaction_requests
+        target = await requests.lookup(compaction_id)
+        if collection_name:
+            info = (await self.cache.get(collection_name)).info
+            if target is None:
+                target = CompactionTarget(
+                    collection_id=info.collection_id, collection_name=info.collection_name, vchannels=info.vchannels
+                )
+            elif target.collection_id != info.collection_id:
+                raise InvalidParameter(
+                    "compaction_id",
+                    f"must be a compaction of collection {collection_name}: it compacted {target.collection_name}",
+                    compaction_id,
+                )
+        if target is None:
+            return CompactionState(collection_name="", compaction_id=compaction_id, state="Completed")
+        exists = await self.cache.collection(target.collection_id) is not None
+        marks = await requests.marks(target.collection_id)
+        rounds = await requests.rounds(target.collection_id)
+        return summarize(compaction_id, target, marks, rounds, collection_exists=exists)
+
+    # ------------------------------------------------------------------ databases and health
+
+    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        """Milvus's DescribeDatabase: Osprey has one database, ``default`` (``""`` names it too);
+        another name is Milvus's database-not-found error."""
+        if db_name not in ("", DEFAULT_DATABASE_NAME):
+            raise DatabaseNotFound(f"database not found[database={db_name}]")
+        recorded = await self.databases.default()
+        # created_ts 0: no rootcoord has started on this meta yet, so no creation was recorded
+        return recorded or DatabaseInfo(db_name=DEFAULT_DATABASE_NAME, db_id=DEFAULT_DATABASE_ID, created_ts=0)
+
+    async def check_health(self) -> HealthCheck:
+        """Milvus's CheckHealth: Redis and Kafka answer, a rootcoord, a query node and a data node
+        are alive in the node registry, and this proxy's lease and loops are (``agents/proxy/health.py``)."""
+        redis_error = kafka_error = None
+        nodes: dict[str, int] | None = None
+        try:
+            async with asyncio.timeout(HEALTH_PROBE_TIMEOUT_S):
+                await self.redis.ping()
+                nodes = {role: len(await self.registry.alive(role)) for role in REQUIRED_ROLES}
+        except (RedisError, OSError, TimeoutError) as err:
+            redis_error = _failure(err)
+        try:
+            async with asyncio.timeout(HEALTH_PROBE_TIMEOUT_S):
+                if not await self.producer.client.force_metadata_update():
+                    kafka_error = "no broker answered a metadata request"
+        except (KafkaError, OSError, TimeoutError) as err:
+            kafka_error = _failure(err)
+        probe = HealthProbe(
+            redis_address=self.config.redis,
+            kafka_address=self.config.kafka,
+            redis_error=redis_error,
+            kafka_error=kafka_error,
+            nodes=nodes,
+            lease_lost=self.lease is None or self.lease.lost,
+            dead_loops=self.health().get("dead_loops", []),
         )
+        return health_check(probe)
 
     # ------------------------------------------------------------------ indexes (seed 004)
 
@@ -365,10 +476,11 @@ class Proxy(Service):
         return reply.index
 
     async def describe_index(
-        self, collection_name: str, index_name: str = "", field_name: str = "", as_of: int = 0
+        self, collection_name: str, index_name: str = "", field_name: str = "", as_of: int = 0, state_ts: int = 0
     ) -> list[IndexDescription]:
         """DescribeIndex: the collection's indexes (or the one named) with their build progress;
-        IndexNotFound (700) when there is none."""
+        IndexNotFound (700) when there is none. ``state_ts``: the state is over the segments whose
+        rows precede it (``agents/proxy/index.py``)."""
         reply = await self.submit(
             ddl.DescribeIndex,
             collection_name=collection_name,
@@ -379,7 +491,7 @@ class Proxy(Service):
         assert isinstance(reply, ddl.DescribeIndexReply)
         segments = await self.segment_meta.segments(reply.collection_id)
         tasks = await self.index_tasks.of_collection(reply.collection_id)
-        return [describe_index(index, segments, tasks) for index in reply.indexes]
+        return [describe_index(index, segments, tasks, state_ts) for index in reply.indexes]
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
         """The names of the collection's indexes (of ``field_name`` if given); [] when none."""
@@ -387,10 +499,12 @@ class Proxy(Service):
         assert isinstance(reply, ddl.DescribeCollectionReply) and reply.collection is not None
         return [i.index_name for i in reply.collection.indexes if not field_name or i.field_name == field_name]
 
-    async def index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexDescription:
+    async def index_state(
+        self, collection_name: str, index_name: str = "", field_name: str = "", state_ts: int = 0
+    ) -> IndexDescription:
         """GetIndexState / GetIndexBuildProgress of one index: exactly one must match (pymilvus's
         rule; else InvalidParameter naming the ambiguity)."""
-        found = await self.describe_index(collection_name, index_name, field_name)
+        found = await self.describe_index(collection_name, index_name, field_name, state_ts=state_ts)
         if len(found) != 1:
             raise InvalidParameter(
                 "index_name", f"matches {len(found)} indexes: name one (AmbiguousIndexName)", index_name
@@ -573,3 +687,10 @@ class Proxy(Service):
             "last_ticks": self.ticker.get_min_ts_statistics(),
             **{name: part() for name, part in self.health_parts.items()},
         }
+
+
+def _failure(err: BaseException) -> str:
+    """A probe's failure as a reason's tail (a timeout has no text of its own)."""
+    if isinstance(err, TimeoutError):
+        return f"no answer within {HEALTH_PROBE_TIMEOUT_S:g} s"
+    return str(err) or type(err).__name__

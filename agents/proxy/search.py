@@ -41,7 +41,7 @@ from schemas.meta import CollectionInfo
 from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.readpath.consistency import guarantee_ts
 from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
-from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.readpath.reduce import check_paging, merge_query_results, page_of, reduce_search_results, rounded
 from state.readpath.search_hits import hits_of, result_full
 from streams.direct import DirectPool
 from streams.topics import Topics
@@ -385,6 +385,8 @@ class SearchTask(_ReadTask):
         consistency_level: Any = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        offset: int = 0,
+        round_decimal: int = -1,
     ) -> None:
         super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
         self.queries = query_vectors(data)
@@ -393,6 +395,14 @@ class SearchTask(_ReadTask):
         inner = params.pop("params", {}) or {}
         if not isinstance(inner, dict):
             raise InvalidParameter("search_params.params", "must be a dict", inner)
+        # pymilvus's style: offset and round_decimal may also be keys of search_params
+        self.offset = _option(params, "offset", offset, 0)
+        self.round_decimal = _option(params, "round_decimal", round_decimal, -1)
+        if params.pop("ignore_growing", False):
+            raise InvalidParameter(
+                "search_params.ignore_growing", "skipping growing segments is not supported by Osprey yet", True
+            )
+        check_paging(limit, self.offset, self.round_decimal)
         self.params = {**params, **inner}
         self.limit = limit
         self.filter = filter or ""
@@ -416,7 +426,7 @@ class SearchTask(_ReadTask):
             timeout_ms=self.timeout_ms,
             anns_field=self.anns_field,
             metric_type=str(self.metric),
-            top_k=self.limit,
+            top_k=self.limit + self.offset,
             nq=self.queries.shape[0],
             dim=self.queries.shape[1],
             vectors=self.queries.astype("<f4", copy=False).tobytes(),
@@ -433,6 +443,8 @@ class SearchTask(_ReadTask):
         prepared = self.prepared
         parts = [hits_of(r) for r in self.results]  # type: ignore[arg-type]
         hits = reduce_search_results(parts, prepared.top_k, prepared.metric) if len(parts) > 1 else parts[0]
+        paged = self.offset > 0
+        hits = page_of(hits, self.offset)
         names = prepared.output_fields[1:]
         # (pk) -> output values, per query, from the shard results that hold it
         lookup: list[dict[Any, dict[str, Any]]] = []
@@ -448,9 +460,10 @@ class SearchTask(_ReadTask):
                         pk = _py(part.pks[q, slot])
                         lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
                         row += 1
-        all_pks, distances = hits.pks.tolist(), hits.distances  # one conversion, not one per query
+        all_pks, distances = hits.pks.tolist(), rounded(hits.distances, self.round_decimal)  # one conversion
         of_batch = Hits.of_batch  # distance lists and hit dicts made when looked at
-        full = result_full(self.results[0]) if len(parts) == 1 else hits.full()  # type: ignore[arg-type]
+        single = len(parts) == 1 and not paged
+        full = result_full(self.results[0]) if single else hits.full()  # type: ignore[arg-type]
         if not names and full:  # every query has top_k hits (the common case): no slicing
             self.result = [of_batch(ids, distances, q) for q, ids in enumerate(all_pks)]
             return
@@ -464,6 +477,17 @@ class SearchTask(_ReadTask):
                 entities = [_inline_dynamic(dict(found.get(pk, {})), keys) for pk in ids]
             out.append(of_batch(ids, distances, q, entities))
         self.result = out
+
+
+def _option(params: dict[str, Any], key: str, given: int, default: int) -> int:
+    """A search option given as a keyword or as a key of ``search_params`` (pymilvus's style),
+    not both with different values."""
+    if key not in params:
+        return given
+    value: int = params.pop(key)
+    if given != default and value != given:
+        raise InvalidParameter(f"search_params.{key}", f"conflicts with the {key} argument ({given})", value)
+    return value
 
 
 class QueryTask(_ReadTask):

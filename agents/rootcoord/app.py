@@ -21,6 +21,7 @@ from agents.rootcoord.timetick import TimeTickAgent
 from agents.service import Service
 from schemas import ddl
 from schemas.config import OspreyConfig
+from state.meta.database import DatabaseRecords
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.idalloc import IdAllocator
 from state.meta.redis_client import connect
@@ -93,6 +94,8 @@ class RootCoordRuntime(Service):
             config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end
         )
         await core.recover()
+        # Milvus's rootcoord creates the default database on its first start (state/meta/database.py)
+        await DatabaseRecords(redis, ns).ensure_default(await tso.alloc())
         node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
         registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
         lease = await registry.register_process(ROLE, node_id)

@@ -31,7 +31,9 @@ from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 __all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
 
 COUNT_STAR = "count(*)"
-SEARCH_PARAMS = frozenset({"ef", "nprobe", "radius", "range_filter"})  # accepted keys; ef is used, others ignored
+SEARCH_PARAMS = frozenset({"ef", "nprobe"})  # served: ef; nprobe is an IVF knob HNSW and FLAT never read (Milvus too)
+# Milvus search parameters Osprey refuses (never accepted and ignored): key -> the feature
+REFUSED_SEARCH_PARAMS = {"radius": "range search (radius)", "range_filter": "range search (range_filter)"}
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,10 @@ def _vector_field(request: SearchRequest, info: CollectionInfo) -> Any:
 
 def _ef(params: dict[str, Any]) -> int | None:
     for key in params:
+        if key in REFUSED_SEARCH_PARAMS:
+            raise InvalidParameter(
+                f"params.{key}", f"{REFUSED_SEARCH_PARAMS[key]} is not supported by Osprey yet", params[key]
+            )
         if key not in SEARCH_PARAMS:
             raise InvalidParameter(
                 f"params.{key}", f"is not a search parameter (known: {', '.join(sorted(SEARCH_PARAMS))})"

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import InvalidParameter
-from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric, pk_sort_keys, scores_of
+from state.segcore.vector_index import (
+    MAX_TOP_K,
+    SearchHits,
+    check_top_k,
+    normalize_metric,
+    pk_sort_keys,
+    scores_of,
+)
 
 QueryRows = dict[str, "list[Any] | np.ndarray"]  # field -> values, primary key first, in PK order
 
@@ -82,6 +89,38 @@ def _distinct_int_pks(hits: SearchHits) -> bool:
         keys = np.where(hits.valid_mask(), keys, sentinels)
     keys = np.sort(keys, axis=1)
     return not bool((keys[:, 1:] == keys[:, :-1]).any())
+
+
+MAX_ROUND_DECIMAL = 6  # Milvus's round_decimal range is -1 (no rounding) to 6
+
+
+def page_of(hits: SearchHits, offset: int) -> SearchHits:
+    """A search page: every query's hits after its first ``offset`` (Milvus's search ``offset``:
+    the shards were asked for ``offset + limit``, the page is cut from that one ordered top-k)."""
+    if offset == 0:
+        return hits
+    counts = np.maximum(hits.counts - offset, 0)
+    return SearchHits(hits.pks[:, offset:], hits.distances[:, offset:], counts, hits.distinct_pks)
+
+
+def check_paging(limit: int, offset: int, round_decimal: int) -> None:
+    """Milvus's rules for a search page: ``offset`` >= 0 with ``limit + offset`` within the top-k
+    limit, ``round_decimal`` from -1 (none) to :data:`MAX_ROUND_DECIMAL`."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidParameter("offset", "must be an integer >= 0", offset)
+    if offset and isinstance(limit, int) and limit + offset > MAX_TOP_K:
+        raise InvalidParameter("offset", f"limit + offset must be at most {MAX_TOP_K}", offset)
+    if (
+        isinstance(round_decimal, bool)
+        or not isinstance(round_decimal, int)
+        or not -1 <= round_decimal <= MAX_ROUND_DECIMAL
+    ):
+        raise InvalidParameter("round_decimal", f"must be an integer in [-1, {MAX_ROUND_DECIMAL}]", round_decimal)
+
+
+def rounded(distances: np.ndarray, decimals: int) -> np.ndarray:
+    """``distances`` rounded to ``decimals`` places (Milvus's ``round_decimal``; -1: as they are)."""
+    return distances if decimals < 0 else np.round(distances, decimals)
 
 
 def merge_query_results(parts: Sequence[QueryRows], offset: int = 0, limit: int | None = None) -> QueryRows:

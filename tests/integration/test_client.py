@@ -23,13 +23,14 @@ from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import (
     AliasNotFound,
     CollectionNotFound,
+    DatabaseNotFound,
     IndexNotFound,
     InvalidParameter,
     PartitionNotFound,
     ServiceUnavailable,
 )
 from schemas.index import IndexState
-from schemas.meta import DEFAULT_PARTITION_NAME
+from schemas.meta import DEFAULT_PARTITION_NAME, LoadState
 from tests.conftest import make_config
 from tests.integration.ddl_helpers import name
 
@@ -127,6 +128,58 @@ async def test_ddl_round_trip_with_time_travel(thin: Client, client: InProcessCl
     assert a in await thin.list_collections(as_of=dropped) and a not in await thin.list_collections()
     assert await thin.describe_collection(a, as_of=dropped) == await client.describe_collection(a, as_of=dropped)
     assert await thin.show_partitions(a, as_of=before) == await client.show_partitions(a, as_of=before)
+
+
+# -- load state by partition, describe by id, compaction by id, databases, health (issue 34)
+async def test_served_rpcs_answer_as_in_process(thin: Client, client: InProcessClient) -> None:
+    """Per-partition load state, describe by id, a compaction's state by its id alone, the
+    database and CheckHealth: the thin client's answers equal the InProcessClient's. This module
+    runs no data node: the compaction stays Executing and the proxy is unhealthy, naming it."""
+    a = name("served")
+    a_id = await thin.create_collection(a, schema(), load=False)
+    await thin.create_partition(a, "p1")
+    await thin.load_partitions(a, ["p1"])
+    loaded = await thin.get_load_state(a, ["p1"])
+    assert loaded == await client.get_load_state(a, ["p1"])
+    assert loaded.state is LoadState.LOADED and loaded.partition_names == ["p1"] and loaded.progress == 100
+    other = await thin.get_load_state(a, [DEFAULT_PARTITION_NAME])
+    assert (other.state, other.progress) == (LoadState.NOT_LOAD, 0)
+    for c in (thin, client):
+        with pytest.raises(PartitionNotFound):
+            await c.get_load_state(a, ["nope"])
+    [only] = await client.list_loaded_partitions(a)
+    assert only.partition_names == ["p1"]
+    assert a in {p.collection_name for p in await client.list_loaded_collections()}
+
+    by_id = await thin.describe_collection(collection_id=a_id)
+    assert by_id == await client.describe_collection(collection_id=a_id) and by_id.info.collection_name == a
+
+    started = await client.compact(a, wait=False)
+    state = await thin.get_compaction_state(started.compaction_id)
+    assert state == await client.get_compaction_state(started.compaction_id)
+    assert (state.state, state.collection_name, state.collection_id) == ("Executing", a, a_id)
+    unknown = await thin.get_compaction_state(12345)
+    assert (unknown.state, unknown.plans) == ("Completed", [])
+    b = name("served_b")
+    await thin.create_collection(b, schema(), load=False)
+    for c in (thin, client):
+        with pytest.raises(InvalidParameter, match=r"\[field=compaction_id\]"):
+            await c.get_compaction_state(started.compaction_id, collection_name=b)
+    await thin.drop_collection(b)
+
+    assert await thin.list_databases() == await client.list_databases() == ["default"]
+    database = await thin.describe_database()
+    assert database == await client.describe_database("default") and database.db_id == 1
+    assert 0 < database.created_ts < await client.now()
+    for c in (thin, client):
+        with pytest.raises(DatabaseNotFound):
+            await c.describe_database("other")
+
+    health = await thin.check_health()
+    assert health == await client.check_health()
+    assert not health.healthy and health.nodes["querynode"] >= 1 and health.nodes["datanode"] == 0
+    assert any("no live datanode" in reason for reason in health.reasons), health.reasons
+    await thin.drop_collection(a)
 
 
 # -- indexes

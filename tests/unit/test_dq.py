@@ -139,6 +139,8 @@ def test_prepare_search_resolves_by_name_or_id_and_keeps_ids_only() -> None:
         ({"filter": "nope > 1 and"}, "expr"),
         ({"params": {"ef": 0}}, "params.ef"),
         ({"params": {"bogus": 1}}, "params.bogus"),
+        ({"params": {"radius": 0.5}}, "params.radius"),  # range search: refused, never ignored
+        ({"params": {"ef": 32, "range_filter": 0.1}}, "params.range_filter"),
         ({"output_fields": [""]}, "output_fields"),
         ({"output_fields": ["count(*)"]}, "output_fields"),
         ({"vchannels": ["other_0v"]}, "vchannels"),
@@ -151,6 +153,8 @@ def test_prepare_refuses_bad_searches_naming_field_and_rule(overrides: dict[str,
     with pytest.raises(InvalidParameter) as info:
         prepare(search(**overrides), view())
     assert info.value.field == field and info.value.rule
+    if field in ("params.radius", "params.range_filter"):
+        assert "range search" in info.value.rule and "not supported by Osprey yet" in info.value.rule
 
 
 def test_prepare_checks_a_shape_against_a_view_once_and_the_values_every_time() -> None:

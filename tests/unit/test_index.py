@@ -47,13 +47,13 @@ def test_index_params_both_forms_and_defaults() -> None:
         "IP",
         {"M": 8, "efConstruction": AUTOINDEX_EF_CONSTRUCTION},
     )
-    assert parse_index_params({"params": {"M": 4}}) == (
+    assert parse_index_params({"params": {}}) == (
         "AUTOINDEX",
         "HNSW",
         "COSINE",
         {"M": AUTOINDEX_M, "efConstruction": AUTOINDEX_EF_CONSTRUCTION},
-    )  # AUTOINDEX ignores given build parameters, as Milvus does
-    assert parse_index_params({"index_type": "FLAT", "metric_type": "L2", "nlist": 5}) == ("FLAT", "FLAT", "L2", {})
+    )
+    assert parse_index_params({"index_type": "FLAT", "metric_type": "L2", "params": "{}"}) == ("FLAT", "FLAT", "L2", {})
 
 
 @pytest.mark.parametrize(
@@ -67,6 +67,13 @@ def test_index_params_both_forms_and_defaults() -> None:
         ({"index_type": "HNSW", "efConstruction": 0}, "efConstruction"),
         ({"index_type": "HNSW", "params": "{not json"}, "params"),
         ({"index_type": "HNSW", "params": "[1]"}, "params"),
+        # never accepted and ignored: AUTOINDEX chooses its own (Milvus's rule), FLAT has none,
+        # and HNSW takes M and efConstruction only
+        ({"params": {"M": 4}}, "M"),
+        ({"index_type": "AUTOINDEX", "metric_type": "L2", "efConstruction": 64}, "efConstruction"),
+        ({"index_type": "FLAT", "metric_type": "L2", "nlist": 5}, "nlist"),
+        ({"index_type": "HNSW", "params": {"M": 8, "nlist": 128}}, "nlist"),
+        ({"index_type": "HNSW", "mmap.enabled": "true"}, "mmap.enabled"),
     ],
 )
 def test_bad_index_params_name_the_key(params: dict[str, object], field: str) -> None:
@@ -204,6 +211,22 @@ def test_describe_index_counts_flushed_rows_only() -> None:
     assert (failed.state, failed.fail_reason) == (IndexState.FAILED, "oom")
     empty = describe_index(index(), [], [])
     assert (empty.state, empty.total_rows) == (IndexState.FINISHED, 0)
+
+
+def test_describe_index_state_at_a_timestamp_ignores_later_segments() -> None:
+    """Milvus's DescribeIndex(timestamp): the state is about the segments whose rows precede the
+    timestamp; a segment sealed after it counts in the rows, not in the state."""
+    early = segment(10, rows=100).model_copy(update={"last_expire_ts": 50})
+    late = segment(11, rows=300).model_copy(update={"last_expire_ts": 500})
+    tasks = [task(1, 10, state=IndexState.FINISHED), task(2, 11)]
+    at = describe_index(index(), [early, late], tasks, state_ts=100)
+    assert (at.state, at.indexed_rows, at.total_rows, at.pending_index_rows) == (IndexState.FINISHED, 100, 400, 300)
+    assert describe_index(index(), [early, late], tasks).state is IndexState.IN_PROGRESS  # no timestamp: all
+    assert describe_index(index(), [early, late], tasks, state_ts=500).state is IndexState.IN_PROGRESS
+    failed_late = [tasks[0], task(2, 11, state=IndexState.FAILED, fail_reason="oom")]
+    assert describe_index(index(), [early, late], failed_late, state_ts=100).state is IndexState.FINISHED
+    unbuilt_early = describe_index(index(), [early, late], [], state_ts=100)
+    assert unbuilt_early.state is IndexState.IN_PROGRESS  # an early segment without a task yet: not done
 
 
 # ------------------------------------------------------------------------------- files and search
