@@ -22,17 +22,18 @@ from typing import Any
 import numpy as np
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from frontends.milvus_grpc import contract
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
 from schemas.errors import (
     CollectionNotFound,
-    DatabaseNotFound,
     IndexNotFound,
     InvalidParameter,
     OspreyError,
     PartitionNotFound,
+    SchemaMismatch,
 )
 from schemas.hits import Hits
-from schemas.meta import CollectionDescription
+from schemas.meta import DEFAULT_DATABASE_ID, CollectionDescription
 from state.meta.tso import physical_ms
 
 DEFAULT_DATABASE = "default"
@@ -44,6 +45,7 @@ LEGACY_ERROR_CODES: dict[int, int] = {
     InvalidParameter.code: common_pb2.IllegalArgument,
     IndexNotFound.code: common_pb2.IndexNotExist,
     PartitionNotFound.code: common_pb2.MetaFailed,
+    SchemaMismatch.code: common_pb2.SchemaMismatch,
     8: 49,  # merr ErrServiceRateLimit -> RateLimit
 }
 
@@ -88,9 +90,9 @@ def error_status(err: OspreyError) -> common_pb2.Status:
 
 
 def check_database(db_name: str) -> None:
-    """Osprey has one database: ``""`` and ``default`` name it (the ORM sends ``default``)."""
-    if db_name not in ("", DEFAULT_DATABASE):
-        raise DatabaseNotFound(f"database not found[database={db_name}]")
+    """Osprey has one database: ``""`` and ``default`` name it (the ORM sends ``default``);
+    another is Milvus's database-not-found, saying Osprey does not have it yet."""
+    contract.check_database(db_name)
 
 
 def key_values(pairs: Iterable[common_pb2.KeyValuePair]) -> dict[str, str]:
@@ -143,19 +145,17 @@ def consistency_of(number: int, use_default: bool) -> ConsistencyLevel | None:
 # ---------------------------------------------------------------------------- schemas
 
 
-def schema_from_proto(raw: bytes, collection_name: str) -> dict[str, Any]:
-    """A CreateCollection ``schema`` (serialized ``schema.CollectionSchema``) as Osprey's schema dict.
-    Field ids the client sent are ignored (the rootcoord assigns 100, 101, ...); a field of a type
-    Osprey has not is refused naming the field."""
-    proto = schema_pb2.CollectionSchema()
-    try:
-        proto.ParseFromString(raw)
-    except Exception:
-        raise InvalidParameter("schema", "must be a serialized milvus.proto.schema.CollectionSchema") from None
+def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) -> dict[str, Any]:
+    """A CreateCollection ``schema`` (parsed by the contract check) as Osprey's schema dict. Its
+    ``name`` must be empty or the collection's (Milvus's rule); field ids the client sent are
+    assigned anew by the rootcoord (100, 101, ...), as Milvus's are; a field of a type Osprey has
+    not is refused naming the field. Features Osprey lacks (nullable, default values, partition
+    keys, a declared ``$meta`` ...) were refused by :mod:`frontends.milvus_grpc.contract` before."""
+    if proto.name and proto.name != collection_name:
+        raise InvalidParameter("schema.name", f"must be empty or the collection name {collection_name!r}", proto.name)
+    check_database(proto.dbName)
     fields: list[dict[str, Any]] = []
     for i, f in enumerate(proto.fields):
-        if f.is_dynamic:  # the server adds $meta itself
-            continue
         try:
             dtype = DataType.from_milvus_code(f.data_type)
         except ValueError:
@@ -231,7 +231,12 @@ def describe_collection(desc: CollectionDescription, shards_num: int, db_name: s
         "consistency_level": NUMBER_BY_CONSISTENCY[info.consistency_level],
         "collection_name": info.collection_name,
         "db_name": db_name or DEFAULT_DATABASE,
+        "db_id": DEFAULT_DATABASE_ID,
         "num_partitions": len(desc.partitions),
+        # Osprey never alters a schema: it is as of its creation (pymilvus caches this and sends it
+        # back as an insert's schema_timestamp)
+        "update_timestamp": info.created_ts,
+        "update_timestamp_str": str(info.created_ts),
     }
 
 
@@ -270,8 +275,37 @@ def columns_from_fields_data(fields_data: Sequence[schema_pb2.FieldData], num_ro
     return rows
 
 
+NO_TYPE = schema_pb2.DataType.Value("None")  # a FieldData without a type (pymilvus always sets one)
+# FieldData.type -> the member its values must travel in (scalars' data member or "float_vector")
+_MEMBER_OF_TYPE: dict[int, str] = {
+    schema_pb2.Bool: "bool_data",
+    schema_pb2.Int8: "int_data",
+    schema_pb2.Int16: "int_data",
+    schema_pb2.Int32: "int_data",
+    schema_pb2.Int64: "long_data",
+    schema_pb2.Float: "float_data",
+    schema_pb2.Double: "double_data",
+    schema_pb2.VarChar: "string_data",
+    schema_pb2.String: "string_data",
+    schema_pb2.JSON: "json_data",
+    schema_pb2.FloatVector: "float_vector",
+}
+
+
+def _check_type(fd: schema_pb2.FieldData, where: str) -> None:
+    """A FieldData's ``type`` must match the member its values travel in (None: not given)."""
+    if fd.type == NO_TYPE:
+        return
+    member = fd.vectors.WhichOneof("data") if fd.HasField("vectors") else fd.scalars.WhichOneof("data")
+    expected = _MEMBER_OF_TYPE.get(fd.type)
+    if member is not None and expected != member:
+        name = schema_pb2.DataType.Name(fd.type) if fd.type in schema_pb2.DataType.values() else fd.type
+        raise InvalidParameter(f"{where}.type", f"is {name} but the values are {member}", fd.field_name)
+
+
 def field_values(fd: schema_pb2.FieldData, where: str) -> Any:
     """One FieldData's values: numpy for numbers and vectors, list of str or of parsed JSON."""
+    _check_type(fd, where)
     if fd.HasField("vectors"):
         if fd.vectors.WhichOneof("data") != "float_vector":
             raise InvalidParameter(fd.field_name, "only FLOAT_VECTOR vectors are supported by Osprey")
@@ -318,13 +352,9 @@ def ids_proto(keys: Sequence[Any]) -> schema_pb2.IDs:
 # ---------------------------------------------------------------------------- search and query
 
 
-def placeholder_vectors(raw: bytes, nq: int) -> np.ndarray:
-    """The query vectors of a ``common.PlaceholderGroup`` (one little-endian float32 blob each)."""
-    group = common_pb2.PlaceholderGroup()
-    try:
-        group.ParseFromString(raw)
-    except Exception:
-        raise InvalidParameter("placeholder_group", "must be a serialized common.PlaceholderGroup") from None
+def placeholder_vectors(group: common_pb2.PlaceholderGroup, nq: int) -> np.ndarray:
+    """The query vectors of a ``common.PlaceholderGroup`` (parsed by the contract check; one
+    little-endian float32 blob each); ``nq``, when set, must be their number."""
     if len(group.placeholders) != 1:
         raise InvalidParameter("placeholder_group", "must hold exactly one placeholder", len(group.placeholders))
     holder = group.placeholders[0]

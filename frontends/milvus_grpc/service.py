@@ -2,15 +2,19 @@
 proxy path as the in-process client and REST (no rule is implemented twice here); this module
 only translates messages (:mod:`frontends.milvus_grpc.convert`).
 
-Contract of every RPC: it answers its reply message, never a transport error. An Osprey error
-becomes the reply's status (its code, the legacy error_code, its text); an unexpected exception
-is logged and answered as code 5 naming it. The service's other RPCs answer "not supported by
-Osprey" (code 10) in their own reply type (:func:`unsupported_methods`).
+Contract of every RPC: it answers its reply message, never a transport error. Before it runs,
+the request passes :func:`frontends.milvus_grpc.contract.check` (every field it sets is served, or
+the request is refused naming the field: nothing is accepted and ignored), and so does the
+``dbname`` call metadata pymilvus sends. An Osprey error becomes the reply's status (its code, the
+legacy error_code, its text); an unexpected exception is logged and answered as code 5 naming it.
+The service's other RPCs answer "not supported by Osprey yet" (code 10) in their own reply type
+(:func:`unsupported_methods`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import json
 import logging
@@ -18,13 +22,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from frontends.inprocess import InProcessClient
-from frontends.milvus_grpc import convert
-from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, Unsupported
+from frontends.milvus_grpc import contract, convert
+from frontends.milvus_grpc.contract import Checked
+from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, SchemaMismatch, Unsupported
 from schemas.index import IndexState
 from schemas.meta import LoadState
 from state.meta.tso import physical_ms
@@ -55,6 +61,7 @@ LOAD_STATE_NUMBER = {
     LoadState.LOADING: common_pb2.LoadStateLoading,
     LoadState.LOADED: common_pb2.LoadStateLoaded,
 }
+COMPACTION_STATE_NUMBER = {name: common_pb2.CompactionState.Value(name) for name in ("Executing", "Completed")}
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -73,13 +80,34 @@ def failed(method: str, err: OspreyError) -> Message:
     return cls(status=status)
 
 
+DATABASE_METADATA = "dbname"  # pymilvus's call metadata naming the database (MilvusClient(db_name=...))
+
+
+def call_database(context: Any) -> str:
+    """The database a call's metadata names ("" when none, or no gRPC context)."""
+    if context is None:
+        return ""
+    for key, value in context.invocation_metadata() or ():
+        if key == DATABASE_METADATA and isinstance(value, str):
+            return value
+    return ""
+
+
 def rpc(method: F) -> F:
-    """Wrap an RPC implementation: its OspreyError (or a bug) becomes the reply's status."""
+    """Wrap an RPC implementation: the request's fields and the call's database are checked
+    against the contract first (a refusal answers before any work is done; an implementation
+    that takes ``checked`` gets the messages the check parsed); its OspreyError (or a bug)
+    becomes the reply's status."""
     name = method.__name__
+    wants_checked = "checked" in inspect.signature(method).parameters
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Message, context: Any) -> Message:
         try:
+            contract.check_database(call_database(context))
+            checked = contract.check(name, request)
+            if wants_checked:
+                return await method(self, request, context, checked)
             return await method(self, request, context)
         except OspreyError as err:
             return failed(name, err)
@@ -107,6 +135,16 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
 
     @rpc
     async def Connect(self, request: milvus_pb2.ConnectRequest, context: Any) -> Message:
+        client = request.client_info  # logged, as Milvus's proxy records its clients
+        log.info(
+            "client connected: sdk_type=%s sdk_version=%s user=%s host=%s local_time=%s reserved=%s",
+            client.sdk_type,
+            client.sdk_version,
+            client.user,
+            client.host,
+            client.local_time,
+            dict(client.reserved),
+        )
         info = common_pb2.ServerInfo(build_tags="osprey", deploy_mode="STANDALONE", reserved={"server": "osprey"})
         return milvus_pb2.ConnectResponse(**_ok(server_info=info, identifier=next(self._identifiers)))
 
@@ -120,14 +158,42 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
 
     @rpc
     async def ListDatabases(self, request: milvus_pb2.ListDatabasesRequest, context: Any) -> Message:
-        return milvus_pb2.ListDatabasesResponse(**_ok(db_names=[convert.DEFAULT_DATABASE]))
+        infos = [await self.client.describe_database(name) for name in await self.client.list_databases()]
+        return milvus_pb2.ListDatabasesResponse(
+            **_ok(
+                db_names=[i.db_name for i in infos],
+                db_ids=[i.db_id for i in infos],
+                created_timestamp=[i.created_ts for i in infos],
+            )
+        )
+
+    @rpc
+    async def DescribeDatabase(self, request: milvus_pb2.DescribeDatabaseRequest, context: Any) -> Message:
+        info = await self.client.describe_database(request.db_name)  # another name: code 800, as Milvus
+        properties = [common_pb2.KeyValuePair(key=k, value=v) for k, v in info.properties.items()]
+        return milvus_pb2.DescribeDatabaseResponse(
+            **_ok(db_name=info.db_name, dbID=info.db_id, created_timestamp=info.created_ts, properties=properties)
+        )
+
+    @rpc
+    async def CheckHealth(self, request: milvus_pb2.CheckHealthRequest, context: Any) -> Message:
+        # Milvus: an unhealthy answer still has a success status, isHealthy false and the reasons
+        check = await self.client.check_health()
+        states = [milvus_pb2.QuotaState.Value(q) for q in check.quota_states]
+        return milvus_pb2.CheckHealthResponse(
+            **_ok(isHealthy=check.healthy, reasons=check.reasons, quota_states=states)
+        )
 
     # ------------------------------------------------------------------ collections
 
     @rpc
-    async def CreateCollection(self, request: milvus_pb2.CreateCollectionRequest, context: Any) -> Message:
+    async def CreateCollection(
+        self, request: milvus_pb2.CreateCollectionRequest, context: Any, checked: Checked
+    ) -> Message:
         convert.check_database(request.db_name)
-        schema = convert.schema_from_proto(request.schema, request.collection_name)
+        proto = checked.embedded["schema"]
+        assert isinstance(proto, schema_pb2.CollectionSchema)
+        schema = convert.schema_from_proto(proto, request.collection_name)
         level = convert.CONSISTENCY_BY_NUMBER.get(request.consistency_level)
         await self.client.create_collection(
             request.collection_name,
@@ -147,25 +213,30 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def HasCollection(self, request: milvus_pb2.HasCollectionRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        return milvus_pb2.BoolResponse(**_ok(value=await self.client.has_collection(request.collection_name)))
+        has = await self.client.has_collection(request.collection_name, as_of=request.time_stamp)
+        return milvus_pb2.BoolResponse(**_ok(value=has))
 
     @rpc
     async def DescribeCollection(self, request: milvus_pb2.DescribeCollectionRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
+        name, cid = request.collection_name, request.collectionID
         try:
-            desc = await self.client.describe_collection(request.collection_name)
+            # by name or alias; by collectionID when the name is empty; time_stamp: the meta then
+            desc = await self.client.describe_collection(name, as_of=request.time_stamp, collection_id=cid)
         except CollectionNotFound:
             # Milvus's text, which users match (and pymilvus's has_collection reads code 100)
-            raise CollectionNotFound(
-                f"can't find collection[database=default][collection={request.collection_name}]"
-            ) from None
+            asked = f"collection={name}" if name else f"collectionID={cid}"
+            raise CollectionNotFound(f"can't find collection[database=default][{asked}]") from None
+        _check_collection_id(desc.info.collection_id, cid, name)
         fields = convert.describe_collection(desc, desc.info.shards_num, request.db_name)
         return milvus_pb2.DescribeCollectionResponse(**_ok(**fields))
 
     @rpc
     async def ShowCollections(self, request: milvus_pb2.ShowCollectionsRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        briefs = await self.client.show_collections()
+        if request.type == milvus_pb2.InMemory:
+            return await self._show_loaded_collections(request)
+        briefs = await self.client.show_collections(as_of=request.time_stamp)
         if request.collection_names:
             wanted = set(request.collection_names)
             briefs = [b for b in briefs if b.collection_name in wanted]
@@ -175,6 +246,31 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 collection_ids=[b.collection_id for b in briefs],
                 created_timestamps=[b.created_ts for b in briefs],
                 created_utc_timestamps=[physical_ms(b.created_ts) for b in briefs],
+            )
+        )
+
+    async def _show_loaded_collections(self, request: milvus_pb2.ShowCollectionsRequest) -> Message:
+        """ShowCollections InMemory, as Milvus's proxy asks its querycoord: the loaded collections
+        (or those named, each of which must be loaded: code 101), their load progress and whether
+        every shard is served (query_service_available)."""
+        if request.time_stamp:
+            raise InvalidParameter(
+                "time_stamp", "must be 0 with type InMemory: load progress is known only now", request.time_stamp
+            )
+        names = list(request.collection_names)
+        loaded = await self.client.list_loaded_collections(names)
+        briefs = {b.collection_id: b for b in await self.client.show_collections()}
+        rows = [(name or p.collection_name, p) for name, p in zip(names or [""] * len(loaded), loaded, strict=True)]
+        rows = [(name, p) for name, p in rows if p.collection_id in briefs]  # dropped in between
+        created = [briefs[p.collection_id].created_ts for _, p in rows]
+        return milvus_pb2.ShowCollectionsResponse(
+            **_ok(
+                collection_names=[name for name, _ in rows],
+                collection_ids=[p.collection_id for _, p in rows],
+                created_timestamps=created,
+                created_utc_timestamps=[physical_ms(ts) for ts in created],
+                inMemory_percentages=[p.progress for _, p in rows],
+                query_service_available=[p.state is LoadState.LOADED for _, p in rows],
             )
         )
 
@@ -210,8 +306,17 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def ShowPartitions(self, request: milvus_pb2.ShowPartitionsRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        parts = await self.client.show_partitions(request.collection_name)
-        if request.partition_names:
+        name = await self._collection_of(request.collection_name, request.collectionID)
+        parts = await self.client.show_partitions(name)
+        percentages: list[int] = []
+        if request.type == milvus_pb2.InMemory:
+            # the loaded partitions (those named must each be loaded: code 201), as Milvus's querycoord
+            loaded = await self.client.list_loaded_partitions(name, list(request.partition_names))
+            by_name = {p.partition_name: p for p in parts}
+            loaded = [p for p in loaded if p.partition_names[0] in by_name]  # dropped in between
+            parts = [by_name[p.partition_names[0]] for p in loaded]
+            percentages = [p.progress for p in loaded]
+        elif request.partition_names:
             wanted = set(request.partition_names)
             parts = [p for p in parts if p.partition_name in wanted]
         return milvus_pb2.ShowPartitionsResponse(
@@ -220,6 +325,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 partitionIDs=[p.partition_id for p in parts],
                 created_timestamps=[p.created_ts for p in parts],
                 created_utc_timestamps=[physical_ms(p.created_ts) for p in parts],
+                inMemory_percentages=percentages,
             )
         )
 
@@ -259,13 +365,21 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def GetLoadingProgress(self, request: milvus_pb2.GetLoadingProgressRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        progress = await self.client.get_load_state(request.collection_name)
-        return milvus_pb2.GetLoadingProgressResponse(**_ok(progress=progress.progress, refresh_progress=100))
+        partitions = list(request.partition_names) or None
+        progress = await self.client.get_load_state(request.collection_name, partitions)
+        # refresh_progress: Milvus's is 100 unless a refresh load is pending; Osprey's is the share of
+        # the flushed segments its query nodes have loaded (agents/proxy/load.py, refresh_progress)
+        return milvus_pb2.GetLoadingProgressResponse(
+            **_ok(progress=progress.progress, refresh_progress=progress.refresh_progress)
+        )
 
     @rpc
     async def GetLoadState(self, request: milvus_pb2.GetLoadStateRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        progress = await self.client.get_load_state(request.collection_name)
+        try:
+            progress = await self.client.get_load_state(request.collection_name, list(request.partition_names) or None)
+        except CollectionNotFound:  # Milvus answers LoadStateNotExist, not an error
+            return milvus_pb2.GetLoadStateResponse(**_ok(state=common_pb2.LoadStateNotExist))
         return milvus_pb2.GetLoadStateResponse(**_ok(state=LOAD_STATE_NUMBER[progress.state]))
 
     # ------------------------------------------------------------------ aliases
@@ -309,6 +423,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def Insert(self, request: milvus_pb2.InsertRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
+        await self._check_schema_timestamp(request.collection_name, request.schema_timestamp)
         data = convert.columns_from_fields_data(request.fields_data, request.num_rows)
         result = await self.client.insert(request.collection_name, data, request.partition_name)
         return milvus_pb2.MutationResult(
@@ -323,6 +438,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def Upsert(self, request: milvus_pb2.UpsertRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
+        await self._check_schema_timestamp(request.collection_name, request.schema_timestamp)
         data = convert.columns_from_fields_data(request.fields_data, request.num_rows)
         result = await self.client.upsert(request.collection_name, data, request.partition_name)
         return milvus_pb2.MutationResult(
@@ -334,6 +450,19 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 timestamp=result.timestamp,
             )
         )
+
+    async def _check_schema_timestamp(self, collection_name: str, schema_timestamp: int) -> None:
+        """pymilvus sends the ``update_timestamp`` of the schema it cached: another one than the
+        collection's (it was dropped and created again under this name) is Milvus's SchemaMismatch,
+        on which pymilvus describes the collection again and retries (0: not sent)."""
+        if not schema_timestamp:
+            return
+        info = await self.client.proxy.cache.resolve(collection_name)
+        if schema_timestamp != info.created_ts:  # Osprey never alters a schema: its update is its creation
+            raise SchemaMismatch(
+                f"collection schema mismatch[collection={collection_name}]: the client's schema "
+                f"(schema_timestamp {schema_timestamp}) is not the collection's ({info.created_ts})"
+            )
 
     @rpc
     async def Delete(self, request: milvus_pb2.DeleteRequest, context: Any) -> Message:
@@ -376,8 +505,56 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         convert.check_database(request.db_name)
         if not request.collection_name:
             raise InvalidParameter("collection_name", "Osprey needs the collection of the segments")
-        state = await self.client.get_flush_state(request.collection_name, list(request.segmentIDs))
+        state = await self.client.get_flush_state(
+            request.collection_name, list(request.segmentIDs), flush_ts=request.flush_ts
+        )
         return milvus_pb2.GetFlushStateResponse(**_ok(flushed=state.flushed))
+
+    # ------------------------------------------------------------------ compaction
+
+    @rpc
+    async def ManualCompaction(self, request: milvus_pb2.ManualCompactionRequest, context: Any) -> Message:
+        """Milvus's mix compaction of a collection (by name, or collectionID: pymilvus sends the
+        name, and the id too after a CollectionNameNotFound). Answers at once with the id; the
+        data nodes plan and run it next (compactionPlanCount: the plans recorded by then). The
+        contract refused clustering and targeted compactions (majorCompaction, segment_ids ...);
+        ``timetravel`` is deprecated (Milvus ignores it since 2.3; pymilvus never sets it)."""
+        convert.check_database(request.db_name)
+        name = await self._collection_of(request.collection_name, request.collectionID)
+        state = await self.client.compact(name, wait=False)
+        return milvus_pb2.ManualCompactionResponse(
+            **_ok(compactionID=state.compaction_id, compactionPlanCount=len(state.plans))
+        )
+
+    @rpc
+    async def GetCompactionState(self, request: milvus_pb2.GetCompactionStateRequest, context: Any) -> Message:
+        state = await self.client.get_compaction_state(request.compactionID)
+        return milvus_pb2.GetCompactionStateResponse(
+            **_ok(
+                state=COMPACTION_STATE_NUMBER[state.state],
+                executingPlanNo=state.executing_plans,
+                timeoutPlanNo=0,  # Osprey's plans have no deadline
+                completedPlanNo=state.completed_plans,
+                failedPlanNo=state.failed_plans,
+            )
+        )
+
+    @rpc
+    async def GetCompactionStateWithPlans(self, request: milvus_pb2.GetCompactionPlansRequest, context: Any) -> Message:
+        state = await self.client.get_compaction_state(request.compactionID)
+        merges = [milvus_pb2.CompactionMergeInfo(sources=p.sources, target=p.target) for p in state.plans]
+        return milvus_pb2.GetCompactionPlansResponse(
+            **_ok(state=COMPACTION_STATE_NUMBER[state.state], mergeInfos=merges)
+        )
+
+    async def _collection_of(self, name: str, collection_id: int) -> str:
+        """The collection a request names: ``name`` (a name or alias), else the one with
+        ``collection_id``; both given must agree (InvalidParameter naming collectionID)."""
+        if not collection_id:
+            return name
+        desc = await self.client.describe_collection(name, collection_id=collection_id)
+        _check_collection_id(desc.info.collection_id, collection_id, name)
+        return name or desc.info.collection_name
 
     # ------------------------------------------------------------------ indexes
 
@@ -390,11 +567,14 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
 
     @rpc
     async def DescribeIndex(self, request: milvus_pb2.DescribeIndexRequest, context: Any) -> Message:
+        """``timestamp`` (pymilvus sends the time of its create_index): the state is about the
+        segments whose rows precede it, as in Milvus (``agents/proxy/index.py``)."""
         convert.check_database(request.db_name)
+        name, ts = request.collection_name, request.timestamp
         if request.index_name or request.field_name:
-            descs = [await self.client.describe_index(request.collection_name, request.index_name, request.field_name)]
+            descs = [await self.client.describe_index(name, request.index_name, request.field_name, timestamp=ts)]
         else:
-            descs = await self.client.describe_indexes(request.collection_name)
+            descs = await self.client.describe_indexes(name, timestamp=ts)
         return milvus_pb2.DescribeIndexResponse(**_ok(index_descriptions=[_index_description(d) for d in descs]))
 
     @rpc
@@ -420,19 +600,22 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     # ------------------------------------------------------------------ reads
 
     @rpc
-    async def Search(self, request: milvus_pb2.SearchRequest, context: Any) -> Message:
+    async def Search(self, request: milvus_pb2.SearchRequest, context: Any, checked: Checked) -> Message:
+        """An ANN search: ``search_params`` keys ``topk``, ``offset`` (a page of ``limit`` after the
+        first ``offset`` hits), ``round_decimal``, ``metric_type``, ``anns_field``, ``collection_id``
+        (must be the collection's) and ``params`` (``ef``); the contract refused the others."""
         convert.check_database(request.db_name)
-        if request.sub_reqs:
-            raise Unsupported("hybrid search (sub_reqs) is not supported by Osprey")
-        queries = convert.placeholder_vectors(request.placeholder_group, request.nq)
+        group = checked.embedded.get("placeholder_group", common_pb2.PlaceholderGroup())
+        assert isinstance(group, common_pb2.PlaceholderGroup)
+        queries = convert.placeholder_vectors(group, request.nq)
         params = convert.params_of(request.search_params, "search_params")
         top_k = params.pop("topk", params.pop("limit", 10))
-        if params.get("offset"):
-            raise Unsupported("search offset is not supported by Osprey")
         # pymilvus (>= 2.5.2) also copies every top-level key of the user's search_params into
         # the ``params`` JSON: the request-level ones are taken from there too, never passed on
-        inner = dict(params.get("params", {}))
+        inner: dict[str, Any] = dict(params.get("params", {}))
         metric = params.get("metric_type") or inner.get("metric_type")
+        offset = params.get("offset", inner.get("offset", 0))  # checked by the search task
+        round_decimal = params.get("round_decimal", inner.get("round_decimal", -1))
         for key in REQUEST_LEVEL_SEARCH_KEYS:
             inner.pop(key, None)
         search_params: dict[str, Any] = {"params": inner}
@@ -440,6 +623,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             search_params["metric_type"] = metric
         level, guarantee = self._consistency(request)
         collection = request.collection_name
+        await self._same_collection(collection, params.get("collection_id"), "search_params{collection_id}")
         hits = await self.client.search(
             collection,
             queries,
@@ -451,6 +635,8 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             partition_names=list(request.partition_names),
             consistency_level=level,
             guarantee_timestamp=guarantee,
+            offset=offset,
+            round_decimal=round_decimal,
         )
         schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
         data = convert.search_result_data(hits, schema, list(request.output_fields), int(top_k))
@@ -458,12 +644,21 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
 
     @rpc
     async def Query(self, request: milvus_pb2.QueryRequest, context: Any) -> Message:
+        """Rows by filter: ``query_params`` keys ``limit``, ``offset``, ``collection_id`` (must be the
+        collection's) and ``iterator``: pymilvus's query iterator reads one snapshot, so its first
+        call (no guarantee timestamp) reads at a fresh timestamp and answers it as ``session_ts``,
+        and its next calls (that timestamp as their guarantee) read at exactly it."""
         convert.check_database(request.db_name)
         params = convert.params_of(request.query_params, "query_params")
         limit = params.get("limit")
         offset = params.get("offset", 0)
         level, guarantee = self._consistency(request)
         collection = request.collection_name
+        await self._same_collection(collection, params.get("collection_id"), "query_params{collection_id}")
+        session_ts = 0
+        if str(params.get("iterator", "False")).lower() == "true":
+            level = None
+            guarantee = session_ts = request.guarantee_timestamp or await self.client.now()
         schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
         asked = list(request.output_fields)
         names = [convert.COUNT_STAR] if asked == [convert.COUNT_STAR] else convert.output_names(asked, schema)
@@ -484,8 +679,20 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 collection_name=collection,
                 output_fields=names,
                 primary_field_name=schema.primary_field.name,
+                session_ts=session_ts,
             )
         )
+
+    async def _same_collection(self, collection_name: str, collection_id: Any, field: str) -> None:
+        """An iterator's ``collection_id`` (pymilvus sends the id it described): the collection
+        named must still be that one (it may have been dropped and created again)."""
+        if collection_id is None:
+            return
+        info = await self.client.proxy.cache.resolve(collection_name)
+        if str(collection_id) != str(info.collection_id):
+            raise InvalidParameter(
+                field, f"must be the id of collection {collection_name} ({info.collection_id})", collection_id
+            )
 
     @staticmethod
     def _consistency(request: Any) -> tuple[Any, int | None]:
@@ -493,6 +700,13 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         if not request.use_default_consistency and request.consistency_level == common_pb2.Customized:
             return None, int(request.guarantee_timestamp)
         return convert.consistency_of(request.consistency_level, request.use_default_consistency), None
+
+
+def _check_collection_id(found: int, asked: int, name: str) -> None:
+    """A request naming both a collection and an id: they must be the same collection."""
+    if name and asked and found != asked:
+        rule = f"must be the id of collection {name} ({found}) when both are given"
+        raise InvalidParameter("collectionID", rule, asked)
 
 
 def _index_state(state: IndexState) -> int:
@@ -521,7 +735,7 @@ def _index_description(desc: Any) -> milvus_pb2.IndexDescription:
 
 def unsupported_methods() -> dict[str, Callable[[Message, Any], Awaitable[Message]]]:
     """Every MilvusService RPC the servicer does not implement, answering its own reply type
-    with "<method> is not supported by Osprey" (code 10), never a transport error."""
+    with "<method> is not supported by Osprey yet (<feature>)" (code 10), never a transport error."""
     handlers: dict[str, Callable[[Message, Any], Awaitable[Message]]] = {}
     own = {name for name in vars(MilvusServicer) if not name.startswith("_")}
     for method in SERVICE.methods:
@@ -529,7 +743,11 @@ def unsupported_methods() -> dict[str, Callable[[Message, Any], Awaitable[Messag
             continue
 
         async def answer(request: Message, context: Any, _name: str = method.name) -> Message:
-            return failed(_name, Unsupported(f"{_name} is not supported by Osprey"))
+            reason = contract.unsupported_reason(_name)
+            if "status" not in reply_type(_name).DESCRIPTOR.fields_by_name:
+                # a reply with no status to carry the refusal (Dummy, the replication streams)
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, reason)
+            return failed(_name, Unsupported(reason))
 
         handlers[method.name] = answer
     return handlers

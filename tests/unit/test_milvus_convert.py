@@ -21,6 +21,7 @@ from frontends.milvus_grpc.server import credential_user
 from schemas.collection import CollectionSchema, parse_collection_schema
 from schemas.errors import (
     CollectionNotFound,
+    DatabaseNotFound,
     IndexNotFound,
     InvalidParameter,
     OspreyError,
@@ -86,12 +87,25 @@ def meta_fd(docs: list[dict[str, Any]]) -> schema_pb2.FieldData:
     )
 
 
-def placeholder_group(vectors: list[np.ndarray], ptype: int = common_pb2.FloatVector) -> bytes:
+def placeholder_group(vectors: list[np.ndarray], ptype: int = common_pb2.FloatVector) -> common_pb2.PlaceholderGroup:
     """A PlaceholderGroup as pymilvus builds it: one little-endian float32 blob per query."""
     value = common_pb2.PlaceholderValue(
         tag="$0", type=ptype, values=[np.asarray(v, dtype="<f4").tobytes() for v in vectors]
     )
-    return common_pb2.PlaceholderGroup(placeholders=[value]).SerializeToString()
+    return common_pb2.PlaceholderGroup(placeholders=[value])
+
+
+def parsed_group(raw: bytes) -> common_pb2.PlaceholderGroup:
+    group = common_pb2.PlaceholderGroup()
+    group.ParseFromString(raw)
+    return group
+
+
+def parsed_schema(raw: bytes) -> schema_pb2.CollectionSchema:
+    """A CreateCollection schema as the contract check hands it on: parsed."""
+    proto = schema_pb2.CollectionSchema()
+    proto.ParseFromString(raw)
+    return proto
 
 
 def basic_auth(text: str) -> dict[str, str]:
@@ -141,7 +155,7 @@ def pymilvus_schema_bytes(*, auto_id: bool, dynamic: bool) -> bytes:
 
 
 def test_schema_from_proto_reads_what_pymilvus_sends() -> None:
-    got = convert.schema_from_proto(pymilvus_schema_bytes(auto_id=True, dynamic=True), "books")
+    got = convert.schema_from_proto(parsed_schema(pymilvus_schema_bytes(auto_id=True, dynamic=True)), "books")
     assert got["enable_dynamic_field"] is True and got["description"] == "books"
     assert [(f["name"], f["dtype"], f["is_primary"], f["auto_id"]) for f in got["fields"]] == [
         ("pk", "INT64", True, True),
@@ -159,7 +173,7 @@ def test_schema_from_proto_reads_what_pymilvus_sends() -> None:
 @pytest.mark.parametrize(("auto_id", "dynamic"), [(True, True), (False, False)])
 def test_schema_round_trip(auto_id: bool, dynamic: bool) -> None:
     stored = parse_collection_schema(
-        convert.schema_from_proto(pymilvus_schema_bytes(auto_id=auto_id, dynamic=dynamic), "books")
+        convert.schema_from_proto(parsed_schema(pymilvus_schema_bytes(auto_id=auto_id, dynamic=dynamic)), "books")
     ).with_field_ids()
     described = convert.schema_to_proto("books", stored)
     assert described.name == "books" and described.autoID is auto_id
@@ -172,7 +186,7 @@ def test_schema_round_trip(auto_id: bool, dynamic: bool) -> None:
     assert convert.key_values(described.fields[1].type_params) == {"max_length": "32"}
     assert convert.key_values(described.fields[2].type_params) == {"dim": "8"}
     # and back: the described schema creates the same collection
-    again = parse_collection_schema(convert.schema_from_proto(described.SerializeToString(), "books"))
+    again = parse_collection_schema(convert.schema_from_proto(described, "books"))
     assert again.with_field_ids() == stored
 
 
@@ -186,16 +200,26 @@ def test_schema_with_an_unsupported_type_is_refused_naming_the_field() -> None:
     )
     assert schema_pb2.BinaryVector == 100
     with pytest.raises(InvalidParameter) as err:
-        convert.schema_from_proto(proto.SerializeToString(), "c")
+        convert.schema_from_proto(proto, "c")
     assert err.value.code == 1100
     assert err.value.field == "schema.fields[1].data_type"
     assert "'bits'" in err.value.rule and "BinaryVector" in err.value.rule
 
 
-def test_schema_garbage_is_refused() -> None:
+def test_schema_named_unlike_the_collection_is_refused() -> None:
     with pytest.raises(InvalidParameter) as err:
-        convert.schema_from_proto(b"not a schema", "c")
-    assert err.value.field == "schema"
+        convert.schema_from_proto(parsed_schema(pymilvus_schema_bytes(auto_id=False, dynamic=False)), "magazines")
+    assert err.value.field == "schema.name"
+    with pytest.raises(DatabaseNotFound):
+        convert.schema_from_proto(schema_pb2.CollectionSchema(dbName="analytics"), "c")
+
+
+def test_field_data_of_another_type_than_its_values_is_refused() -> None:
+    wrong = int64_fd("id", [1, 2])
+    wrong.type = schema_pb2.VarChar
+    with pytest.raises(InvalidParameter) as err:
+        convert.columns_from_fields_data([wrong], 2)
+    assert err.value.field == "fields_data[0].type" and "long_data" in err.value.rule
 
 
 # ---------------------------------------------------------------------------- inserted columns
@@ -258,7 +282,7 @@ def test_placeholder_vectors_are_the_query_vectors() -> None:
 def test_placeholder_vectors_as_pymilvus_serializes_them() -> None:
     queries = [[0.5, 1.5, -2.0, 3.25], [1.0, 0.0, 0.0, 0.0]]
     raw = Prepare._prepare_placeholder_str(queries)
-    assert np.array_equal(convert.placeholder_vectors(raw, 2), np.array(queries, dtype=np.float32))
+    assert np.array_equal(convert.placeholder_vectors(parsed_group(raw), 2), np.array(queries, dtype=np.float32))
 
 
 def test_placeholder_with_a_wrong_nq_is_refused() -> None:

@@ -1,0 +1,396 @@
+"""The Milvus request contract, generated from pymilvus's descriptors (issue 34): every RPC of
+``MilvusService`` and every field of its request (nested messages, key-value keys, the JSON keys
+of ``params``, the messages serialized in ``bytes`` fields) is served, inert or refused, never
+accepted and ignored.
+
+For each field the test builds a request that sets it to a value other than the default and
+sends it through :func:`contract.check` and through the servicer's own entry (the ``rpc`` wrapper,
+which answers before any work is done for a refusal): a refused field gets code 1100 naming the
+field and saying Osprey does not support it yet; a served one passes the check and is read by the
+code its rule names (the field's name appears in that code); an inert one says why it changes
+nothing. A field a newer pymilvus adds has no rule and fails :func:`test_every_field_has_a_rule`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from frontends.inprocess import InProcessClient
+from frontends.milvus_grpc import contract
+from frontends.milvus_grpc.contract import ANY_KEY, CONTRACTS, EMBEDDED, RPCS, SERVICE, UNSUPPORTED_RPCS, Treatment
+from frontends.milvus_grpc.service import MilvusServicer, reply_type
+from schemas.config import OspreyConfig
+from schemas.errors import DatabaseNotFound, InvalidParameter
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "milvus-compat.md"
+UNKNOWN_KEY = "osprey_test_unknown_key"
+NOT_YET = "not supported by Osprey yet"
+
+CASES = [(method, path) for method in RPCS for path in CONTRACTS[method].rules]
+
+
+# ---------------------------------------------------------------------------- requests from paths
+
+
+def _segments(path: str) -> list[str]:
+    """``a[].b{k}.j`` -> ``["a[]", "b{k}", "j"]`` (a key may hold dots: ``{collection.ttl.seconds}``)."""
+    return re.findall(r"[^.{]+(?:\[\])?(?:\{[^}]*\})?", path)
+
+
+def _non_default(fd: FieldDescriptor) -> Any:
+    """A value of ``fd``'s scalar type other than its default."""
+    if fd.enum_type is not None:
+        return next(v.number for v in fd.enum_type.values if v.number != 0)
+    if fd.type == FieldDescriptor.TYPE_STRING:
+        return "x"
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        return b"x"
+    if fd.type == FieldDescriptor.TYPE_BOOL:
+        return True
+    if fd.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        return 1.5
+    return 7
+
+
+def _touch(message: Message) -> None:
+    """Set one scalar somewhere inside ``message`` (a refused subtree is then present)."""
+    for fd in message.DESCRIPTOR.fields:
+        if fd.message_type is None:
+            _assign(message, fd, _non_default(fd))
+            return
+        if fd.message_type.GetOptions().map_entry:
+            continue
+        if fd.is_repeated:
+            item = getattr(message, fd.name).add()
+            _touch(item)
+            if item.ListFields():
+                return
+            continue
+        _touch(getattr(message, fd.name))
+        if message.HasField(fd.name):
+            return
+
+
+def _assign(message: Message, fd: FieldDescriptor, value: Any) -> None:
+    if fd.is_repeated:
+        getattr(message, fd.name).append(value)
+    else:
+        setattr(message, fd.name, value)
+
+
+def _kv_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def message_class(descriptor: Descriptor) -> type[Message]:
+    return message_factory.GetMessageClass(descriptor)
+
+
+def _set_path(message: Message, path: str, value: Any | None) -> str:
+    """Set ``path`` inside ``message`` (to ``value``, or a non-default value); the concrete path an
+    error names (``fields_data[0].valid_data``, ``load_params{x}``, ``search_params{params}.ef``)."""
+    concrete: list[str] = []
+    segments = _segments(path)
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        name, key = segment, None
+        if "{" in segment:
+            name, key = segment[: segment.index("{")], segment[segment.index("{") + 1 : -1]
+            key = UNKNOWN_KEY if key == ANY_KEY else key
+        repeated = name.endswith("[]")
+        name = name.removesuffix("[]")
+        if key is not None:
+            inner = None if last else segments[i + 1]
+            inner = UNKNOWN_KEY if inner == ANY_KEY else inner
+            fallback = 1 if inner is not None else "1"
+            held = _kv_value({inner: fallback if value is None else value} if inner else (value or fallback))
+            fd = message.DESCRIPTOR.fields_by_name[name]
+            if fd.message_type.GetOptions().map_entry:
+                entries = getattr(message, name)
+                if fd.message_type.fields_by_name["value"].message_type is None:
+                    entries[key] = held
+                else:
+                    _touch(entries[key])
+            else:
+                getattr(message, name).add(key=key, value=held)
+            concrete.append(f"{name}{{{key}}}" + (f".{inner}" if inner else ""))
+            break
+        fd = message.DESCRIPTOR.fields_by_name[name]
+        if fd.message_type is None:
+            _assign(message, fd, _non_default(fd) if value is None else value)
+            concrete.append(name)
+            break
+        repeated = repeated or fd.is_repeated
+        child = getattr(message, name).add() if repeated else getattr(message, name)
+        concrete.append(f"{name}[0]" if repeated else name)
+        if last:
+            _touch(child)
+        message = child
+    return ".".join(concrete)
+
+
+def build_request(method: str, path: str, value: Any | None = None) -> tuple[Message, str]:
+    """A ``method`` request with ``path`` set, and the concrete path an error names; a path into an
+    embedded message (``schema.fields[].nullable``) is set in that message, serialized into its field."""
+    request = message_class(SERVICE.methods_by_name[method].input_type)()
+    first, _, rest = path.partition(".")
+    embedded = EMBEDDED.get((method, first))
+    if embedded is None:
+        return request, _set_path(request, path, value)
+    root = embedded()
+    if rest:
+        where = f"{first}.{_set_path(root, rest, value)}"
+    else:
+        _touch(root)
+        where = first
+    setattr(request, first, root.SerializeToString())
+    return request, where
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def test_every_rpc_is_served_or_refused() -> None:
+    methods = {m.name for m in SERVICE.methods}
+    assert set(RPCS) | set(UNSUPPORTED_RPCS) == methods, "an RPC of pymilvus's MilvusService has no decision"
+    assert not set(RPCS) & set(UNSUPPORTED_RPCS)
+
+
+@pytest.mark.parametrize("method", list(RPCS))
+def test_every_field_has_a_rule(method: str) -> None:
+    """Every field path of the descriptors is decided (a newer pymilvus's new field fails here)."""
+    rules = CONTRACTS[method]
+    missing = [p for p in contract.leaf_paths(method) if contract.covering_rule(rules, p) is None]
+    assert not missing, f"{method}: no rule for {missing}: decide served, inert or refused in contract.py"
+
+
+@pytest.mark.parametrize("method", list(RPCS))
+def test_every_rule_names_a_field(method: str) -> None:
+    """No rule for a field the descriptors do not have (a typo would leave the real field undecided)."""
+    leaves = set(contract.leaf_paths(method))
+    for path in CONTRACTS[method].rules:
+        base = path.split("{")[0] + "{}" if "{" in path else path
+        subtree = any(leaf.startswith(path + ".") or leaf.startswith(path + "[].") for leaf in leaves)
+        assert base in leaves or path in leaves or subtree, f"{method}: {path} is no field of the request"
+
+
+@pytest.mark.parametrize(("method", "path"), CASES)
+def test_each_rule_is_explained(method: str, path: str) -> None:
+    rule = CONTRACTS[method].rules[path]
+    if rule.treatment is Treatment.SERVED:
+        assert rule.by, f"{method}.{path}: a served field names the code that serves it"
+    else:
+        assert rule.why, f"{method}.{path}: an inert or refused field says why"
+    if rule.accepts is not None:
+        assert rule.accepted and rule.asks, f"{method}.{path}: which values are accepted, and what the others ask for"
+
+
+# ---------------------------------------------------------------------------- each field, checked
+
+
+def _expect_refusal(method: str, path: str, value: Any | None = None) -> None:
+    request, where = build_request(method, path, value)
+    with pytest.raises((InvalidParameter, DatabaseNotFound)) as err:
+        contract.check(method, request)
+    assert err.value.code in (1100, 800)
+    assert NOT_YET in err.value.reason, err.value.reason
+    if isinstance(err.value, InvalidParameter):
+        field = err.value.field  # the element, or the whole list a rule refuses
+        assert field.startswith(where) or where.startswith(field + "["), (field, where)
+
+
+@pytest.mark.parametrize(("method", "path"), CASES)
+def test_each_field_is_served_or_refused(method: str, path: str) -> None:
+    rule = CONTRACTS[method].rules[path]
+    if rule.treatment is Treatment.REFUSED:
+        _expect_refusal(method, path)
+        return
+    request, _ = build_request(method, path, rule.example)
+    contract.check(method, request)  # served or inert: no refusal
+    if rule.accepts is not None:
+        refused_value = rule.refused_example
+        assert refused_value is not None, f"{method}.{path}: give refused_example, a value the rule refuses"
+        _expect_refusal(method, path, refused_value)
+
+
+def _served_token(path: str) -> str:
+    """The name the serving code must mention: a key, or the last field name (a list's ``data``:
+    its member, ``long_data``)."""
+    if path.endswith("}"):
+        return path[path.rindex("{") + 1 : -1]
+    parts = [p.removesuffix("[]") for p in re.split(r"\.(?![^{]*\})", path)]
+    last = parts[-1].split("{")[-1].rstrip("}")
+    return parts[-2] if last == "data" and len(parts) > 1 else last
+
+
+def _resolve(dotted: str) -> Any:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise AssertionError(f"{dotted} does not resolve")  # pragma: no cover
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [c for c in CASES if CONTRACTS[c[0]].rules[c[1]].treatment is Treatment.SERVED]
+)
+def test_served_fields_are_read_by_the_code_named(method: str, path: str) -> None:
+    """The rule's ``by`` exists and mentions the field (or key) it serves."""
+    rule = CONTRACTS[method].rules[path]
+    target = _resolve(rule.by)
+    if inspect.isclass(target):
+        target = getattr(target, method)
+    source = inspect.getsource(target)
+    token = _served_token(path.split("{")[0] if path.endswith("{*}") else path)
+    assert re.search(rf"\b{re.escape(token)}\b", source), f"{rule.by} does not read {token!r} ({method}.{path})"
+
+
+# ---------------------------------------------------------------------------- keys and JSON
+
+
+@pytest.mark.parametrize(
+    ("method", "field"),
+    [
+        ("Search", "search_params"),
+        ("Query", "query_params"),
+        ("CreateIndex", "extra_params"),
+        ("CreateCollection", "properties"),
+    ],
+)
+def test_unknown_keys_are_refused(method: str, field: str) -> None:
+    _expect_refusal(method, f"{field}{{*}}")
+
+
+def _search(params: dict[str, Any], **top: str) -> milvus_pb2.SearchRequest:
+    pairs = [common_pb2.KeyValuePair(key=k, value=v) for k, v in top.items()]
+    pairs.append(common_pb2.KeyValuePair(key="params", value=json.dumps(params)))
+    return milvus_pb2.SearchRequest(collection_name="c", search_params=pairs)
+
+
+def test_search_params_json_keys() -> None:
+    """pymilvus copies the user's top-level search params into ``params``: each key follows its
+    rule there too; range search is refused wherever it is written."""
+    contract.check("Search", _search({"ef": 64, "nprobe": 8, "metric_type": "L2", "offset": 3}, topk="5"))
+    for params in ({"radius": 1.0}, {"range_filter": 0.5}, {"ignore_growing": True}, {"group_size": 4}):
+        with pytest.raises(InvalidParameter, match="not supported by Osprey yet") as err:
+            contract.check("Search", _search(params))
+        assert err.value.field == f"search_params{{params}}.{next(iter(params))}"
+    with pytest.raises(InvalidParameter, match="index type Osprey does not build"):
+        contract.check("Search", _search({"search_list": 30}))
+    with pytest.raises(InvalidParameter, match="JSON object"):
+        contract.check(
+            "Search", milvus_pb2.SearchRequest(search_params=[common_pb2.KeyValuePair(key="params", value="[1]")])
+        )
+
+
+def test_pymilvus_defaults_pass() -> None:
+    """What pymilvus 2.6 sends for a plain search, query and insert passes the check."""
+    search = _search({}, topk="10", round_decimal="-1", ignore_growing="False")
+    search.dsl_type = common_pb2.BoolExprV1
+    search.use_default_consistency = True
+    contract.check("Search", search)
+    query = milvus_pb2.QueryRequest(
+        collection_name="c",
+        query_params=[
+            common_pb2.KeyValuePair(key="ignore_growing", value="False"),
+            common_pb2.KeyValuePair(key="reduce_stop_for_best", value="False"),
+        ],
+    )
+    contract.check("Query", query)
+
+
+def test_embedded_messages_are_parsed_once() -> None:
+    group = common_pb2.PlaceholderGroup()
+    group.placeholders.add(tag="$0", type=common_pb2.FloatVector, values=[b"\0" * 16])
+    checked = contract.check("Search", milvus_pb2.SearchRequest(placeholder_group=group.SerializeToString()))
+    assert checked.embedded["placeholder_group"] == group
+    with pytest.raises(InvalidParameter, match="serialized"):
+        contract.check("Search", milvus_pb2.SearchRequest(placeholder_group=b"\xff\xff"))
+
+
+# ---------------------------------------------------------------------------- through the servicer
+
+
+@pytest.fixture
+def servicer() -> MilvusServicer:
+    """A servicer on a proxy that is not started: a refusal answers before any work is done."""
+    return MilvusServicer(InProcessClient(OspreyConfig()))
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [c for c in CASES if CONTRACTS[c[0]].rules[c[1]].treatment is Treatment.REFUSED]
+)
+async def test_the_servicer_answers_each_refusal(servicer: MilvusServicer, method: str, path: str) -> None:
+    request, _ = build_request(method, path)
+    reply = await getattr(servicer, method)(request, None)
+    status = reply if isinstance(reply, common_pb2.Status) else reply.status
+    assert status.code in (1100, 800) and NOT_YET in status.reason, status
+    assert status.error_code != 0  # pymilvus checks both
+
+
+class Aborted(Exception):
+    pass
+
+
+class CallContext:
+    """What the servicer reads of grpc.aio's servicer context: the call metadata, and abort."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...] = ()) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+@pytest.mark.parametrize("method", list(UNSUPPORTED_RPCS))
+async def test_unsupported_rpcs_answer_their_reply_type(servicer: MilvusServicer, method: str) -> None:
+    """Code 10 in the RPC's own reply; a reply without a status field: gRPC UNIMPLEMENTED."""
+    request = message_class(SERVICE.methods_by_name[method].input_type)()
+    if "status" not in reply_type(method).DESCRIPTOR.fields_by_name:
+        with pytest.raises(Aborted) as aborted:
+            await getattr(servicer, method)(request, CallContext())
+        assert aborted.value.args == (grpc.StatusCode.UNIMPLEMENTED, contract.unsupported_reason(method))
+        return
+    reply = await getattr(servicer, method)(request, CallContext())
+    assert isinstance(reply, reply_type(method))
+    status = reply if isinstance(reply, common_pb2.Status) else reply.status
+    assert status.code == 10 and status.reason == contract.unsupported_reason(method)
+
+
+async def test_the_call_database_is_checked(servicer: MilvusServicer) -> None:
+    """pymilvus's ``dbname`` metadata (MilvusClient(db_name=...)) names another database: refused
+    before anything runs, as a ``db_name`` field would be."""
+    request = milvus_pb2.ShowCollectionsRequest()
+    reply = await servicer.ShowCollections(request, CallContext((("dbname", "analytics"),)))
+    assert reply.status.code == 800 and "database not found[database=analytics]" in reply.status.reason
+    assert NOT_YET in reply.status.reason
+
+
+# ---------------------------------------------------------------------------- the document
+
+
+def test_the_document_holds_the_table() -> None:
+    """docs/milvus-compat.md holds the current rendering (``python -m frontends.milvus_grpc.contract``)."""
+    assert contract.markdown() in DOC.read_text(encoding="utf-8"), (
+        "docs/milvus-compat.md is out of date: run python -m frontends.milvus_grpc.contract"
+    )
