@@ -21,12 +21,17 @@ Milvus does: HTTP 401 (``WWW-Authenticate: Bearer``) with ``{"code": 1800, "mess
 authenticated"}``.
 
 - Body keys are matched like Go's ``encoding/json`` (Milvus): exact first, else case-insensitively,
-  so ``autoID`` and ``autoId`` both work. Unknown keys are ignored, except Milvus features Osprey
-  lacks (partition keys, nullable fields, ...) which are refused when set.
+  so ``autoID`` and ``autoId`` both work. A key no reader of the endpoint takes is refused (code
+  1100 naming its path; a Milvus feature Osprey lacks, such as ``groupingField`` or
+  ``params.ttlSeconds``, by name), never accepted and ignored; a value that asks for nothing
+  (``null``, ``false``, ``0``, ``""``, ``{}``, ``[]``) is accepted (:func:`refuse_unread`).
+- ``collections/create``: the quick setup (``dimension``) creates Milvus's AUTOINDEX on the vector
+  field with ``metricType`` (COSINE by default); a ``schema`` create creates its ``indexParams``.
 - Bad JSON, a missing or ill-typed field: code 1100 naming the field (``[field=collectionName]``)
   and the rule. Errors of the Osprey rules name REST fields too (``schema.fields[1].dataType``).
 - ``asOf`` (Osprey extension) on every read: a TSO timestamp; the meta as it was then, 0 = latest.
-- ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database.
+- ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database (another is Milvus's
+  code 800, "database not found").
 
 Osprey extensions beyond Milvus's answers, so the thin client (:mod:`frontends.client`) rebuilds
 exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys are unchanged:
@@ -40,8 +45,15 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/get_flush_state`` (Milvus's GetFlushState, ``segmentIDs``): ``flushed`` and each
   segment's state.
 - ``collections/compact`` (Milvus's Compact; ``wait``, default true) and
-  ``collections/get_compaction_state`` (``compactionID``): ``compactionID`` and ``state``
-  (``Executing`` or ``Completed``).
+  ``collections/get_compaction_state`` (Milvus's ``jobID``, or ``compactionID``; ``collectionName``
+  optional): Milvus's ``compactionID``, ``state`` (``Executing`` or ``Completed``) and plan counts,
+  and beside them ``failedPlanNumber`` and ``mergeInfos`` (each plan's ``sources`` -> ``target``).
+- ``collections/describe`` also takes ``collectionID`` (when ``collectionName`` is empty);
+  ``collections/get_load_state`` takes Milvus's ``partitionNames`` and also answers
+  ``refreshProgress`` (the share of flushed segments the query nodes have loaded).
+- ``databases/list`` and ``databases/describe`` (Milvus's): one database, ``default``, and its
+  ``createdTimestamp`` beside Milvus's keys. ``health/check`` (Osprey's): Milvus's CheckHealth
+  (``isHealthy``, ``reasons``, ``quotaStates``) and the live nodes per role.
 - ``indexes/create`` (Milvus's ``indexParams`` list: ``fieldName``, ``indexName``, ``metricType``,
   ``indexType``, ``params``; each created in order) also takes ``wait`` (default false: answer
   once defined; true: once every flushed segment is indexed) and ``timeout`` (seconds), and
@@ -96,11 +108,19 @@ from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, 
 from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
-from schemas.errors import InvalidParameter, OspreyError, from_status
+from schemas.errors import DatabaseNotFound, InvalidParameter, OspreyError, from_status
+from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, parse_index_params
 from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestCommit, IngestOpen, IngestProgress
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadProgress, PartitionInfo
+from schemas.meta import (
+    AliasDescription,
+    CollectionBrief,
+    CollectionDescription,
+    DatabaseInfo,
+    LoadProgress,
+    PartitionInfo,
+)
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 log = logging.getLogger(__name__)
@@ -133,8 +153,27 @@ RULE_DATA_TYPE = "must be one of " + ", ".join(MILVUS_DATA_TYPES)
 ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length"}
 # Milvus field features Osprey does not have: refused when set to anything but their default.
 UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isPartitionKey", "isClusteringKey", "nullable", "defaultValue")
+# Milvus RESTful v2 keys Osprey does not serve (request_v2.go), named when a request sets them
+REFUSED_KEYS: dict[str, str] = {
+    "groupingField": "grouping search (groupingField)",
+    "groupSize": "grouping search (groupSize)",
+    "strictGroupSize": "grouping search (strictGroupSize)",
+    "exprParams": "filter templates (exprParams)",
+    "functionScore": "rerankers (functionScore)",
+    "functions": "functions (BM25, text embedding)",
+    "partitionsNum": "partition-key partitions (partitionsNum)",
+    "partitionKeyIsolation": "partition-key isolation",
+    "ttlSeconds": "collection TTL (ttlSeconds)",
+    "mmap.enabled": "memory-mapped collections (mmap.enabled)",
+    "isClustering": "clustering compaction (isClustering)",
+    "multiAnalyzerParam": "text analyzers (multiAnalyzerParam)",
+    "radius": "range search (radius)",
+    "range_filter": "range search (range_filter)",
+}
 
 # Quick setup (a create without schema.fields), Milvus's defaults.
+QUICK_INDEX_TYPE = "AUTOINDEX"  # the index Milvus's quick setup creates on the vector field
+QUICK_METRIC_TYPE = "COSINE"  # its metric when the request names none
 QUICK_PRIMARY_FIELD = "id"
 QUICK_VECTOR_FIELD = "vector"
 QUICK_ID_TYPES = {"int64": DataType.INT64, "varchar": DataType.VARCHAR}
@@ -175,11 +214,20 @@ QUICK_SETUP_FIELDS: dict[str, str] = {
 # -- reading a JSON body
 class Body:
     """A JSON object from a request, read field by field; a broken rule raises InvalidParameter
-    naming the field's path under ``root`` (``schema.fields[0].dataType``)."""
+    naming the field's path under ``root`` (``schema.fields[0].dataType``).
+
+    A body remembers the keys read (and the objects read inside it): :meth:`unread` lists the
+    keys no reader took, which the front end refuses, so a field Osprey does not serve is never
+    accepted and ignored. :meth:`whole` hands an object on as a dict (its keys are then the
+    receiver's to check)."""
 
     def __init__(self, data: Mapping[str, Any], root: str = "") -> None:
         self.data = data
         self.root = root
+        self._read: set[str] = set()
+        self._children: list[Body] = []
+        self._objects: dict[str, Body] = {}  # obj() and objects() read twice hand out the same bodies
+        self._lists: dict[str, list[Body]] = {}
 
     def path(self, key: str) -> str:
         return f"{self.root}.{key}" if self.root else key
@@ -190,7 +238,22 @@ class Body:
     def raw(self, key: str, default: Any = None) -> Any:
         """The value of ``key`` (exact match first, then ignoring case, like Go's encoding/json)."""
         found = self._key(key)
-        return default if found is None else self.data[found]
+        if found is None:
+            return default
+        self._read.add(found)
+        return self.data[found]
+
+    def whole(self) -> dict[str, Any]:
+        """Every key, as a dict handed on to a reader that checks each key itself."""
+        self._read.update(self.data)
+        return dict(self.data)
+
+    def unread(self) -> list[str]:
+        """The paths of the keys nobody read, here and in the objects read inside."""
+        left = [self.path(k) for k in self.data if k not in self._read]
+        for child in self._children:
+            left.extend(child.unread())
+        return left
 
     def _key(self, key: str) -> str | None:
         if key in self.data:
@@ -236,16 +299,23 @@ class Body:
         return value
 
     def obj(self, key: str) -> Body:
-        """A nested object (absent or null reads as an empty one)."""
+        """A nested object (absent or null reads as an empty one); read twice, the same body."""
+        if key in self._objects:
+            return self._objects[key]
         value = self.raw(key)
         if value is None:
             value = {}
         if not isinstance(value, dict):
             raise InvalidParameter(self.path(key), "must be an object", value)
-        return Body(value, self.path(key))
+        child = Body(value, self.path(key))
+        self._children.append(child)
+        self._objects[key] = child
+        return child
 
     def objects(self, key: str) -> list[Body]:
         """A list of objects (absent or null reads as an empty list)."""
+        if key in self._lists:
+            return self._lists[key]
         value = self.raw(key)
         if value is None:
             return []
@@ -256,6 +326,8 @@ class Body:
             if not isinstance(item, dict):
                 raise InvalidParameter(f"{self.path(key)}[{i}]", "must be an object", item)
             items.append(Body(item, f"{self.path(key)}[{i}]"))
+        self._children.extend(items)
+        self._lists[key] = items
         return items
 
     def setting(self, key: str) -> Any:
@@ -337,10 +409,12 @@ def _field_schema(body: Body, auto_id: bool) -> dict[str, Any]:
         "description": body.string("description", default=""),
     }
     params = body.obj("elementTypeParams")
-    for key in params.data:
+    for key, value in params.whole().items():
         if key not in ELEMENT_TYPE_PARAMS:
-            raise InvalidParameter(params.path(key), "is not supported: Osprey knows " + ", ".join(ELEMENT_TYPE_PARAMS))
-        spec[ELEMENT_TYPE_PARAMS[key]] = params.data[key]
+            raise InvalidParameter(
+                params.path(key), "is not supported by Osprey yet: Osprey knows " + ", ".join(ELEMENT_TYPE_PARAMS)
+            )
+        spec[ELEMENT_TYPE_PARAMS[key]] = value
     return spec
 
 
@@ -391,6 +465,9 @@ def _quick_schema(body: Body) -> dict[str, Any]:
 
 
 def _parse_create(body: Body) -> Parsed:
+    """Milvus's two ways: the quick setup (``dimension``: an AUTOINDEX on the vector field with
+    ``metricType``, COSINE by default, as Milvus creates it) or a ``schema`` with ``indexParams``
+    (each index created after the collection, as Milvus does)."""
     name = body.string("collectionName")
     schema = body.obj("schema")
     quick = not schema.objects("fields")
@@ -398,6 +475,14 @@ def _parse_create(body: Body) -> Parsed:
         "collection_name": name,
         "schema": _quick_schema(body) if quick else _full_schema(body, schema),
     }
+    if quick:
+        metric = body.string("metricType", default="") or QUICK_METRIC_TYPE
+        index = {"index_type": QUICK_INDEX_TYPE, "metric_type": metric}
+        vector = kwargs["schema"]["fields"][1]["name"]
+        fields = {"metric_type": body.path("metricType"), "index_type": body.path("metricType")}
+        kwargs["indexes"] = [{"field_name": vector, "index_name": "", "index_params": index, "fields": fields}]
+    else:
+        kwargs["indexes"] = [_index_spec(entry) for entry in body.objects("indexParams")]
     shards, level = body.setting("shardsNum"), body.setting("consistencyLevel")
     if shards is not None:
         kwargs["shards_num"] = shards
@@ -405,6 +490,21 @@ def _parse_create(body: Body) -> Parsed:
         kwargs["consistency_level"] = level
     kwargs["load"] = body.boolean("load", default=True)
     return Parsed(kwargs, QUICK_SETUP_FIELDS if quick else {})
+
+
+async def _create_collection(
+    client: InProcessClient, collection_name: str, indexes: list[dict[str, Any]], **options: Any
+) -> int:
+    """Create the collection, then its indexes in order; every index's parameters are checked
+    before anything is created, so a refused one changes nothing."""
+    for spec in indexes:
+        try:
+            parse_index_params(spec["index_params"])
+        except InvalidParameter as err:
+            raise PartError(err, spec["fields"]) from None
+    collection_id: int = await client.create_collection(collection_name, **options)
+    await _create_indexes(client, collection_name, indexes, wait=False, timeout=None)
+    return collection_id
 
 
 # -- rendering results as Milvus does
@@ -461,6 +561,52 @@ def _load_state(progress: LoadProgress) -> dict[str, Any]:
         "vchannelsReady": progress.vchannels_ready,
         "vchannels": progress.vchannels,
         "loadVersion": progress.load_version,
+        "partitionNames": progress.partition_names,
+        "refreshProgress": progress.refresh_progress,
+    }
+
+
+def _parse_load_state(body: Body) -> Parsed:
+    """Milvus's ``collectionName`` and optional ``partitionNames`` (the state of those partitions)."""
+    names = _list(body, "partitionNames", [])
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise InvalidParameter(body.path(f"partitionNames[{i}]"), "must be a string", name)
+    return Parsed(
+        {"collection_name": body.string("collectionName"), "partition_names": names},
+        {"partition_names": "partitionNames"},
+    )
+
+
+def _parse_describe(body: Body) -> Parsed:
+    """``collectionName`` (a name or alias) or, when empty, ``collectionID`` (Osprey extension), and ``asOf``."""
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName", default=""),
+            "collection_id": body.integer("collectionID", default=0),
+            "as_of": body.integer("asOf", default=0),
+        },
+        {"collection_id": "collectionID"},
+    )
+
+
+def _database(info: DatabaseInfo) -> dict[str, Any]:
+    """Milvus's databases/describe answer (``properties`` as key/value pairs), and its creation timestamp."""
+    return {
+        "dbName": info.db_name,
+        "dbID": info.db_id,
+        "properties": [{"key": k, "value": v} for k, v in info.properties.items()],
+        "createdTimestamp": info.created_ts,
+    }
+
+
+def _health(check: HealthCheck) -> dict[str, Any]:
+    """CheckHealth's fields, camelCase (Osprey extension: Milvus's REST has no such route)."""
+    return {
+        "isHealthy": check.healthy,
+        "reasons": check.reasons,
+        "quotaStates": check.quota_states,
+        "nodes": check.nodes,
     }
 
 
@@ -481,7 +627,14 @@ def _parse_flush_state(body: Body) -> Parsed:
     for i, sid in enumerate(ids):
         if isinstance(sid, bool) or not isinstance(sid, int) or sid < 1:
             raise InvalidParameter(body.path(f"segmentIDs[{i}]"), "must be a segment id (an integer >= 1)", sid)
-    return Parsed({"collection_name": body.string("collectionName"), "segment_ids": ids}, {"segment_ids": "segmentIDs"})
+    return Parsed(
+        {
+            "collection_name": body.string("collectionName"),
+            "segment_ids": ids,
+            "flush_ts": body.integer("flushTs", default=0),
+        },
+        {"segment_ids": "segmentIDs", "flush_ts": "flushTs"},
+    )
 
 
 def _flush_state(state: FlushState) -> dict[str, Any]:
@@ -507,16 +660,36 @@ def _parse_compact(body: Body) -> Parsed:
 
 
 def _parse_compaction_state(body: Body) -> Parsed:
-    cid = body.raw("compactionID")
-    if isinstance(cid, bool) or not isinstance(cid, int) or cid < 1:
-        raise InvalidParameter(body.path("compactionID"), "must be a compaction id (an integer >= 1)", cid)
+    """Milvus's ``jobID`` or Osprey's ``compactionID`` (the same id; both given must agree), and
+    optionally ``collectionName`` (then it must be the compaction's collection)."""
+    ids = {key: body.raw(key) for key in ("jobID", "compactionID") if body.raw(key) is not None}
+    if not ids:
+        raise InvalidParameter(body.path("jobID"), "is required (or compactionID): the id collections/compact answered")
+    for key, cid in ids.items():
+        if isinstance(cid, bool) or not isinstance(cid, int) or cid < 1:
+            raise InvalidParameter(body.path(key), "must be a compaction id (an integer >= 1)", cid)
+    if len(set(ids.values())) > 1:
+        raise InvalidParameter(body.path("compactionID"), "must equal jobID when both are given", ids["compactionID"])
+    key, cid = next(iter(ids.items()))
     return Parsed(
-        {"collection_name": body.string("collectionName"), "compaction_id": cid}, {"compaction_id": "compactionID"}
+        {"compaction_id": cid, "collection_name": body.string("collectionName", default="")}, {"compaction_id": key}
     )
 
 
 def _compaction(state: CompactionState) -> dict[str, Any]:
-    return {"compactionID": state.compaction_id, "state": state.state}
+    """Milvus's get_compaction_state answer (``state``, ``executingPlanNumber``, ...), with the
+    failed plans and the merges (Milvus's mergeInfos: sources -> target segment) beside."""
+    return {
+        "compactionID": state.compaction_id,
+        "state": state.state,
+        "executingPlanNumber": state.executing_plans,
+        "timeoutPlanNumber": 0,  # Osprey's plans have no deadline
+        "completedPlanNumber": state.completed_plans,
+        "failedPlanNumber": state.failed_plans,
+        "collectionName": state.collection_name,
+        "collectionID": state.collection_id,
+        "mergeInfos": [p.model_dump() for p in state.plans],
+    }
 
 
 def _partition(p: PartitionInfo) -> dict[str, Any]:
@@ -661,18 +834,26 @@ def _parse_search(body: Body) -> Parsed:
     params = body.obj("searchParams")
     search_params = {
         "metric_type": params.string("metricType", default=""),
-        "params": dict(params.obj("params").data),
+        "params": params.obj("params").whole(),
     }
     return Parsed(
         {
             "collection_name": body.string("collectionName"),
             "data": _list(body, "data"),
             "limit": body.integer("limit", default=10),
+            "offset": body.integer("offset", default=0),
+            "round_decimal": body.integer("roundDecimal", default=-1, minimum=-1),
             "anns_field": body.string("annsField", default=""),
             "search_params": search_params,
             **_read_options(body),
         },
-        {"top_k": "limit", "anns_field": "annsField", "output_fields": "outputFields", "expr": "filter"},
+        {
+            "top_k": "limit",
+            "anns_field": "annsField",
+            "output_fields": "outputFields",
+            "expr": "filter",
+            "round_decimal": "roundDecimal",
+        },
     )
 
 
@@ -754,11 +935,11 @@ def _index_spec(entry: Body) -> dict[str, Any]:
     ``params.index_type``/``params.metric_type``; ``params`` holds the build parameters (``M``,
     ``efConstruction``). Their values are checked by :func:`parse_index_params`, not here."""
     params = entry.obj("params")
-    index_params: dict[str, Any] = dict(params.data)
+    index_params: dict[str, Any] = params.whole()
     fields: dict[str, str] = {
         "field_name": entry.path("fieldName"),
         "index_name": entry.path("indexName"),
-        **{key: params.path(key) for key in params.data},
+        **{key: params.path(key) for key in index_params},
     }
     for key, inner in (("indexType", "index_type"), ("metricType", "metric_type")):
         top = entry.raw(key)
@@ -830,12 +1011,18 @@ def _parse_index_name(body: Body) -> Parsed:
 
 
 async def _describe_indexes(
-    client: InProcessClient, collection_name: str, index_name: str, field_name: str
+    client: InProcessClient, collection_name: str, index_name: str, field_name: str, timestamp: int = 0
 ) -> list[IndexDescription]:
     """The index named (exactly one must match), or every index when neither name is given."""
     if not index_name and not field_name:
-        return await client.describe_indexes(collection_name)
-    return [await client.describe_index(collection_name, index_name, field_name)]
+        return await client.describe_indexes(collection_name, timestamp)
+    return [await client.describe_index(collection_name, index_name, field_name, timestamp)]
+
+
+def _parse_describe_index(body: Body) -> Parsed:
+    """As :func:`_parse_index_name`, and ``timestamp`` (Osprey extension: Milvus's DescribeIndex timestamp)."""
+    parsed = _parse_index_name(body)
+    return Parsed({**parsed.kwargs, "timestamp": body.integer("timestamp", default=0)})
 
 
 def _parse_wait_index(body: Body) -> Parsed:
@@ -913,8 +1100,8 @@ class Endpoint:
 
 
 ENDPOINTS: dict[str, Endpoint] = {
-    "collections/create": Endpoint("create_collection", render=_created, parse=_parse_create),
-    "collections/describe": Endpoint("describe_collection", (COLLECTION, AS_OF), _collection),
+    "collections/create": Endpoint("create_collection", render=_created, parse=_parse_create, call=_create_collection),
+    "collections/describe": Endpoint("describe_collection", render=_collection, parse=_parse_describe),
     "collections/list": Endpoint("list_collections", (AS_OF,), _same),
     "collections/show": Endpoint("show_collections", (AS_OF,), _collection_briefs),
     "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), _has),
@@ -932,7 +1119,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         "load_collection", parse=lambda b: Parsed({"collection_name": b.string("collectionName"), "wait": False})
     ),
     "collections/release": Endpoint("release_collection", (COLLECTION,)),
-    "collections/get_load_state": Endpoint("get_load_state", (COLLECTION,), _load_state),
+    "collections/get_load_state": Endpoint("get_load_state", render=_load_state, parse=_parse_load_state),
     "partitions/load": Endpoint("load_partitions", parse=lambda b: _partition_names(b, {"wait": False})),
     "partitions/release": Endpoint("release_partitions", parse=_partition_names),
     "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION), beside=_partition_id),
@@ -955,7 +1142,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         "create_index", parse=_parse_create_indexes, call=_create_indexes, beside=_created_indexes
     ),
     "indexes/describe": Endpoint(
-        "describe_index", render=_index_descriptions, parse=_parse_index_name, call=_describe_indexes
+        "describe_index", render=_index_descriptions, parse=_parse_describe_index, call=_describe_indexes
     ),
     "indexes/list": Endpoint(
         "list_indexes",
@@ -968,6 +1155,13 @@ ENDPOINTS: dict[str, Endpoint] = {
     "indexes/wait": Endpoint(
         "wait_for_index_building_complete", render=lambda d: [_index_description(d)], parse=_parse_wait_index
     ),
+    # dbName is the database asked about: the front end's own check answers another name with
+    # Milvus's database-not-found error, as DescribeDatabase does
+    "databases/list": Endpoint("list_databases", render=_same),
+    "databases/describe": Endpoint(
+        "describe_database", render=_database, parse=lambda b: Parsed({"db_name": b.string("dbName", default="")})
+    ),
+    "health/check": Endpoint("check_health", render=_health),
 }
 
 
@@ -1000,7 +1194,39 @@ def as_rest_error(err: InvalidParameter, overrides: Mapping[str, str] | None = N
 def _check_db(body: Body) -> None:
     db = body.string("dbName", default="")
     if db not in ("", DEFAULT_DB_NAME):
-        raise InvalidParameter("dbName", f"must be {DEFAULT_DB_NAME!r}: Osprey has one database", db)
+        raise DatabaseNotFound(
+            f"database not found[database={db}]: databases other than {DEFAULT_DB_NAME} are not supported by Osprey yet"
+        )
+
+
+def _changes_nothing(value: Any) -> bool:
+    """What a Milvus client sends for a feature it does not use: null, false, 0, "", {} or []."""
+    return value is None or value is False or value == 0 or value in ("", {}, [])
+
+
+def refuse_unread(body: Body) -> None:
+    """Refuse the first key no reader of the endpoint took (and that asks for something): a
+    Milvus feature Osprey lacks is named (:data:`REFUSED_KEYS`), any other key is unknown. Never
+    accepted and ignored."""
+    for path in body.unread():
+        value = _value_at(body, path)
+        if _changes_nothing(value):
+            continue
+        feature = REFUSED_KEYS.get(path.rpartition(".")[2].split("[")[0])
+        if feature is not None:
+            raise InvalidParameter(path, f"{feature} is not supported by Osprey yet", value)
+        raise InvalidParameter(path, "is not a field of this request (not served by Osprey)", value)
+
+
+def _value_at(body: Body, path: str) -> Any:
+    """The value at ``path`` (``a.b[1].c``) of the body."""
+    value: Any = body.data
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        value = value.get(name) if isinstance(value, Mapping) else None
+        if index:
+            value = value[int(index[:-1])] if isinstance(value, list) else None
+    return value
 
 
 def success(data: Any) -> dict[str, Any]:
@@ -1176,6 +1402,7 @@ class RestFrontEnd(Service):
             body = parse_body(raw)
             _check_db(body)
             parsed = endpoint.read(body)
+            refuse_unread(body)
             try:
                 if endpoint.call is not None:
                     result = await endpoint.call(self.client, **parsed.kwargs)

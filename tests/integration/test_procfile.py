@@ -150,7 +150,7 @@ def test_honcho_runs_the_procfile_and_stops_every_child(tmp_path: Path) -> None:
     try:
         wait_until_answering(url, honcho, log)
         coll, alias = "procfile_docs", "procfile_live"
-        created = post(url, "collections/create", {"collectionName": coll, "dimension": 8})
+        created = post(url, "collections/create", {"collectionName": coll, "dimension": 8, "metricType": "L2"})
         assert created["code"] == 0 and created["data"]["collectionID"] > 0, created
         assert post(url, "aliases/create", {"aliasName": alias, "collectionName": coll})["code"] == 0
         described = post(url, "collections/describe", {"collectionName": alias})

@@ -17,7 +17,7 @@ import pytest
 
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
-from frontends.rest import API_PREFIX, ENDPOINTS, Body, PartError, RestFrontEnd, _deleted, _upserted
+from frontends.rest import API_PREFIX, ENDPOINTS, Body, PartError, RestFrontEnd, _deleted, _upserted, refuse_unread
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import InvalidParameter
@@ -240,9 +240,13 @@ async def test_bad_collection_name(rest: Rest) -> None:
 
 
 async def test_duplicate_collection(rest: Rest) -> None:
-    coll = await create(rest)
-    code, message = await rest.error("collections/create", {"collectionName": coll, "dimension": DIM})
-    assert code == 1100 and "[field=collectionName]" in message and "already exists" in message
+    """Milvus: the same create again answers the collection; with other parameters it is refused."""
+    coll = name()
+    first = await rest.ok("collections/create", {"collectionName": coll, "dimension": DIM})
+    assert await rest.ok("collections/create", {"collectionName": coll, "dimension": DIM}) == first
+    code, message = await rest.error("collections/create", {"collectionName": coll, "dimension": DIM * 2})
+    assert code == 1100 and "[field=dimension]" in message, message
+    assert message.startswith(f"create duplicate collection with different parameters, collection: {coll}: ")
 
 
 async def test_unknown_collection(rest: Rest) -> None:
@@ -267,7 +271,7 @@ async def test_alias_and_collection_names_clash(rest: Rest) -> None:
     z = name("z")
     await rest.ok("aliases/create", {"aliasName": z, "collectionName": a})
     code, message = await rest.error("collections/create", {"collectionName": z, "dimension": DIM})
-    assert code == 1601 and f"alias={z}" in message
+    assert code == 1601 and f"collection name [{z}] conflicts with an existing alias" in message
 
 
 async def test_alias_to_another_collection_exists(rest: Rest) -> None:
@@ -290,7 +294,6 @@ BAD_REQUESTS = [
     ("collections/has", {"collectionName": "c", "asOf": "yesterday"}, "asOf", "must be an integer"),
     ("collections/has", {"collectionName": "c", "asOf": 1.5}, "asOf", "must be an integer"),
     ("collections/has", {"collectionName": "c", "asOf": True}, "asOf", "must be an integer"),
-    ("collections/list", {"dbName": "other"}, "dbName", "one database"),
     ("partitions/create", {"collectionName": "c"}, "partitionName", "is required"),
     ("aliases/create", {"aliasName": "bad-name", "collectionName": "c"}, "aliasName", "must match"),
     ("collections/create", {"collectionName": "ok"}, "dimension", "is required"),
@@ -388,6 +391,67 @@ async def test_bad_request_names_field_and_rule(rest: Rest, path: str, body: dic
     assert code == 1100 and f"[field={field}]" in message and rule in message, message
 
 
+async def test_another_database_is_milvus_database_not_found(rest: Rest) -> None:
+    code, message = await rest.error("collections/list", {"dbName": "other"})
+    assert code == 800 and "database not found[database=other]" in message and "not supported by Osprey yet" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "rule"),
+    [
+        ("collections/list", {"colour": "blue"}, "colour", "not a field of this request"),
+        (
+            "entities/search",
+            {"collectionName": "c", "data": [[0.1]], "groupingField": "g"},
+            "groupingField",
+            "grouping search",
+        ),
+        ("entities/query", {"collectionName": "c", "exprParams": {"x": 1}}, "exprParams", "filter templates"),
+        (
+            "collections/create",
+            {"collectionName": "c", "dimension": 8, "params": {"ttlSeconds": 60}},
+            "params.ttlSeconds",
+            "collection TTL",
+        ),
+        (
+            "collections/create",
+            {"collectionName": "c", "dimension": 8, "params": {"partitionsNum": 4}},
+            "params.partitionsNum",
+            "partition-key",
+        ),
+    ],
+)
+async def test_fields_osprey_does_not_serve_are_refused(
+    rest: Rest, path: str, body: dict, field: str, rule: str
+) -> None:
+    """Never accepted and ignored: a key no reader takes is refused naming it (a Milvus feature
+    Osprey lacks by name), and nothing is created."""
+    code, message = await rest.error(path, body)
+    assert code == 1100 and f"[field={field}]" in message and rule in message, message
+    assert not await rest.client.has_collection("c")
+
+
+def test_keys_that_ask_for_nothing_are_accepted() -> None:
+    """What a Milvus client sends for a feature it does not use (false, 0, "", {}, null) changes nothing."""
+    body = Body(
+        {
+            "collectionName": "c",
+            "data": [[0.1] * DIM],
+            "groupingField": "",
+            "groupSize": 0,
+            "strictGroupSize": False,
+            "exprParams": {},
+            "functionScore": None,
+        }
+    )
+    ENDPOINTS["entities/search"].read(body)
+    refuse_unread(body)
+    body = Body({"collectionName": "c", "data": [[0.1] * DIM], "groupSize": 3})
+    ENDPOINTS["entities/search"].read(body)
+    with pytest.raises(InvalidParameter, match=r"\[field=groupSize\].*grouping search"):
+        refuse_unread(body)
+
+
 async def http_error(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     """The JSON error answer of an HTTP-level refusal (code 1100, a message, field and rule)."""
     assert resp.content_type == "application/json", await resp.text()
@@ -425,13 +489,13 @@ async def test_body_limit_by_content_length_and_when_chunked(rest: Rest) -> None
     await front.start()
     try:
         url = f"{front.url}{API_PREFIX}/collections/has"
-        at_limit = json.dumps({"collectionName": "c", "pad": ""}).encode()
-        at_limit = at_limit[:-2] + b" " * (SMALL_LIMIT_BYTES - len(at_limit)) + at_limit[-2:]
+        at_limit = json.dumps({"collectionName": "c"}).encode()  # padded with blanks before its "}"
+        at_limit = at_limit[:-1] + b" " * (SMALL_LIMIT_BYTES - len(at_limit)) + at_limit[-1:]
         assert len(at_limit) == SMALL_LIMIT_BYTES
         async with rest.session.post(url, data=at_limit) as resp:
             assert resp.status == 200 and (await resp.json()) == {"code": 0, "data": {"has": False}}
 
-        over = at_limit[:-2] + b" " + at_limit[-2:]
+        over = at_limit[:-1] + b" " + at_limit[-1:]
 
         async def chunked() -> AsyncIterator[bytes]:
             for start in range(0, len(over), 1000):
@@ -543,7 +607,8 @@ def test_compact_routes() -> None:
     with pytest.raises(InvalidParameter, match=r"\[field=compactionID\]"):
         ENDPOINTS["collections/get_compaction_state"].read(Body({"collectionName": "c", "compactionID": "x"}))
     done = CompactionState(collection_name="c", compaction_id=9, state="Completed")
-    assert ENDPOINTS["collections/compact"].render(done) == {"compactionID": 9, "state": "Completed"}
+    answer = ENDPOINTS["collections/compact"].render(done)
+    assert answer["compactionID"] == 9 and answer["state"] == "Completed" and answer["mergeInfos"] == []
 
 
 INDEX_INFO = IndexInfo(
@@ -674,15 +739,17 @@ def test_index_describe_list_drop_routes() -> None:
     """indexes/describe (Milvus's list of one entry; every index when no name is given), indexes/list
     (names), indexes/drop ({} with the dropped definition beside) and indexes/wait."""
     describe = ENDPOINTS["indexes/describe"]
-    assert describe.read(Body({"collectionName": "c", "indexName": "idx"})).kwargs == {
+    assert describe.read(Body({"collectionName": "c", "indexName": "idx", "timestamp": 5})).kwargs == {
         "collection_name": "c",
         "index_name": "idx",
         "field_name": "",
+        "timestamp": 5,
     }
     assert describe.read(Body({"collectionName": "c"})).kwargs == {
         "collection_name": "c",
         "index_name": "",
         "field_name": "",
+        "timestamp": 0,
     }
     with pytest.raises(InvalidParameter, match=r"\[field=indexName\]"):
         describe.read(Body({"collectionName": "c", "indexName": 3}))
@@ -742,8 +809,29 @@ def test_delete_and_upsert_answers() -> None:
 
 
 # -- indexes over HTTP (rootcoord only: no flushed segment, so an index is Finished at once)
+async def test_quick_setup_creates_milvus_autoindex(rest: Rest) -> None:
+    """Milvus's quick setup indexes the vector field (AUTOINDEX) with ``metricType``, COSINE when
+    none is given: searches then answer in that metric, as Milvus's do."""
+    coll = await create(rest, "quick")
+    [index] = await rest.ok("indexes/describe", {"collectionName": coll})
+    assert (index["indexName"], index["indexType"], index["metricType"]) == ("vector", "AUTOINDEX", "COSINE")
+    l2 = name("quick")
+    await rest.ok("collections/create", {"collectionName": l2, "dimension": DIM, "metricType": "L2"})
+    [index] = await rest.ok("indexes/describe", {"collectionName": l2})
+    assert index["metricType"] == "L2"
+    code, message = await rest.error(
+        "collections/create", {"collectionName": name(), "dimension": DIM, "metricType": "HAMMING"}
+    )
+    assert code == 1100 and "[field=metricType]" in message
+
+
 async def test_index_round_trip(rest: Rest) -> None:
-    coll = await create(rest, "ix")  # quick setup: the vector field is "vector"
+    coll = name("ix")  # a schema without indexParams: no index yet (the vector field is "vector")
+    fields = [
+        {"fieldName": "id", "dataType": "Int64", "isPrimary": True},
+        {"fieldName": "vector", "dataType": "FloatVector", "elementTypeParams": {"dim": DIM}},
+    ]
+    await rest.ok("collections/create", {"collectionName": coll, "schema": {"fields": fields}})
     assert await rest.ok("indexes/list", {"collectionName": coll}) == []
     code, message = await rest.error("indexes/describe", {"collectionName": coll, "indexName": "vector"})
     assert code == 700 and "index not found" in message
