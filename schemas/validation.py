@@ -47,11 +47,39 @@ def name_problem(value: object) -> str | None:
     return None
 
 
+# Milvus's words for a bad name (proxy validateCollectionNameOrAlias, validatePartitionTag):
+# request field -> (what Milvus calls the name, how its "can only contain" sentence starts)
+MILVUS_NAME_ENTITIES: dict[str, tuple[str, str]] = {
+    "collection_name": ("collection name", "collection name"),
+    "alias": ("collection alias", "collection alias"),
+    "partition_name": ("partition name", "Partition name"),
+}
+
+
+def milvus_name_text(field: str, value: object) -> str:
+    """Milvus's text for ``value`` breaking the name rules as ``field`` (a collection name, an alias
+    or a partition name; "" for other fields), which its users match: ``Invalid collection alias:
+    12-s. the first character of a collection alias must be an underscore or letter``"""
+    entity = MILVUS_NAME_ENTITIES.get(field.split("[")[0].removesuffix("s") if field.endswith("]") else field)
+    if entity is None or not isinstance(value, str):
+        return ""
+    what, contains = entity
+    if not value:
+        return f"{what} should not be empty"
+    head = f"Invalid {what}: {value}."
+    if len(value) > MAX_NAME_LENGTH:
+        return f"{head} the length of a {what} must be less than {MAX_NAME_LENGTH} characters"
+    if not (value[0] == "_" or value[0].isascii() and value[0].isalpha()):
+        return f"{head} the first character of a {what} must be an underscore or letter"
+    return f"{head} {contains} can only contain numbers, letters and underscores"
+
+
 def validate_name(field: str, value: object) -> str:
-    """Return ``value`` if it is a str of 1..255 chars matching NAME_PATTERN, else raise InvalidParameter(field)."""
+    """Return ``value`` if it is a str of 1..255 chars matching NAME_PATTERN, else raise
+    InvalidParameter(field), led by Milvus's own text for collection, alias and partition names."""
     rule = name_problem(value)
     if rule is not None:
-        raise InvalidParameter(field, rule, value)
+        raise InvalidParameter(field, rule, value, milvus_text=milvus_name_text(field, value))
     assert isinstance(value, str)
     return value
 

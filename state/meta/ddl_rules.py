@@ -437,16 +437,18 @@ def _drop_alias(e: ddl.DropAlias, view: MetaView) -> Plan:
 
 
 def _alter_alias(e: ddl.AlterAlias, view: MetaView) -> Plan:
-    """Milvus's order of checks: the alias is a collection's name (1601); the alias is missing
-    (1600); the target is missing (100, Milvus names no database here) or an alias (1100)."""
+    """Milvus's order of checks (its client tests hold it): both names well formed (1100, its proxy
+    checks them first); the alias is a collection's name (1601); the target is missing (100, Milvus
+    names no database here) or an alias (1100); the alias is missing (1600)."""
     alias = validate_name("alias", e.alias)
+    validate_name("collection_name", e.collection_name)
     if alias in view.names:
         raise alias_name_conflict(alias)
+    target = _collection_target(view, "collection_name", e.collection_name, with_database=False)
+    cid = target.collection_id
     existing = view.aliases.get(alias)
     if existing is None:
         raise alias_not_found(alias)
-    target = _collection_target(view, "collection_name", e.collection_name, with_database=False)
-    cid = target.collection_id
     if e.ts < existing.updated_ts:  # a later AlterAlias already won: last writer by timestamp wins
         return Plan(make_reply=_reply(e, collection_id=existing.collection_id, superseded=True))
     record = AliasInfo(alias=alias, collection_id=cid, created_ts=existing.created_ts, updated_ts=e.ts)

@@ -234,6 +234,36 @@ MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, object], type[OspreyError
     ),
     (ddl.DescribeAlias, {"alias": "nope"}, AliasNotFound, "alias not found[database=default][alias=nope]"),
     (ddl.DropCollection, {"collection_name": "z"}, InvalidParameter, "cannot drop the collection via alias = z"),
+    (  # Milvus's client tests: a missing target is reported before a missing alias
+        ddl.AlterAlias,
+        {"alias": "nope", "collection_name": "missing"},
+        CollectionNotFound,
+        "collection not found[collection=missing]",
+    ),
+    (  # both names are checked first, as Milvus's proxy does, in its words
+        ddl.AlterAlias,
+        {"alias": "nope", "collection_name": "12-s"},
+        InvalidParameter,
+        "Invalid collection name: 12-s. the first character of a collection name must be an underscore or letter",
+    ),
+    (
+        ddl.CreateAlias,
+        {"alias": "(mn)", "collection_name": "a"},
+        InvalidParameter,
+        "Invalid collection alias: (mn). the first character of a collection alias must be an underscore or letter",
+    ),
+    (
+        ddl.CreateAlias,
+        {"alias": "a" * 256, "collection_name": "a"},
+        InvalidParameter,
+        f"Invalid collection alias: {'a' * 256}. the length of a collection alias must be less than 255 characters",
+    ),
+    (
+        ddl.CreatePartition,
+        {"collection_name": "a", "partition_name": "p-1"},
+        InvalidParameter,
+        "Invalid partition name: p-1. Partition name can only contain numbers, letters and underscores",
+    ),
 ]
 
 
