@@ -69,7 +69,7 @@ def milvus_name_text(field: str, value: object) -> str:
     head = f"Invalid {what}: {value}."
     if len(value) > MAX_NAME_LENGTH:
         return f"{head} the length of a {what} must be less than {MAX_NAME_LENGTH} characters"
-    if not (value[0] == "_" or value[0].isascii() and value[0].isalpha()):
+    if not (value[0] == "_" or (value[0].isascii() and value[0].isalpha())):
         return f"{head} the first character of a {what} must be an underscore or letter"
     return f"{head} {contains} can only contain numbers, letters and underscores"
 
