@@ -43,7 +43,9 @@ RULE_MAX_LENGTH_RANGE = f"must be in {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH}"
 RULE_MAX_LENGTH_NOT_VARCHAR = "is only allowed on VARCHAR fields"
 RULE_PRIMARY_DTYPE = "a primary key field must be INT64 or VARCHAR"
 RULE_AUTO_ID_NOT_PRIMARY = "auto_id is only allowed on the primary key field"
-RULE_AUTO_ID_DTYPE = "auto_id is only supported for an INT64 primary key"
+RULE_AUTO_ID_DTYPE = (
+    "auto_id on a VARCHAR primary key: not supported by Osprey yet (auto_id needs an INT64 primary key)"
+)
 RULE_FIELD_COUNT = f"must have 1..{MAX_FIELDS} fields"
 RULE_ONE_PRIMARY = "must have exactly one primary key field"
 RULE_NEED_VECTOR = "must have at least one FLOAT_VECTOR field"
@@ -58,6 +60,43 @@ RULE_FIELD_ID_POSITION = (
 # Milvus 2.6's own words for two of the rules (they lead the reason; its users match them)
 MILVUS_NO_VECTOR_FIELD = "schema does not contain vector field"
 MILVUS_DUPLICATED_FIELD_NAME = "duplicated field name"
+# Words of Milvus's filter language: a field named like one could not be named in a filter
+# (Milvus refuses them too: "Invalid field name: <keyword>"); compared ignoring case
+FILTER_KEYWORDS = frozenset(
+    {
+        "and",
+        "or",
+        "not",
+        "in",
+        "like",
+        "exists",
+        "true",
+        "false",
+        "json_contains",
+        "json_contains_all",
+        "json_contains_any",
+        "array_contains",
+        "array_contains_all",
+        "array_contains_any",
+        "array_length",
+        "text_match",
+        "phrase_match",
+        "random_sample",
+    }
+)
+RULE_KEYWORD_NAME = "must not be a keyword of the filter language"
+
+
+def milvus_field_name_text(name: str, problem: str) -> str:
+    """Milvus's text for an invalid field name (merr ErrFieldInvalidName)."""
+    return f"Invalid field name: {name}. {problem}: field name invalid[field={name}]"
+
+
+def _field_name_problem(name: str) -> str:
+    """Milvus's sentence for what is wrong with ``name`` as a field name."""
+    if name and (name[0] == "_" or (name[0].isascii() and name[0].isalpha())):
+        return "Field name can only contain numbers, letters, and underscores."
+    return "The first character of a field name must be an underscore or letter."
 
 
 class DataType(str, Enum):
@@ -178,7 +217,10 @@ class FieldSchema(BaseModel):
             return value  # only the dynamic field may; decided with is_dynamic in _check_rules
         rule = name_problem(value)
         if rule is not None:
-            raise rule_error(rule, value)
+            raise rule_error(rule, value, milvus_text=milvus_field_name_text(value, _field_name_problem(value)))
+        if value.lower() in FILTER_KEYWORDS:
+            text = milvus_field_name_text(value, f"{value} is a keyword of the filter language")
+            raise rule_error(RULE_KEYWORD_NAME, value, milvus_text=text)
         return value
 
     @model_validator(mode="after")
@@ -192,13 +234,22 @@ class FieldSchema(BaseModel):
             if self.is_primary:
                 raise rule_error(RULE_DYNAMIC_NOT_PRIMARY, True, "is_primary")
         elif self.name.startswith("$"):
-            raise rule_error(RULE_DOLLAR_NAME, self.name, "name")
+            text = milvus_field_name_text(
+                self.name, "The first character of a field name must be an underscore or letter."
+            )
+            raise rule_error(RULE_DOLLAR_NAME, self.name, "name", milvus_text=text)
 
         if dtype.is_vector:
             if self.dim is None:
                 raise rule_error(RULE_DIM_REQUIRED, None, "dim")
             if not MIN_DIM <= self.dim <= MAX_DIM:
-                raise rule_error(RULE_DIM_RANGE, self.dim, "dim")
+                text = (  # Milvus's two texts: below the range, and above it
+                    f"invalid dimension: {self.dim}. should be in range {MIN_DIM} ~ {MAX_DIM}"
+                    if self.dim < MIN_DIM
+                    else f"invalid dimension: {self.dim} of field {self.name}. "
+                    f"float vector dimension should be in range {MIN_DIM} ~ {MAX_DIM}"
+                )
+                raise rule_error(RULE_DIM_RANGE, self.dim, "dim", milvus_text=text)
         elif self.dim is not None:
             raise rule_error(RULE_DIM_NOT_VECTOR, self.dim, "dim")
 
@@ -206,7 +257,11 @@ class FieldSchema(BaseModel):
             if self.max_length is None:
                 raise rule_error(RULE_MAX_LENGTH_REQUIRED, None, "max_length")
             if not MIN_VARCHAR_LENGTH <= self.max_length <= MAX_VARCHAR_LENGTH:
-                raise rule_error(RULE_MAX_LENGTH_RANGE, self.max_length, "max_length")
+                text = (
+                    f"the maximum length specified for the field({self.name}) should be in "
+                    f"(0, {MAX_VARCHAR_LENGTH}], but got {self.max_length} instead"
+                )
+                raise rule_error(RULE_MAX_LENGTH_RANGE, self.max_length, "max_length", milvus_text=text)
         elif self.max_length is not None:
             raise rule_error(RULE_MAX_LENGTH_NOT_VARCHAR, self.max_length, "max_length")
 

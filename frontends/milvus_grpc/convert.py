@@ -37,6 +37,7 @@ from schemas.meta import DEFAULT_DATABASE_ID, CollectionDescription
 from state.meta.tso import physical_ms
 
 DEFAULT_DATABASE = "default"
+MILVUS_STRING_TYPE = "string data type not supported yet, please use VarChar type instead"  # Milvus's text
 COUNT_STAR = "count(*)"
 
 # Milvus's legacy common.ErrorCode for the merr codes pymilvus still looks at (milvus_compat.md)
@@ -162,9 +163,10 @@ def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) 
             name = schema_pb2.DataType.Name(f.data_type) if f.data_type in schema_pb2.DataType.values() else f.data_type
             raise InvalidParameter(
                 f"schema.fields[{i}].data_type",
-                f"field {f.name!r}: {name} is not supported by Osprey (supported: "
+                f"field {f.name!r}: {name} is not supported by Osprey yet (supported: "
                 + ", ".join(t.value for t in DataType)
                 + ")",
+                milvus_text=MILVUS_STRING_TYPE if f.data_type == schema_pb2.String else "",
             ) from None
         params = key_values(f.type_params)
         field: dict[str, Any] = {

@@ -71,6 +71,12 @@ def reply_type(method: str) -> type[Message]:
     return message_factory.GetMessageClass(SERVICE.methods_by_name[method].output_type)
 
 
+def carries_status(method: str) -> bool:
+    """Whether ``method``'s reply can carry a status: it is one, or has a ``status`` field."""
+    descriptor = reply_type(method).DESCRIPTOR
+    return descriptor.full_name == STATUS_TYPE or "status" in descriptor.fields_by_name
+
+
 def failed(method: str, err: OspreyError) -> Message:
     """``method``'s reply carrying ``err`` as its status."""
     cls = reply_type(method)
@@ -353,6 +359,13 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def LoadPartitions(self, request: milvus_pb2.LoadPartitionsRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
+        if not request.partition_names:  # Milvus's text
+            raise InvalidParameter(
+                "partition_names",
+                "must name at least one partition",
+                [],
+                milvus_text="failed to load partitions due to no partition specified",
+            )
         await self.client.load_partitions(request.collection_name, list(request.partition_names), wait=False)
         return convert.ok_status()
 
@@ -744,8 +757,7 @@ def unsupported_methods() -> dict[str, Callable[[Message, Any], Awaitable[Messag
 
         async def answer(request: Message, context: Any, _name: str = method.name) -> Message:
             reason = contract.unsupported_reason(_name)
-            if "status" not in reply_type(_name).DESCRIPTOR.fields_by_name:
-                # a reply with no status to carry the refusal (Dummy, the replication streams)
+            if not carries_status(_name):  # Dummy, the replication streams: no status to answer in
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, reason)
             return failed(_name, Unsupported(reason))
 

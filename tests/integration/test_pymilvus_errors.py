@@ -353,3 +353,23 @@ def test_stale_schema_cache_is_refreshed(grpc_config: OspreyConfig, milvus: Milv
     assert "field should be a varchar" in err.message
     milvus.insert(name, [{"id": "two", "vector": [0.5] * DIM}])
     assert milvus.query(name, filter='id == "two"', consistency_level="Strong")[0]["id"] == "two"
+
+
+def test_rpcs_osprey_lacks_answer_code_10(milvus: MilvusClient) -> None:
+    """A whole RPC Osprey does not serve answers code 10 in its reply (never a transport error,
+    which pymilvus would retry or report as a broken connection)."""
+    (a,) = created(milvus)
+    err = refused(milvus.rename_collection, a, coll_name())
+    assert err.code == 10 and "RenameCollection is not supported by Osprey yet (renaming collections)" in err.message
+    err = refused(lambda: milvus.create_database("analytics"))
+    assert err.code == 10 and "CreateDatabase is not supported by Osprey yet" in err.message
+
+
+def test_empty_partition_load_and_keyword_field_names(milvus: MilvusClient) -> None:
+    (a,) = created(milvus)
+    err = refused(lambda: milvus.load_partitions(a, partition_names=[]))
+    assert "due to no partition specified" in err.message
+    schema = plain_schema()
+    schema.add_field("like", DataType.INT64)
+    err = refused(lambda: milvus.create_collection(coll_name(), schema=schema))
+    assert err.code == 1100 and "Invalid field name: like" in err.message

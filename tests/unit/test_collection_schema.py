@@ -317,8 +317,48 @@ def test_auto_id_rules() -> None:
     check(
         schema({"name": "pk", "dtype": "VARCHAR", "max_length": 8, "is_primary": True, "auto_id": True}, vec()),
         "collection_schema.fields[0].auto_id",
-        "auto_id is only supported for an INT64 primary key",
+        "auto_id on a VARCHAR primary key: not supported by Osprey yet",
     )
+
+
+@pytest.mark.parametrize(
+    "keyword", ["like", "EXISTS", "and", "In", "json_contains", "array_length", "TRUE", "text_match"]
+)
+def test_filter_keywords_are_not_field_names(keyword: str) -> None:
+    """A field named like a word of the filter language could not be named in a filter: refused
+    with Milvus's text ("Invalid field name: <keyword>")."""
+    err = invalid(schema(pk(), vec(), {"name": keyword, "dtype": "INT64"}))
+    assert err.field == "collection_schema.fields[2].name" and err.reason.startswith(f"Invalid field name: {keyword}")
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ([{"name": "v", "dtype": "FLOAT_VECTOR", "dim": 1}], "invalid dimension: 1. should be in range 2 ~ 32768"),
+        (
+            [{"name": "v", "dtype": "FLOAT_VECTOR", "dim": 32769}],
+            "invalid dimension: 32769 of field v. float vector dimension should be in range 2 ~ 32768",
+        ),
+        (
+            [{"name": "s", "dtype": "VARCHAR", "max_length": 65536}],
+            "the maximum length specified for the field(s) should be in (0, 65535], but got 65536 instead",
+        ),
+        (
+            [{"name": "12-s", "dtype": "INT64"}],
+            "Invalid field name: 12-s. The first character of a field name must be an underscore or letter.: "
+            "field name invalid[field=12-s]",
+        ),
+        (
+            [{"name": "español", "dtype": "INT64"}],
+            "Invalid field name: español. Field name can only contain numbers, letters, and underscores.",
+        ),
+    ],
+)
+def test_field_rules_lead_with_milvus_texts(fields: list[dict[str, object]], text: str) -> None:
+    extra = fields[0]
+    base = [pk()] if extra["dtype"] == "FLOAT_VECTOR" else [pk(), vec()]
+    err = invalid(schema(*base, *fields))
+    assert err.reason.startswith(text), err.reason
 
 
 def test_dynamic_field_cannot_be_primary() -> None:
