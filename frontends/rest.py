@@ -108,7 +108,7 @@ from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, 
 from schemas.codec import decode
 from schemas.collection import CollectionSchema, DataType, FieldSchema
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
-from schemas.errors import DatabaseNotFound, InvalidParameter, OspreyError, from_status
+from schemas.errors import InvalidParameter, OspreyError, from_status
 from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, parse_index_params
@@ -120,13 +120,13 @@ from schemas.meta import (
     DatabaseInfo,
     LoadProgress,
     PartitionInfo,
+    check_database,
 )
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/v2/vectordb"
-DEFAULT_DB_NAME = "default"  # the one database Osprey has
 MAX_BODY_SETTING = "rest_max_body_bytes"  # OspreyConfig field: largest request body, bytes
 UNAUTHENTICATED_HTTP_STATUS = 401  # Milvus's REST answer to a request without a valid credential
 AUTH_CHALLENGE = f'{BEARER_SCHEME} realm="osprey"'  # the WWW-Authenticate header of that answer
@@ -1192,11 +1192,7 @@ def as_rest_error(err: InvalidParameter, overrides: Mapping[str, str] | None = N
 
 
 def _check_db(body: Body) -> None:
-    db = body.string("dbName", default="")
-    if db not in ("", DEFAULT_DB_NAME):
-        raise DatabaseNotFound(
-            f"database not found[database={db}]: databases other than {DEFAULT_DB_NAME} are not supported by Osprey yet"
-        )
+    check_database(body.string("dbName", default=""))
 
 
 def _changes_nothing(value: Any) -> bool:

@@ -7,7 +7,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from schemas.collection import CollectionSchema, ConsistencyLevel
-from schemas.errors import PartitionNotFound
+from schemas.errors import DatabaseNotFound, PartitionNotFound
 from schemas.index import IndexInfo
 
 DEFAULT_PARTITION_NAME = "_default"
@@ -128,6 +128,21 @@ class LoadProgress(_Record):
 
 DEFAULT_DATABASE_NAME = "default"
 DEFAULT_DATABASE_ID = 1  # Milvus's util.DefaultDBID
+OTHER_DATABASES = "databases other than default (Osprey has one database, default)"
+
+
+def is_default_database(db_name: object) -> bool:
+    """``""`` and ``default`` name Osprey's one database (the ORM sends ``default``, MilvusClient ``""``)."""
+    return db_name in ("", DEFAULT_DATABASE_NAME)
+
+
+def check_database(db_name: str) -> None:
+    """The rule every front end applies to a database name: another than the default one is
+    Milvus's database-not-found (code 800), saying Osprey does not have it yet."""
+    if not is_default_database(db_name):
+        raise DatabaseNotFound(
+            f"database not found[database={db_name}]: {OTHER_DATABASES}: not supported by Osprey yet"
+        )
 
 
 class DatabaseInfo(_Record):

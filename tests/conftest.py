@@ -4,6 +4,8 @@
 - ``config``: an :class:`OspreyConfig` with a cluster prefix of its own per test, so topics and
   Redis keys of different tests never meet on the shared servers.
 - ``redis``: an asyncio Redis client for that config.
+- ``grpc_config``, ``stack``, ``milvus``, ``stub``: the pymilvus tests' stack
+  (``tests/integration/pymilvus_stack.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 
 LOOPBACK = "127.0.0.1"
+# The pymilvus tests' stack and clients (grpc_config, stack, milvus, stub), one per module that
+# asks for them; a module with fixtures of these names of its own keeps its own.
+pytest_plugins = ("tests.integration.pymilvus_stack",)
 # Every server and worker a test starts dies with the test process, even if pytest is killed.
 EmbeddedProcess.die_with_parent = True
 # Spark drivers of the tests (sessions and job processes) JIT with C1 only: a test's Spark job is

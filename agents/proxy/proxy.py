@@ -39,7 +39,7 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
-from schemas.errors import CollectionNotLoaded, DatabaseNotFound, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.errors import CollectionNotLoaded, InvalidParameter, PartitionNotFound, RequestTimeout
 from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
@@ -52,6 +52,7 @@ from schemas.meta import (
     LoadProgress,
     LoadState,
     PartitionInfo,
+    check_database,
 )
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
 from state.meta.compaction_requests import CompactionRequests, CompactionTarget, summarize
@@ -406,8 +407,7 @@ class Proxy(Service):
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
         """Milvus's DescribeDatabase: Osprey has one database, ``default`` (``""`` names it too);
         another name is Milvus's database-not-found error."""
-        if db_name not in ("", DEFAULT_DATABASE_NAME):
-            raise DatabaseNotFound(f"database not found[database={db_name}]")
+        check_database(db_name)
         recorded = await self.databases.default()
         # created_ts 0: no rootcoord has started on this meta yet, so no creation was recorded
         return recorded or DatabaseInfo(db_name=DEFAULT_DATABASE_NAME, db_id=DEFAULT_DATABASE_ID, created_ts=0)

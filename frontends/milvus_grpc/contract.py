@@ -40,10 +40,10 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from schemas.errors import DatabaseNotFound, InvalidParameter, OspreyError
+from schemas.errors import InvalidParameter, OspreyError
+from schemas.meta import DEFAULT_DATABASE_NAME, OTHER_DATABASES, check_database, is_default_database
 
 SERVICE = milvus_pb2.DESCRIPTOR.services_by_name["MilvusService"]
-DEFAULT_DATABASE = "default"
 KEY_VALUE_TYPE = common_pb2.KeyValuePair.DESCRIPTOR.full_name
 ANY_KEY = "*"
 SERVICER = "frontends.milvus_grpc.service.MilvusServicer"
@@ -138,13 +138,8 @@ def _equals(*accepted: Any) -> Callable[[Any], bool]:
     return lambda value: value in accepted
 
 
-def _default_database(value: Any) -> bool:
-    return value in ("", DEFAULT_DATABASE)
-
-
 # ---------------------------------------------------------------------------- the rules
 ASSIGNED = "assigned by the server: Milvus's proxy replaces a client's message ids and timestamps too"
-DATABASES = "databases other than default (Osprey has one database, default)"
 
 # fields most requests have: MsgBase, db_name
 COMMON: dict[str, Rule] = {
@@ -157,10 +152,10 @@ COMMON: dict[str, Rule] = {
     "base.replicateInfo": refused("cross-cluster replication (MsgBase.replicateInfo)"),
     "db_name": served(
         f"{CONVERT}.check_database",
-        accepts=_default_database,
+        accepts=is_default_database,
         accepted="'' or 'default'",
-        asks=DATABASES,
-        example=DEFAULT_DATABASE,
+        asks=OTHER_DATABASES,
+        example=DEFAULT_DATABASE_NAME,
         refused_example="other",
     ),
 }
@@ -219,10 +214,10 @@ SCHEMA: dict[str, Rule] = {
     "schema.functions": refused("functions (BM25, text embedding)"),
     "schema.dbName": served(
         f"{CONVERT}.schema_from_proto",
-        accepts=_default_database,
+        accepts=is_default_database,
         accepted="'' or 'default'",
-        asks=DATABASES,
-        example=DEFAULT_DATABASE,
+        asks=OTHER_DATABASES,
+        example=DEFAULT_DATABASE_NAME,
         refused_example="other",
     ),
     "schema.struct_array_fields": refused("struct array fields"),
@@ -731,12 +726,6 @@ def check(method: str, request: Message) -> Checked:
             continue
         _visit(contract, fd, value, name, name)
     return checked
-
-
-def check_database(value: str, where: str = "db_name") -> None:
-    """Osprey has one database: ``""`` and ``default`` name it; another is Milvus's not-found."""
-    if not _default_database(value):
-        raise DatabaseNotFound(f"database not found[database={value}]: {DATABASES}: not supported by Osprey yet")
 
 
 def _walk(contract: RpcContract, message: Message, pattern: str, concrete: str) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
-from frontends.milvus_grpc import contract
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
 from schemas.errors import (
     CollectionNotFound,
@@ -33,10 +32,10 @@ from schemas.errors import (
     SchemaMismatch,
 )
 from schemas.hits import Hits
-from schemas.meta import DEFAULT_DATABASE_ID, CollectionDescription
+from schemas.meta import DEFAULT_DATABASE_ID, DEFAULT_DATABASE_NAME, CollectionDescription, check_database
 from state.meta.tso import physical_ms
 
-DEFAULT_DATABASE = "default"
+DEFAULT_DATABASE = DEFAULT_DATABASE_NAME
 MILVUS_STRING_TYPE = "string data type not supported yet, please use VarChar type instead"  # Milvus's text
 COUNT_STAR = "count(*)"
 
@@ -88,12 +87,6 @@ def error_status(err: OspreyError) -> common_pb2.Status:
         reason=err.reason,
         retriable=err.retriable,
     )
-
-
-def check_database(db_name: str) -> None:
-    """Osprey has one database: ``""`` and ``default`` name it (the ORM sends ``default``);
-    another is Milvus's database-not-found, saying Osprey does not have it yet."""
-    contract.check_database(db_name)
 
 
 def key_values(pairs: Iterable[common_pb2.KeyValuePair]) -> dict[str, str]:

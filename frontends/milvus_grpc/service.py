@@ -261,7 +261,9 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         every shard is served (query_service_available)."""
         if request.time_stamp:
             raise InvalidParameter(
-                "time_stamp", "must be 0 with type InMemory: load progress is known only now", request.time_stamp
+                "time_stamp",
+                "load progress at a past timestamp: not supported by Osprey yet (InMemory answers for now)",
+                request.time_stamp,
             )
         names = list(request.collection_names)
         loaded = await self.client.list_loaded_collections(names)
@@ -702,10 +704,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         if collection_id is None:
             return
         info = await self.client.proxy.cache.resolve(collection_name)
-        if str(collection_id) != str(info.collection_id):
-            raise InvalidParameter(
-                field, f"must be the id of collection {collection_name} ({info.collection_id})", collection_id
-            )
+        _check_collection_id(info.collection_id, collection_id, collection_name, field)
 
     @staticmethod
     def _consistency(request: Any) -> tuple[Any, int | None]:
@@ -715,11 +714,12 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         return convert.consistency_of(request.consistency_level, request.use_default_consistency), None
 
 
-def _check_collection_id(found: int, asked: int, name: str) -> None:
-    """A request naming both a collection and an id: they must be the same collection."""
-    if name and asked and found != asked:
+def _check_collection_id(found: int, asked: Any, name: str, field: str = "collectionID") -> None:
+    """A request naming both a collection and an id (a number, or the text of a key-value param):
+    they must be the same collection."""
+    if name and asked and str(found) != str(asked):
         rule = f"must be the id of collection {name} ({found}) when both are given"
-        raise InvalidParameter("collectionID", rule, asked)
+        raise InvalidParameter(field, rule, asked)
 
 
 def _index_state(state: IndexState) -> int:

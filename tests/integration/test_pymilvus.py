@@ -5,50 +5,16 @@ and index node. The flows are the ones Milvus users write (../shared/milvus_comp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
 
 from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import free_port
 from schemas.config import OspreyConfig
-from tests.conftest import make_config
+from tests.integration.pymilvus_stack import CLIENT_TIMEOUT_S, DIM
 
 pytestmark = pytest.mark.integration
-
-DIM = 8
-CLIENT_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def grpc_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
-    return make_config(
-        redis_server,
-        broker,
-        "g" + uuid.uuid4().hex[:12],
-        tmp_path_factory.mktemp("pymilvus"),
-        proxy_http=f"127.0.0.1:{free_port()}",
-        proxy_grpc=f"127.0.0.1:{free_port()}",
-    )
-
-
-@pytest.fixture(scope="module")
-def stack(grpc_config: OspreyConfig) -> Iterator[LocalCluster]:
-    """Rootcoord, query node, data node, index node and a proxy process serving MilvusService."""
-    cluster = LocalCluster(grpc_config, embedded=False)
-    cluster.up(proxy=True)
-    yield cluster
-    cluster.down()
-
-
-@pytest.fixture
-def milvus(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[MilvusClient]:
-    client = MilvusClient(uri=f"http://{grpc_config.proxy_grpc}", timeout=CLIENT_TIMEOUT_S)
-    yield client
-    client.close()
 
 
 def coll_name() -> str:

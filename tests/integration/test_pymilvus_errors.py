@@ -9,53 +9,18 @@ Milvus users (and Milvus's own client tests) match these texts as substrings of 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 from pymilvus import CollectionSchema, DataType, MilvusClient, MilvusException
 from pymilvus.grpc_gen import common_pb2, milvus_pb2_grpc
 
-from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import free_port
 from frontends.milvus_grpc.contract import CONTRACTS, RPCS, Treatment
 from schemas.config import OspreyConfig
-from tests.conftest import make_config
 from tests.contract_requests import build_request
+from tests.integration.pymilvus_stack import CLIENT_TIMEOUT_S, DIM
 
 pytestmark = pytest.mark.integration
-
-DIM = 8
-CLIENT_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def grpc_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
-    return make_config(
-        redis_server,
-        broker,
-        "e" + uuid.uuid4().hex[:12],
-        tmp_path_factory.mktemp("pymilvus_errors"),
-        proxy_http=f"127.0.0.1:{free_port()}",
-        proxy_grpc=f"127.0.0.1:{free_port()}",
-    )
-
-
-@pytest.fixture(scope="module")
-def stack(grpc_config: OspreyConfig) -> Iterator[LocalCluster]:
-    """Rootcoord, query node, data node, index node and a proxy process serving MilvusService."""
-    cluster = LocalCluster(grpc_config, embedded=False)
-    cluster.up(proxy=True)
-    yield cluster
-    cluster.down()
-
-
-@pytest.fixture
-def milvus(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[MilvusClient]:
-    client = MilvusClient(uri=f"http://{grpc_config.proxy_grpc}", timeout=CLIENT_TIMEOUT_S)
-    yield client
-    client.close()
 
 
 def coll_name() -> str:
@@ -385,14 +350,6 @@ REFUSED_FIELDS = [
     for path, rule in CONTRACTS[method].rules.items()
     if rule.treatment is Treatment.REFUSED
 ]
-
-
-@pytest.fixture(scope="module")
-def stub(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[milvus_pb2_grpc.MilvusServiceStub]:
-    """pymilvus's own MilvusService stub on a channel to the proxy (for fields pymilvus's
-    public calls do not let one set)."""
-    with grpc.insecure_channel(grpc_config.proxy_grpc) as channel:
-        yield milvus_pb2_grpc.MilvusServiceStub(channel)
 
 
 def test_every_refused_field_is_refused_over_the_wire(stub: milvus_pb2_grpc.MilvusServiceStub) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
 import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
@@ -19,52 +18,14 @@ from pymilvus.client.types import LoadState
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
 from frontends.embedded.cluster import LocalCluster
-from frontends.embedded.stack import free_port
 from schemas.config import OspreyConfig
-from tests.conftest import make_config
+from tests.integration.pymilvus_stack import CLIENT_TIMEOUT_S, DIM
 
 pytestmark = pytest.mark.integration
 
-DIM = 8
-CLIENT_TIMEOUT_S = 60.0
 WAIT_S = 60.0  # a condition a test waits on must hold within this
 POLL_S = 0.2
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def grpc_config(redis_server: Any, broker: Any, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
-    return make_config(
-        redis_server,
-        broker,
-        "s" + uuid.uuid4().hex[:12],
-        tmp_path_factory.mktemp("served"),
-        proxy_http=f"127.0.0.1:{free_port()}",
-        proxy_grpc=f"127.0.0.1:{free_port()}",
-    )
-
-
-@pytest.fixture(scope="module")
-def stack(grpc_config: OspreyConfig) -> Iterator[LocalCluster]:
-    """Rootcoord, query node, data node, index node and a proxy process serving MilvusService."""
-    cluster = LocalCluster(grpc_config, embedded=False)
-    cluster.up(proxy=True)
-    yield cluster
-    cluster.down()
-
-
-@pytest.fixture
-def milvus(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[MilvusClient]:
-    client = MilvusClient(uri=f"http://{grpc_config.proxy_grpc}", timeout=CLIENT_TIMEOUT_S)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def stub(grpc_config: OspreyConfig, stack: LocalCluster) -> Iterator[milvus_pb2_grpc.MilvusServiceStub]:
-    """pymilvus's own generated stub, for request fields its client API never sets."""
-    with grpc.insecure_channel(grpc_config.proxy_grpc) as channel:
-        yield milvus_pb2_grpc.MilvusServiceStub(channel)
 
 
 def coll_name() -> str:
