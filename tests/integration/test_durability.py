@@ -255,14 +255,18 @@ async def _querynode_status(config: OspreyConfig) -> dict[str, Any]:
 
 def recovered_status(config: OspreyConfig, pchannels: Any) -> dict[str, Any]:
     """The newest query node's status once it reports every pchannel of ``pchannels`` recovered
-    (a segment loaded from the object store): the document is published every second or so, so
-    the one read right after the first Strong read may predate the recovery; the last one read
-    after STATUS_WAIT_S otherwise."""
+    (a segment loaded from the object store) and consuming again (a time tick applied: tsafe > 0,
+    so its position is past the replay's start): the document is published every second or so,
+    so the one read right after the first Strong read may predate the recovery or the first tick
+    after it; the last one read after STATUS_WAIT_S otherwise."""
     deadline = time.monotonic() + STATUS_WAIT_S
     while True:
         doc = asyncio.run(_querynode_status(config))
         states = doc.get("pchannels", {})
-        if all(states.get(p, {}).get("recovered_segments", 0) >= 1 for p in pchannels):
+        if all(
+            states.get(p, {}).get("recovered_segments", 0) >= 1 and states.get(p, {}).get("tsafe", 0) > 0
+            for p in pchannels
+        ):
             return doc
         if time.monotonic() > deadline:
             return doc
