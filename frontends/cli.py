@@ -240,7 +240,17 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
-    sub.add_parser("demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack")
+    demo = sub.add_parser(
+        "demo", help="the main job: collections, partitions and the alias hot reload on the embedded stack"
+    )
+    for q in (up, demo):
+        q.add_argument(
+            "--object-store",
+            metavar="s3|s3://BUCKET[/PREFIX]|DIR",
+            help="where segment and index files go: `s3` starts the embedded SeaweedFS S3 server (port "
+            "seaweedfs_port) and uses its bucket; an s3:// URL is that store (its endpoint and keys via --set "
+            "object_store_endpoint=... etc.); DIR a folder (default: <data-dir>/objects)",
+        )
     sub.add_parser("test", help="ruff, import layers, mypy, then the tests (arguments after `test` go to pytest)")
     sub.add_parser("check", help="ruff, ruff format, import layers (lint-imports) and mypy")
     sub.add_parser("settings", help="every setting: name, value in effect, default, meaning")
@@ -256,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
-    srv.add_argument("server", choices=["broker", "redis"])
+    srv.add_argument("server", choices=["broker", "redis", "seaweedfs"])
     sub.add_parser("tso", help="print a fresh TSO timestamp")
 
     def as_of(q: argparse.ArgumentParser) -> None:
@@ -414,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides: dict[str, Any] = {**settings, **{k: v for k, v in flags.items() if v is not None}}
         config = OspreyConfig.from_env(None, **overrides)
+        if getattr(args, "object_store", None):
+            from frontends.embedded.seaweedfs import object_store_flag
+
+            config = OspreyConfig.from_env(None, **overrides, **object_store_flag(args.object_store, config))
     except ValidationError as exc:
         invalid = invalid_from_validation_error(exc)
         print(f"error {invalid.code}: {invalid.reason}", file=sys.stderr)
@@ -444,13 +458,16 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
 
 
 def shown_setting(name: str, value: Any) -> Any:
-    """A setting's value as it may be printed: ``users`` with every password ``***``."""
+    """A setting's value as it may be printed: ``users`` with every password ``***``, a secret
+    key ``***`` (when set)."""
+    if name == "object_store_secret_key" and value:
+        return "***"
     return masked_users(value) if name == "users" and isinstance(value, dict) else value
 
 
 def settings_table(config: OspreyConfig) -> str:
     """Every OspreyConfig field as a Markdown table: name, value in effect, default, meaning.
-    No password is printed (:func:`shown_setting`)."""
+    No password or secret key is printed (:func:`shown_setting`)."""
     rows = ["| setting | value | default | what |", "|---|---|---|---|"]
     for name, field in OspreyConfig.model_fields.items():
         value = shown_setting(name, getattr(config, name))
@@ -487,17 +504,24 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
             cluster.up(workers=not args.no_workers, proxy=not args.no_workers)
             print(
                 f"osprey up: kafka={config.kafka} redis={config.redis} proxy=http://{config.proxy_http} "
-                f"data={Path(config.data_dir).resolve()}"
+                f"objects={config.object_store_url} data={Path(config.data_dir).resolve()}"
             )
         elif cmd == "down":
             cluster.down()
             print("osprey down")
         elif cmd == "serve":
-            server = next(s for s in cluster.servers if s.name == args.server)
+            server = next((s for s in cluster.servers if s.name == args.server), None)
+            if server is None:  # seaweedfs: only for an object store on its endpoint
+                print(
+                    f"error: no embedded {args.server} for this config (object_store s3://BUCKET with "
+                    f"object_store_endpoint http://127.0.0.1:{config.seaweedfs_port})",
+                    file=sys.stderr,
+                )
+                return 2
             server.data_dir.mkdir(parents=True, exist_ok=True)
             server.prepare()
             os.chdir(server.data_dir)
-            os.execv(server.command()[0], server.command())
+            os.execve(server.command()[0], server.command(), server.environment() or dict(os.environ))
         else:
             from frontends.status import status
 

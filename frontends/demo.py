@@ -253,7 +253,7 @@ async def segments_walkthrough(client: InProcessClient, name: str, query: np.nda
     """Flush, the segments and checkpoint in status, release (code 101) and load again."""
     print("segments: flush, release, load (docs/segments.md)")
     result = await client.flush(name)
-    say(f"flush {name}", f"{len(result.flushed_segment_ids)} segments flushed to {client.config.object_store_dir}")
+    say(f"flush {name}", f"{len(result.flushed_segment_ids)} segments flushed to {client.config.object_store_url}")
     stats = await client.get_collection_stats(name)
     say("  collection stats", f"{stats.row_count:,} rows ({stats.flushed_rows:,} in flushed segments)")
     view = (await status(client.config))["segments"]

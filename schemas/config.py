@@ -204,7 +204,51 @@ class OspreyConfig(BaseModel):
         "log, are read back from the logs when a segment loaded later needs them",
     )
     object_store: str = Field(
-        "", description="folder of flushed segments (the object store); default: <data_dir>/objects"
+        "",
+        description="where flushed segments, delete logs and index files live (the object store): a folder "
+        "(default: <data_dir>/objects; one host only), or s3://bucket[/prefix] on any S3-compatible store (AWS S3, "
+        "MinIO, Ceph, SeaweedFS), which hosts that share no disk can all read",
+    )
+    object_store_endpoint: str = Field(
+        "",
+        description="s3:// only: the S3 endpoint, [http://|https://]host:port (default: AWS's endpoint for the "
+        "region); without a scheme, https",
+    )
+    object_store_region: str = Field("us-east-1", description="s3:// only: the bucket's region")
+    object_store_access_key: str = Field(
+        "", description="s3:// only: access key id (empty: the AWS default chain: environment, profile, instance)"
+    )
+    object_store_secret_key: str = Field("", description="s3:// only: secret access key (with the access key)")
+    object_gc_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="how often the rootcoord's object garbage collector lists the object store for objects no "
+        "meta names (agents/rootcoord/object_gc.py); 0: never",
+    )
+    object_gc_grace_s: float = Field(
+        3_600.0,
+        ge=0,
+        description="an object no meta names (of a dropped collection, a segment dropped this long ago, a writer "
+        "killed before it recorded its files) is removed once this old; far above the seconds between a commit "
+        "and its meta record",
+    )
+    seaweedfs_port: int = Field(
+        18333,
+        ge=1,
+        le=65535,
+        description="embedded SeaweedFS only (`osprey up --object-store s3`): its S3 port, on 127.0.0.1; its other "
+        "ports are chosen at start",
+    )
+    node_cache_dir: str = Field(
+        "",
+        description="s3:// only: this host's cache of object-store files its query and index nodes read "
+        "(default: <data_dir>/cache)",
+    )
+    node_cache_bytes: int = Field(
+        8 << 30,
+        ge=0,
+        description="s3:// only: bytes the node cache keeps at most; least recently used files no loaded segment "
+        "needs go first",
     )
     shard_owners_ttl_s: float = Field(
         1.0, gt=0, description="how long a proxy trusts its copy of the pchannel -> query node map"
@@ -289,9 +333,14 @@ class OspreyConfig(BaseModel):
         return max(self.consumer_fetch_idle_wait_ms, self.consumer_fetch_wait_ms)
 
     @property
-    def object_store_dir(self) -> Path:
-        """The object store's root: ``object_store``, else ``<data_dir>/objects``."""
-        return Path(self.object_store) if self.object_store else Path(self.data_dir) / "objects"
+    def object_store_url(self) -> str:
+        """The object store: ``object_store``, else the folder ``<data_dir>/objects`` (absolute)."""
+        return self.object_store or str((Path(self.data_dir) / "objects").resolve())
+
+    @property
+    def node_cache_path(self) -> Path:
+        """This host's node cache folder: ``node_cache_dir``, else ``<data_dir>/cache``."""
+        return Path(self.node_cache_dir) if self.node_cache_dir else Path(self.data_dir) / "cache"
 
     @property
     def kafka_host_port(self) -> tuple[str, int]:

@@ -1,6 +1,9 @@
 """Fixtures that start the real parts on free loopback ports and stop them afterwards.
 
 - ``redis_server`` / ``broker``: one real redis-server and one Apache Kafka broker (KRaft) per test session.
+- ``seaweedfs``: one SeaweedFS S3 server per test session (started by the first test that asks);
+  ``s3_settings``: config overrides for an object store in its bucket under a prefix of each
+  test's own, so tests never see each other's objects.
 - ``config``: an :class:`OspreyConfig` with a cluster prefix of its own per test, so topics and
   Redis keys of different tests never meet on the shared servers.
 - ``redis``: an asyncio Redis client for that config.
@@ -19,9 +22,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.seaweedfs import SeaweedFS
 from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from state.objectstore import ObjectStore, open_object_store
 
 LOOPBACK = "127.0.0.1"
 # The pymilvus tests' stack and clients (grpc_config, stack, milvus, stub), one per module that
@@ -54,6 +59,28 @@ def broker(stack_dir: Path) -> Iterator[KafkaBroker]:
     server.start()
     yield server
     server.stop()
+
+
+S3_BUCKET = "osprey-test"
+S3_ACCESS_KEY = "osprey-test"
+S3_SECRET_KEY = "osprey-test-secret"
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(stack_dir: Path) -> Iterator[SeaweedFS]:
+    server = SeaweedFS(
+        LOOPBACK, free_port(), stack_dir, access_key=S3_ACCESS_KEY, secret_key=S3_SECRET_KEY, bucket=S3_BUCKET
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_settings(seaweedfs: SeaweedFS) -> dict[str, str]:
+    """Config overrides for an object store on the session's SeaweedFS: ``object_store``
+    (``s3://<bucket>/<a prefix of this test's own>``), its endpoint and keys."""
+    return seaweedfs.object_store_settings(prefix="t" + uuid.uuid4().hex[:12])
 
 
 @pytest.fixture
@@ -164,3 +191,19 @@ async def client(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Async
 
     async with InProcessClient(module_config) as c:
         yield c
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def object_store_settings(request: pytest.FixtureRequest) -> dict[str, str]:
+    """A module's object store, once per backend: ``{}`` (the local folder <data_dir>/objects)
+    and the session's SeaweedFS S3 under a prefix of the module's own. A module whose stack
+    takes these settings runs whole on each backend (test ids end in ``[local]`` / ``[s3]``)."""
+    if request.param == "local":
+        return {}
+    server: SeaweedFS = request.getfixturevalue("seaweedfs")
+    return server.object_store_settings(prefix="m" + uuid.uuid4().hex[:12])
+
+
+def object_store_of(config: OspreyConfig) -> ObjectStore:
+    """The object store of ``config`` as a test reads it (its own node cache: role ``test``)."""
+    return open_object_store(config, "test")

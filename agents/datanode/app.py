@@ -11,6 +11,7 @@ flushed already and never buffers them again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -33,6 +34,7 @@ from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from state.objectstore import open_object_store
 from state.segcore.segment_files import remove_partial, warm_arrow
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
@@ -72,7 +74,8 @@ class DataNodeRuntime(Service):
         tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
         store = SnapshotKV(redis, ns, tso, retention_s=config.meta_retention_s)
         self.meta = SegmentMeta(store)
-        root = config.object_store_dir
+        root = open_object_store(config, ROLE)
+        self.on_close(lambda: asyncio.to_thread(root.close), "object store")
         self.removed_partial = remove_partial(root)
         if self.removed_partial:
             log.warning("datanode: removed %d partial segment directories", self.removed_partial)
@@ -98,6 +101,7 @@ class DataNodeRuntime(Service):
             producer,
             self.topics.segment_events,
             owned=lambda: list(node.channels),
+            store=root,
         )
         await self.compactor.start()
         self.on_close(self.compactor.stop, "compactor")

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +65,7 @@ from state.meta.meta_cache import MetaCache
 from state.meta.segment_alloc import max_rows_of
 from state.meta.segment_meta import FLUSHED_STATES, SegmentMeta
 from state.meta.tso import TimestampOracle, physical_ms
+from state.objectstore import ObjectStore
 from state.segcore.compaction import CompactionCandidate, plan_compaction
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.delta_files import read_delta_log
@@ -105,6 +105,7 @@ class Compactor(Service):
         producer: AIOKafkaProducer,
         topic: str,
         owned: Callable[[], list[str]],
+        store: ObjectStore,
     ) -> None:
         super().__init__()
         self.config = config
@@ -115,7 +116,7 @@ class Compactor(Service):
         self.producer = producer
         self.topic = topic
         self.owned = owned
-        self.root = Path(config.object_store_dir)
+        self.root = store
         self.requests = CompactionRequests(redis, config.cluster)
         self.segment_ids = IdAllocator(redis, config.cluster, "segment", batch=1)
         self._keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # segment id -> (pks, ts), immutable

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
@@ -53,6 +52,7 @@ from schemas.segment import (
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.tso import TimestampOracle
+from state.objectstore import ObjectStore
 from state.segcore.delta_files import delta_path, write_delta_log
 from state.segcore.segment_files import segment_path, write_segment
 
@@ -65,7 +65,7 @@ class SegmentFlusher:
 
     def __init__(
         self,
-        root: Path,
+        root: ObjectStore,
         meta: SegmentMeta,
         assigner: SegmentAssigner,
         tso: TimestampOracle,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -57,6 +56,7 @@ from state.meta.registry import NodeRegistry
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle, physical_ms
+from state.objectstore import ObjectStore
 from state.segcore.index_files import remove_index, remove_versions_below
 from streams.topics import Topics
 
@@ -80,6 +80,7 @@ class IndexCoordinator(Service):
         tso: TimestampOracle,
         producer: AIOKafkaProducer,
         registry: NodeRegistry,
+        objects: ObjectStore,
     ) -> None:
         super().__init__()
         self.config = config
@@ -91,7 +92,7 @@ class IndexCoordinator(Service):
         self.tasks = IndexTaskStore(redis, config.cluster)
         self.segment_meta = SegmentMeta(store)
         self.build_ids = IdAllocator(redis, config.cluster, "index-build", batch=BUILD_ID_BATCH)
-        self.root = Path(config.object_store_dir)
+        self.root = objects
         self._wake = asyncio.Event()
         self.scans = 0
         self.counts: dict[str, int] = {

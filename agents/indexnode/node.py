@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from agents.interpreter import HugePagesGauge
@@ -54,6 +53,7 @@ from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from state.objectstore import open_object_store
 from state.segcore.index_files import build_index, remove_version
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
@@ -74,7 +74,6 @@ class IndexNode(Service):
         super().__init__()
         self.config = config
         self.topics = Topics.of(config)
-        self.root = Path(config.object_store_dir)
         self.node_id = 0
         self.lease: Lease | None = None
         self._queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
@@ -92,6 +91,8 @@ class IndexNode(Service):
         await ensure_topics(config)
         redis = connect(config)
         self.on_close(redis.aclose, "redis")
+        self.root = open_object_store(config, ROLE)
+        self.on_close(lambda: asyncio.to_thread(self.root.close), "object store")
         self.tasks = IndexTaskStore(redis, ns)
         self.tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
         self.status = StatusBoard(redis, ns)

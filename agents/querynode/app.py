@@ -17,6 +17,7 @@ an event. Either way it is loaded once (the node loads each segment id once).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from typing import Any
@@ -44,6 +45,7 @@ from state.meta.shard_owners import ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from state.objectstore import open_object_store
 from state.segcore.segment_files import warm_arrow
 from streams.channels import pchannel_partition
 from streams.kafka import make_producer
@@ -91,7 +93,9 @@ class QueryNodeRuntime(Service):
         cache = MetaCache(SnapshotKV(self.redis, ns, tso, retention_s=config.meta_retention_s))
         node_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
         worker = Worker(config.interim_index_rows, slice_target_s=config.interim_index_slice_target_ms / 1000)
-        self.loader = SegmentLoader(config.object_store_dir, SegmentMeta(cache.store), IndexTaskStore(self.redis, ns))
+        objects = open_object_store(config, ROLE)
+        self.on_close(lambda: asyncio.to_thread(objects.close), "object store")
+        self.loader = SegmentLoader(objects, SegmentMeta(cache.store), IndexTaskStore(self.redis, ns))
         node = QueryNode(
             node_id,
             self.topics.dml,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
 from schemas.collection import CollectionSchema, DataType
@@ -21,10 +20,12 @@ from schemas.index import IndexInfo, IndexState, IndexTask
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentInfo
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.segment_meta import Recovery, SegmentMeta
+from state.objectstore import ObjectStore
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.delta_files import read_delta_log
-from state.segcore.index_files import load_index
+from state.segcore.index_files import index_keys, load_index
 from state.segcore.sealed import SealedSegment
+from state.segcore.segment_files import segment_keys
 from state.segcore.vector_index import VectorIndex
 
 
@@ -49,9 +50,9 @@ class Loader(Protocol):
 
 
 class SegmentLoader:
-    """Loads from the object store at ``root``, with segment meta from ``meta``."""
+    """Loads from the object store ``root``, with segment meta from ``meta``."""
 
-    def __init__(self, root: Path, meta: SegmentMeta, index_tasks: IndexTaskStore | None = None) -> None:
+    def __init__(self, root: ObjectStore, meta: SegmentMeta, index_tasks: IndexTaskStore | None = None) -> None:
         self.root = root
         self.meta = meta
         self.index_tasks = index_tasks
@@ -73,6 +74,7 @@ class SegmentLoader:
         segment = await asyncio.to_thread(SealedSegment.load, self.root, info.path, schema)
         self.loaded += 1
         self.loaded_rows += segment.row_count
+        used = segment_keys(info.path, segment.manifest) if segment.manifest is not None else []
         if self.index_tasks is not None:
             for index in indexes:
                 task = await self.index_tasks.of_segment(index.index_id, info.segment_id)
@@ -81,6 +83,10 @@ class SegmentLoader:
                 built = await self.load_index(task)
                 if built is not None:
                     segment.attach_index(task.field_name, built, task.build_id, task.version)
+                    used.extend(index_keys(task))
+        # the node cache keeps a loaded segment's files over others until the segment is dropped
+        self.root.pin(used)
+        segment.on_release(lambda: self.root.unpin(used))
         return segment
 
     async def load_index(self, task: IndexTask) -> VectorIndex | None:

@@ -8,6 +8,7 @@ and the core, starts before the first event, and registers the node in the regis
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -16,6 +17,7 @@ import faust
 from agents.indexcoord.coordinator import IndexCoordinator
 from agents.process import make_app
 from agents.rootcoord.core import RootCoord
+from agents.rootcoord.object_gc import ObjectGarbageCollector
 from agents.rootcoord.sealer import SegmentSealer
 from agents.rootcoord.timetick import TimeTickAgent
 from agents.service import Service
@@ -30,6 +32,7 @@ from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
+from state.objectstore import open_object_store
 from streams.kafka import end_offset, make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -52,6 +55,7 @@ class RootCoordRuntime(Service):
         self.timetick: TimeTickAgent | None = None
         self.sealer: SegmentSealer | None = None
         self.indexcoord: IndexCoordinator | None = None
+        self.object_gc: ObjectGarbageCollector | None = None
 
     async def ready(self) -> RootCoord:
         """The core, once the runtime has started (recovered from its checkpoint)."""
@@ -67,6 +71,8 @@ class RootCoordRuntime(Service):
             doc["sealer"] = self.sealer.health()
         if self.indexcoord is not None:
             doc["indexcoord"] = self.indexcoord.health()
+        if self.object_gc is not None:
+            doc["object_gc"] = self.object_gc.health()
         return doc
 
     async def on_start(self) -> None:
@@ -116,9 +122,15 @@ class RootCoordRuntime(Service):
         await sealer.start()
         self.on_close(sealer.stop, "segment sealer")
         self.sealer = sealer
-        indexcoord = IndexCoordinator(config, redis, store, tso, producer, registry)
+        objects = open_object_store(config, "rootcoord")
+        self.on_close(lambda: asyncio.to_thread(objects.close), "object store")
+        indexcoord = IndexCoordinator(config, redis, store, tso, producer, registry, objects)
         await indexcoord.start()
         self.on_close(indexcoord.stop, "index coordinator")
+        object_gc = ObjectGarbageCollector(config, store, indexcoord.tasks, tso, objects)
+        await object_gc.start()
+        self.on_close(object_gc.stop, "object gc")
+        self.object_gc = object_gc
         self.indexcoord = indexcoord
         self.core = core
 
@@ -127,6 +139,7 @@ class RootCoordRuntime(Service):
         self.timetick = None
         self.sealer = None
         self.indexcoord = None
+        self.object_gc = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:

@@ -1,7 +1,9 @@
-"""A local Osprey cluster for one config: broker and redis-server (embedded) plus worker processes.
+"""A local Osprey cluster for one config: broker, redis-server and, for an object store on the
+embedded S3 endpoint, SeaweedFS (embedded) plus worker processes.
 
 ``LocalCluster.up()`` starts what is not running yet and waits until each part answers;
-``down()`` stops the workers, then the servers. Used by ``./osprey up|down|demo`` and by tests.
+``down()`` stops the workers, then the servers (and any SeaweedFS of the data dir still
+running, whatever object store this config names). Used by ``./osprey up|down|demo`` and by tests.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from agents.ports import port_open
 from frontends.embedded.broker import KafkaBroker
+from frontends.embedded.seaweedfs import SeaweedFS, embedded_seaweedfs, stray_seaweedfs
 from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess, start_together
 from schemas.config import OspreyConfig
 from state.meta.redis_client import connect
@@ -61,6 +64,13 @@ class LocalCluster:
         self.servers: list[EmbeddedProcess] = (
             [embedded_broker(config), RedisServer(rhost, rport, data_dir)] if embedded else []
         )
+        seaweedfs = embedded_seaweedfs(config) if embedded else None
+        if seaweedfs is not None:
+            self.servers.append(seaweedfs)
+        # SeaweedFS servers of this data dir started by an `up` with another object store: down stops them
+        self.strays: list[SeaweedFS] = (
+            stray_seaweedfs(data_dir, {seaweedfs.port} if seaweedfs is not None else set()) if embedded else []
+        )
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
         self.proxy = self._worker("proxy")
 
@@ -97,10 +107,11 @@ class LocalCluster:
             worker.stop_soon()
         for worker in workers:
             worker.stop()
-        for server in reversed(self.servers):
+        for server in [*reversed(self.servers), *self.strays]:
             server.stop()
 
     def status(self) -> dict[str, bool]:
-        parts = {s.name: s.running() and s.ready() for s in self.servers}
+        parts = {s.name: s.running() for s in self.strays}
+        parts.update({s.name: s.running() and s.ready() for s in self.servers})
         parts.update({w.name: w.running() for w in (*self.workers.values(), self.proxy)})
         return parts

@@ -171,6 +171,10 @@ class EmbeddedProcess:
         """The ports this server listens on (each must be free before it starts)."""
         return [self.port]
 
+    def environment(self) -> dict[str, str] | None:
+        """The server's environment variables (None: this process's own)."""
+        return None
+
     # -- lifecycle
     @property
     def pid_file(self) -> Path:
@@ -201,7 +205,7 @@ class EmbeddedProcess:
                 raise RuntimeError(f"{self.name}: port {self.host}:{port} is taken by another process")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.prepare()
-        self._spawn(env=None, cwd=self.data_dir)
+        self._spawn(env=self.environment(), cwd=self.data_dir)
         self._wait_ready(self.ready_timeout_s)
 
     def _spawn(self, env: dict[str, str] | None, cwd: Path) -> None:

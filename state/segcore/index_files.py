@@ -1,11 +1,15 @@
 """Index files in the object store (seed 004's layout): build, write atomically, read, remove.
 
-One build's files live in ``index/<build_id>/<version>/<partition_id>/<segment_id>/``:
-``hnsw.bin`` (the hnswlib graph over the segment's vectors; label = row offset in its insert log)
-and ``index_meta.json`` (what was built, with each file's size and sha256). A build writes into a
-hidden sibling directory, fsyncs every file, then renames it into place and fsyncs the parent, so
-the final directory either holds a whole build or does not exist; a crash leaves at most a
-``.tmp-`` directory, which :func:`remove_index` of the build takes with it.
+One build's files live in ``index/<build_id>/<version>/<partition_id>/<segment_id>/`` of the
+object store (:mod:`state.objectstore`): ``hnsw.bin`` (the hnswlib graph over the segment's
+vectors; label = row offset in its insert log) and ``index_meta.json`` (what was built, with each
+file's size and sha256), committed last: a reader that finds the meta finds the whole build. A
+build writes into a staging folder and commits it
+(:meth:`~state.objectstore.store.ObjectStore.commit_dir`); a crash leaves a staging folder
+(removed with the build on a local folder, dropped by the node cache on S3) or, on S3, a graph
+without its meta, which :func:`remove_index` and :func:`remove_version` take with the build.
+A query node loads the graph from a local path: the file itself, or a node-cache copy checked
+against the meta's size and sha256.
 
 A FLAT index (and a segment too small to index) has no files: it is the segment's own vectors,
 searched exactly.
@@ -15,10 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +35,19 @@ from schemas.index import (
     IndexTask,
     index_dir,
 )
-from state.segcore.segment_files import fsync_dir, make_dirs, read_vectors, sync_and_describe
+from state.objectstore import ObjectStore, as_store
+from state.segcore.segment_files import Store, read_vectors, sync_and_describe
 from state.segcore.vector_index import VectorIndex
 
-__all__ = ["build_index", "has_files", "load_index", "remove_index", "remove_version", "remove_versions_below"]
-
-TMP_PREFIX = ".tmp-"
+__all__ = [
+    "build_index",
+    "has_files",
+    "index_keys",
+    "load_index",
+    "remove_index",
+    "remove_version",
+    "remove_versions_below",
+]
 
 
 def has_files(task: IndexTask) -> bool:
@@ -45,17 +55,16 @@ def has_files(task: IndexTask) -> bool:
     return not task.exact and task.build_type != INDEX_FLAT
 
 
-def build_index(root: Path | str, task: IndexTask, threads: int) -> tuple[str, list[str], float]:
+def build_index(root: Store, task: IndexTask, threads: int) -> tuple[str, list[str], float]:
     """Build ``task`` (its current version) from its segment's vectors and write its files
-    atomically; returns (directory relative to ``root``, file keys, build seconds). Costs one read
+    atomically; returns (directory in the store, file keys, build seconds). Costs one read
     of the vector column and hnswlib's build (~O(n log n * M * efConstruction * dim), on
     ``threads`` threads, GIL released)."""
-    root = Path(root)
+    store = as_store(root)
     relative = index_dir(task.build_id, task.version, task.partition_id, task.segment_id)
-    final = root / relative
     if not has_files(task):
         return relative, [], 0.0
-    vectors = read_vectors(root, task.segment_path, task.field_name, task.dim)
+    vectors = read_vectors(store, task.segment_path, task.field_name, task.dim)
     began = time.perf_counter()
     index = VectorIndex(
         task.dim,
@@ -66,9 +75,16 @@ def build_index(root: Path | str, task: IndexTask, threads: int) -> tuple[str, l
     )
     index.add(vectors, np.arange(len(vectors)), threads=threads)
     seconds = time.perf_counter() - began
-    make_dirs(final.parent)
-    tmp = final.parent / f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex}"
-    tmp.mkdir()
+    tmp = store.staging_dir(relative)
+    try:
+        return relative, _write_build(store, tmp, relative, task, index, len(vectors)), seconds
+    finally:
+        store.discard(tmp)
+
+
+def _write_build(
+    store: ObjectStore, tmp: Path, relative: str, task: IndexTask, index: VectorIndex, n: int
+) -> list[str]:
     index.save(str(tmp / HNSW_FILE))
     entry = sync_and_describe(tmp / HNSW_FILE)
     meta = {
@@ -80,68 +96,63 @@ def build_index(root: Path | str, task: IndexTask, threads: int) -> tuple[str, l
         "metric_type": task.metric_type,
         "params": task.params,
         "dim": task.dim,
-        "num_rows": len(vectors),
+        "num_rows": n,
         "files": [entry.model_dump()],
     }
     with open(tmp / INDEX_META_FILE, "w") as f:
         json.dump(meta, f)
         f.flush()
         os.fsync(f.fileno())
-    fsync_dir(tmp)
-    if final.exists():  # the same version built again (a retry on this node): replace it whole
-        shutil.rmtree(final)
-    tmp.rename(final)
-    fsync_dir(final.parent)
-    return relative, [HNSW_FILE, INDEX_META_FILE], seconds
+    # the same version built again (a retry on this node) replaces it whole
+    store.commit_dir(tmp, relative, [HNSW_FILE, INDEX_META_FILE])
+    return [HNSW_FILE, INDEX_META_FILE]
 
 
-def load_index(root: Path | str, task: IndexTask) -> VectorIndex | None:
+def index_keys(task: IndexTask) -> list[str]:
+    """The keys of a finished task's files (what a loaded index keeps cached); none for exact search."""
+    return [f"{task.index_dir}/{HNSW_FILE}", f"{task.index_dir}/{INDEX_META_FILE}"] if has_files(task) else []
+
+
+def load_index(root: Store, task: IndexTask) -> VectorIndex | None:
     """The built index of a finished ``task`` (None: exact search, nothing to load). FileNotFoundError
     or ValueError when its files are missing or are not what its meta says."""
     if not has_files(task):
         return None
-    directory = Path(root) / task.index_dir
-    meta = json.loads((directory / INDEX_META_FILE).read_text())
+    store = as_store(root)
+    meta = json.loads(store.read_bytes(f"{task.index_dir}/{INDEX_META_FILE}"))
     if meta.get("build_id") != task.build_id or meta.get("version") != task.version:
         raise ValueError(f"index files in {task.index_dir} are not build {task.build_id} version {task.version}")
-    return VectorIndex(
-        task.dim,
-        task.metric_type,
-        max_elements=int(meta["num_rows"]),
-        M=task.params.get("M", AUTOINDEX_M),
-        ef_construction=task.params.get("efConstruction", AUTOINDEX_EF_CONSTRUCTION),
-        path=str(directory / HNSW_FILE),
-    )
+    graph: dict[str, Any] = next((f for f in meta.get("files", []) if f.get("name") == HNSW_FILE), {})
+    with store.local_file(f"{task.index_dir}/{HNSW_FILE}", graph.get("bytes"), graph.get("sha256")) as path:
+        return VectorIndex(
+            task.dim,
+            task.metric_type,
+            max_elements=int(meta["num_rows"]),
+            M=task.params.get("M", AUTOINDEX_M),
+            ef_construction=task.params.get("efConstruction", AUTOINDEX_EF_CONSTRUCTION),
+            path=str(path),
+        )
 
 
-def remove_index(root: Path | str, build_id: int) -> bool:
+def remove_index(root: Store, build_id: int) -> bool:
     """Remove every version of build ``build_id`` (the index, its collection or its segment is
     gone); False if nothing was there."""
-    directory = Path(root) / INDEX_DIR / str(build_id)
-    if not directory.exists():
-        return False
-    shutil.rmtree(directory, ignore_errors=True)
-    return True
+    store = as_store(root)
+    return store.remove_dir(f"{INDEX_DIR}/{build_id}") > 0 or store.remove_partial(0.0, f"{INDEX_DIR}/{build_id}") > 0
 
 
-def remove_version(root: Path | str, build_id: int, version: int) -> bool:
+def remove_version(root: Store, build_id: int, version: int) -> bool:
     """Remove the files of build ``build_id``'s ``version`` (a stale or failed build's own files:
     never another version's, which may be the one served); returns whether there were any."""
-    directory = Path(root) / INDEX_DIR / str(build_id) / str(version)
-    existed = directory.is_dir()
-    shutil.rmtree(directory, ignore_errors=True)
-    return existed
+    return as_store(root).remove_dir(f"{INDEX_DIR}/{build_id}/{version}") > 0
 
 
-def remove_versions_below(root: Path | str, build_id: int, version: int) -> int:
+def remove_versions_below(root: Store, build_id: int, version: int) -> int:
     """Remove the files of build ``build_id``'s versions below ``version`` (stale builds, seed
     004's recycling); returns how many version directories were removed."""
-    directory = Path(root) / INDEX_DIR / str(build_id)
+    store = as_store(root)
     removed = 0
-    if not directory.is_dir():
-        return 0
-    for child in directory.iterdir():
-        if child.name.isdigit() and int(child.name) < version:
-            shutil.rmtree(child, ignore_errors=True)
+    for child in store.children(f"{INDEX_DIR}/{build_id}"):
+        if child.isdigit() and int(child) < version and store.remove_dir(f"{INDEX_DIR}/{build_id}/{child}") > 0:
             removed += 1
     return removed

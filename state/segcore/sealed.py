@@ -38,8 +38,7 @@ objects (a str or a parsed JSON value a row), as in a growing segment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
@@ -50,7 +49,7 @@ from schemas.errors import InvalidParameter
 from schemas.segment import SegmentKey, SegmentManifest
 from state.segcore.pk_stats import PkBloom
 from state.segcore.segment import INDEX_SLICE_ROWS, PY_OBJECT_BYTES, GrowingSegment
-from state.segcore.segment_files import load_segment_columns, read_pk_bloom
+from state.segcore.segment_files import Store, load_segment_columns, read_pk_bloom
 from state.segcore.vector_index import VectorIndex
 
 __all__ = ["SealedSegment"]
@@ -74,9 +73,21 @@ class SealedSegment(GrowingSegment):
         self.manifest = manifest
         self.pk_bloom: PkBloom | None = None  # its flushed PK statistics (None: built from columns)
         self.built_indexes: dict[str, tuple[int, int]] = {}  # field -> (build id, version) attached
+        self._release_hooks: list[Callable[[], None]] = []
+
+    def on_release(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once when the segment is released (its holder dropped it)."""
+        self._release_hooks.append(hook)
+
+    def release(self) -> None:
+        """As :meth:`GrowingSegment.release`, then run the release hooks (once)."""
+        super().release()
+        hooks, self._release_hooks = self._release_hooks, []
+        for hook in hooks:
+            hook()
 
     @classmethod
-    def load(cls, root: Path | str, path: str, schema: CollectionSchema, verify: bool = False) -> SealedSegment:
+    def load(cls, root: Store, path: str, schema: CollectionSchema, verify: bool = False) -> SealedSegment:
         """Load the flushed segment at ``path`` (relative to the object store's ``root``) for
         ``schema`` (the collection's, with field ids). ``verify``: check the files' sizes and
         sha256 first (SegmentFileCorrupt naming the file otherwise). InvalidParameter when the

@@ -1,8 +1,8 @@
 """A flushed segment's directory in the object store: write it atomically, read it back.
 
-Layout (``root`` is the object store's root, a local folder)::
+Layout (keys in the object store, :mod:`state.objectstore`: a local folder or S3)::
 
-    <root>/segments/<collection_id>/<partition_id>/<segment_id>/
+    segments/<collection_id>/<partition_id>/<segment_id>/
         insert_log.parquet   every row: __row_ts (uint64) first, then every field in schema order
         pk_stats.bloom       the PK bloom filter (:class:`~state.segcore.pk_stats.PkBloom`)
         manifest.json        :class:`~schemas.segment.SegmentManifest`, written last
@@ -15,22 +15,25 @@ carries the metadata ``{"field_id": ..., "dtype": ...}``. Scalars are dictionary
 that pays and snappy-compressed; vectors are PLAIN and uncompressed (float noise does not
 compress, and PLAIN decodes straight into the buffer a sealed segment searches).
 
-Atomic commit (:func:`write_segment`): everything is written into a temporary directory
-``.<segment_id>.tmp-<uuid>`` next to the final one, each file fsynced, the manifest last, then the
-directory fsynced, renamed to ``<segment_id>`` (``rename`` is atomic) and the parent fsynced. So a
-segment directory either exists complete or not at all; a writer killed midway leaves only a
-temporary directory, which is never read and is removed by :func:`remove_partial` at data node start.
+Atomic commit (:func:`write_segment`): the three files are written into a staging folder, each
+fsynced, the manifest last, then :meth:`~state.objectstore.store.ObjectStore.commit_dir` makes
+them the segment's (one rename on a local folder; on S3 the manifest is put after the other two).
+So a reader that finds the manifest finds the whole segment; a writer killed midway leaves a
+staging folder (removed by :func:`remove_partial` at data node start) or, on S3, files without a
+manifest that the meta store never names (garbage, :mod:`state.objectstore.gc`).
 
-Writing a segment that already exists (a data node killed after the rename but before it recorded
-the segment's meta flushes the same rows again after restart): when the directory on disk
+Writing a segment that already exists (a data node killed after the commit but before it recorded
+the segment's meta flushes the same rows again after restart): when the stored manifest
 describes the same segment (same ``digest``, key, offsets, identities, fields and PK stats) it is
-kept and its manifest returned unchanged (checked before anything is written, and again when the
-rename finds the directory: the temporary one is then dropped); otherwise it is replaced (old renamed to
-``.<segment_id>.old-<uuid>``, new renamed into place, parent fsynced, old removed). Replacing is
-safe because a segment becomes visible to readers only through its meta record (``SegmentFlushed``,
-written by the caller after this function returns); a directory whose meta was never recorded has
-never been read, so nobody can observe it change. Once the meta is recorded the data node never
-writes the segment again (its checkpoint is past the rows).
+kept and returned unchanged (checked before anything is written); otherwise it is replaced.
+Replacing is safe because a segment becomes visible to readers only through its meta record
+(``SegmentFlushed``, written by the caller after this function returns); a directory whose meta
+was never recorded has never been read, so nobody can observe it change. Once the meta is
+recorded the data node never writes the segment again (its checkpoint is past the rows).
+
+Reads of the insert log go through :meth:`~state.objectstore.store.ObjectStore.local_file` (the
+file itself on a local folder, a node-cache copy checked against the manifest's size and sha256
+on S3).
 
 ``digest`` is a sha256 over a canonical serialization of the contents, not of the Parquet bytes
 (those may change with the pyarrow version): a version tag, the row count, the row timestamps
@@ -41,14 +44,11 @@ float32 bytes, VARCHAR/JSON texts like string PKs).
 
 from __future__ import annotations
 
-import errno
-import fnmatch
+import contextlib
 import hashlib
 import os
-import shutil
-import time
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeAlias
 
@@ -69,17 +69,19 @@ from schemas.segment import (
     SegmentKey,
     SegmentManifest,
 )
+from state.objectstore import ObjectStore, as_store
+from state.objectstore.cache import CachedFileCorrupt
 from state.segcore.pk_stats import DEFAULT_FALSE_POSITIVE_RATE, PkBloom
 
 __all__ = [
     "SEGMENTS_DIR",
     "SegmentFileCorrupt",
+    "Store",
     "arrow_schema",
     "check_fields",
     "content_digest",
-    "fsync_dir",
+    "insert_log",
     "load_segment_columns",
-    "make_dirs",
     "read_manifest",
     "read_pk_bloom",
     "read_pk_ts",
@@ -87,15 +89,13 @@ __all__ = [
     "remove_partial",
     "remove_segment",
     "segment_columns",
+    "segment_keys",
     "segment_path",
     "verify_files",
     "write_segment",
 ]
 
 SEGMENTS_DIR = "segments"  # under the object store's root
-TMP_INFIX = ".tmp-"  # .<segment_id>.tmp-<uuid hex>: a directory being written
-OLD_INFIX = ".old-"  # .<segment_id>.old-<uuid hex>: a replaced directory being removed
-PARTIAL_PATTERNS = (f".*{TMP_INFIX}*", f".*{OLD_INFIX}*")
 DIGEST_TAG = b"osprey-segment-digest-v1\0"  # first bytes of the digest input; bump if the serialization changes
 STRING_LENGTH_BYTES = 4  # the length prefix of a string in the digest input (little-endian)
 DIGEST_STRING_BATCH = 4096  # strings joined per hash update
@@ -103,7 +103,6 @@ HASH_CHUNK_BYTES = 1 << 20  # read size when hashing a file
 SCALAR_COMPRESSION = "snappy"  # Parquet codec of scalar columns; vectors are stored uncompressed
 VECTOR_COMPRESSION = "none"
 VECTOR_ELEMENT = "element"  # name of a vector's list element (the Parquet LIST convention)
-FSYNC_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 # load_segment_columns decodes this many bytes of rows at a time into the final arrays: the Arrow
 # pool's peak stays ~4x this (measured: 4 MiB batches of 128-d rows peaked at 27 MB) instead of
 # ~2.6x the whole column (a whole-table read grows its builders by doubling: 188 MB for 51 MB).
@@ -150,12 +149,26 @@ def segment_path(collection_id: int, partition_id: int, segment_id: int) -> str:
     return f"{SEGMENTS_DIR}/{collection_id}/{partition_id}/{segment_id}"
 
 
-def _segment_dir(root: Path | str, path: str) -> Path:
-    """``root / path`` for a relative ``path`` that stays inside the root."""
+Store: TypeAlias = ObjectStore | Path | str
+"""An object store, or a local folder taken as one (:func:`state.objectstore.as_store`)."""
+
+
+def _key(path: str, name: str) -> str:
+    """The key of file ``name`` of the segment at ``path`` (a relative path inside the store)."""
     posix = PurePosixPath(path)
     if posix.is_absolute() or ".." in posix.parts or not posix.parts:
         raise InvalidParameter("path", "must be a relative path inside the object store", path)
-    return Path(root).joinpath(*posix.parts)
+    return f"{posix.as_posix()}/{name}"
+
+
+@contextmanager
+def _local(store: ObjectStore, key: str, entry: FileEntry | None = None) -> Iterator[Path]:
+    """A local path of ``key`` (checked against ``entry`` when the store copies it)."""
+    try:
+        with store.local_file(key, entry.bytes if entry else None, entry.sha256 if entry else None) as file:
+            yield file
+    except CachedFileCorrupt as exc:
+        raise SegmentFileCorrupt(PurePosixPath(key).name, str(exc)) from exc
 
 
 # ---------------------------------------------------------------------- arrow layout
@@ -328,29 +341,6 @@ def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, co
 # ---------------------------------------------------------------------- files
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, FSYNC_DIR_FLAGS)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def make_dirs(path: Path) -> None:
-    """``mkdir -p`` whose new directories survive a crash (each parent fsynced after the mkdir)."""
-    missing: list[Path] = []
-    at = path
-    while not at.is_dir():
-        missing.append(at)
-        at = at.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue
-        fsync_dir(directory.parent)
-
-
 def _write_bytes(path: Path, data: bytes) -> FileEntry:
     with open(path, "wb") as f:
         f.write(data)
@@ -392,15 +382,15 @@ def _same_segment(a: SegmentManifest, b: SegmentManifest) -> bool:
     return a.model_copy(update={"files": []}) == b.model_copy(update={"files": []})
 
 
-def _try_read_manifest(directory: Path) -> SegmentManifest | None:
+def _try_read_manifest(store: ObjectStore, path: str) -> SegmentManifest | None:
     try:
-        return SegmentManifest.model_validate_json((directory / MANIFEST_FILE).read_bytes())
+        return SegmentManifest.model_validate_json(store.read_bytes(_key(path, MANIFEST_FILE)))
     except (OSError, ValueError):
         return None
 
 
 def write_segment(
-    root: Path | str,
+    root: Store,
     key: SegmentKey,
     pchannel: str,
     schema: CollectionSchema,
@@ -412,7 +402,7 @@ def write_segment(
     identities: Sequence[str],
     fpr: float = DEFAULT_FALSE_POSITIVE_RATE,
 ) -> SegmentManifest:
-    """Write segment ``key``'s rows (log order) to ``<root>/segments/<c>/<p>/<s>/`` atomically and
+    """Write segment ``key``'s rows (log order) to ``segments/<c>/<p>/<s>/`` of the store atomically and
     return its manifest (see the module docstring for the commit protocol and a rewrite).
 
     ``pks``: int64 array, or strings for a VARCHAR PK; ``row_ts``: uint64 per row; ``columns``:
@@ -423,7 +413,7 @@ def write_segment(
     filter's false-positive rate. A bad input raises InvalidParameter naming it, before any
     file is written. Cost: O(data) to check, hash and encode, plus ~0.7 us a PK for the filter.
     """
-    root = Path(root)
+    store = as_store(root)
     pk_field = schema.primary_field
     varchar_pk = pk_field.dtype is DataType.VARCHAR
     if not isinstance(pchannel, str) or not pchannel:
@@ -464,15 +454,12 @@ def write_segment(
         pk_stats=bloom.stats(PK_STATS_FILE),
         digest=content_digest(schema, pk_values, ts, values),
     )
-    final = root / segment_path(key.collection_id, key.partition_id, key.segment_id)
-    existing = _try_read_manifest(final)
+    path = segment_path(key.collection_id, key.partition_id, key.segment_id)
+    existing = _try_read_manifest(store, path)
     if existing is not None and _same_segment(existing, expected):
         return existing  # written before a crash: keep it (nothing of it changes)
 
-    parent = final.parent
-    make_dirs(parent)
-    tmp = parent / f".{key.segment_id}{TMP_INFIX}{uuid.uuid4().hex}"
-    tmp.mkdir()
+    tmp = store.staging_dir(path)
     try:
         arrays = [pa.array(ts, type=pa.uint64())]
         for f in schema.fields:
@@ -483,98 +470,49 @@ def write_segment(
         stats_entry = _write_bytes(tmp / PK_STATS_FILE, bloom.to_bytes())
         manifest = expected.model_copy(update={"files": [log_entry, stats_entry]})
         _write_bytes(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
-        fsync_dir(tmp)
-        return _commit(tmp, final, manifest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _commit(tmp: Path, final: Path, manifest: SegmentManifest) -> SegmentManifest:
-    """Rename the complete temporary directory ``tmp`` to ``final``; keep or replace an existing one."""
-    parent = final.parent
-    try:
-        os.rename(tmp, final)
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-    else:
-        fsync_dir(parent)
+        store.commit_dir(tmp, path, [INSERT_LOG_FILE, PK_STATS_FILE, MANIFEST_FILE])
         return manifest
-    existing = _try_read_manifest(final)
-    if existing is not None and _same_segment(existing, manifest):
-        return existing  # the caller's finally removes tmp
-    old = parent / f".{manifest.segment_id}{OLD_INFIX}{uuid.uuid4().hex}"
-    os.rename(final, old)
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        os.rename(old, final)  # put the old one back: the caller sees the error, nothing changed
-        raise
-    fsync_dir(parent)
-    shutil.rmtree(old, ignore_errors=True)
-    return manifest
+    finally:
+        store.discard(tmp)
 
 
-def remove_partial(root: Path | str, min_age_s: float = 0.0) -> int:
-    """Delete every leftover ``.*.tmp-*`` and ``.*.old-*`` entry in ``<root>/segments/<c>/<p>/``
-    (a writer killed mid-write or mid-replace leaves them; none is ever a segment) and return how
-    many. Called at data node start. ``min_age_s`` > 0 spares entries modified more recently (an
-    object store shared with data nodes that are writing right now). O(directories)."""
-    base = Path(root) / SEGMENTS_DIR
-    if not base.is_dir():
-        return 0
-    now = time.time()
-    removed = 0
-    for collection in base.iterdir():
-        if not collection.is_dir():
-            continue
-        for partition in collection.iterdir():
-            if not partition.is_dir():
-                continue
-            for entry in partition.iterdir():
-                if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in PARTIAL_PATTERNS):
-                    continue
-                try:
-                    if min_age_s > 0 and now - entry.lstat().st_mtime < min_age_s:
-                        continue
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry)
-                    else:
-                        entry.unlink()
-                except FileNotFoundError:
-                    continue
-                removed += 1
-    return removed
+def remove_partial(root: Store, min_age_s: float = 0.0) -> int:
+    """Delete what writers killed mid-write or mid-replace left under ``segments/`` (none of it is
+    ever a segment) and return how many entries. Called at data node start. ``min_age_s`` > 0
+    spares entries modified more recently (a store shared with data nodes writing right now)."""
+    return as_store(root).remove_partial(min_age_s, SEGMENTS_DIR)
 
 
 # ---------------------------------------------------------------------- read
 
 
-def read_manifest(root: Path | str, path: str) -> SegmentManifest:
-    """The manifest of the segment at ``path`` (relative to ``root``, as :func:`segment_path`).
+def read_manifest(root: Store, path: str) -> SegmentManifest:
+    """The manifest of the segment at ``path`` (a key prefix, as :func:`segment_path`).
     FileNotFoundError when it is missing; SegmentFileCorrupt when it does not parse."""
-    file = _segment_dir(root, path) / MANIFEST_FILE
-    data = file.read_bytes()
+    data = as_store(root).read_bytes(_key(path, MANIFEST_FILE))
     try:
         return SegmentManifest.model_validate_json(data)
     except ValueError as exc:
         raise SegmentFileCorrupt(MANIFEST_FILE, f"not a segment manifest ({exc})") from exc
 
 
-def verify_files(root: Path | str, path: str, manifest: SegmentManifest) -> None:
+def _entry(manifest: SegmentManifest, name: str) -> FileEntry | None:
+    return next((e for e in manifest.files if e.name == name), None)
+
+
+def verify_files(root: Store, path: str, manifest: SegmentManifest) -> None:
     """Check every file the manifest lists: size, then sha256. SegmentFileCorrupt naming the first
     file that differs (or is missing). O(bytes)."""
-    directory = _segment_dir(root, path)
+    store = as_store(root)
     for entry in manifest.files:
-        file = directory / entry.name
         try:
-            size = file.stat().st_size
+            with _local(store, _key(path, entry.name), entry) as file:
+                size = file.stat().st_size
+                if size != entry.bytes:
+                    raise SegmentFileCorrupt(entry.name, f"has {size} bytes, the manifest says {entry.bytes}")
+                digest = _file_sha256(file)
         except FileNotFoundError as exc:
             raise SegmentFileCorrupt(entry.name, "is missing") from exc
-        if size != entry.bytes:
-            raise SegmentFileCorrupt(entry.name, f"has {size} bytes, the manifest says {entry.bytes}")
-        digest = _file_sha256(file)
         if digest != entry.sha256:
             raise SegmentFileCorrupt(entry.name, f"sha256 {digest} differs from the manifest's {entry.sha256}")
 
@@ -587,17 +525,20 @@ def _file_sha256(file: Path) -> str:
     return h.hexdigest()
 
 
-def read_segment(root: Path | str, path: str, verify: bool = False) -> tuple[SegmentManifest, pa.Table]:
+def read_segment(root: Store, path: str, verify: bool = False) -> tuple[SegmentManifest, pa.Table]:
     """The manifest and the insert log of the segment at ``path``; every column is one chunk.
     ``verify``: first check every file's size and sha256 against the manifest (SegmentFileCorrupt
     naming the file). SegmentFileCorrupt too when the log's row count or columns are not the
     manifest's. O(bytes); the decoder peaks at ~2.6x the decoded columns, so a query node loads
     with :func:`load_segment_columns` instead."""
-    manifest = read_manifest(root, path)
+    store = as_store(root)
+    manifest = read_manifest(store, path)
     if verify:
-        verify_files(root, path, manifest)
-    file = _segment_dir(root, path) / INSERT_LOG_FILE
-    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+        verify_files(store, path, manifest)
+    with (
+        _local(store, _key(path, INSERT_LOG_FILE), _entry(manifest, INSERT_LOG_FILE)) as file,
+        pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet,
+    ):
         table = parquet.read()  # one chunk per column (pq.read_table splits columns into batches)
     if table.num_rows != manifest.num_rows:
         raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {table.num_rows} rows, the manifest says {manifest.num_rows}")
@@ -607,11 +548,20 @@ def read_segment(root: Path | str, path: str, verify: bool = False) -> tuple[Seg
     return manifest, table
 
 
-def read_pk_ts(root: Path | str, path: str, schema: CollectionSchema) -> tuple[np.ndarray, np.ndarray]:
+def insert_log(root: Store, path: str) -> contextlib.AbstractContextManager[Path]:
+    """``with insert_log(store, path) as file``: a local path of the segment's insert log for the
+    block, checked against its manifest's size and sha256 when the store copies it."""
+    store = as_store(root)
+    manifest = read_manifest(store, path)
+    return _local(store, _key(path, INSERT_LOG_FILE), _entry(manifest, INSERT_LOG_FILE))
+
+
+def read_pk_ts(root: Store, path: str, schema: CollectionSchema) -> tuple[np.ndarray, np.ndarray]:
     """(primary keys, insert timestamps) of the segment at ``path``, in log order, read from its
     insert log's two columns only (int64 array, or an object array of str; uint64)."""
     pk = schema.primary_field
-    table = pq.read_table(_segment_dir(root, path) / INSERT_LOG_FILE, columns=[pk.name, ROW_TS_COLUMN])
+    with insert_log(root, path) as file:
+        table = pq.read_table(file, columns=[pk.name, ROW_TS_COLUMN])
     if pk.dtype is DataType.VARCHAR:
         pks = np.asarray(table.column(pk.name).to_pylist(), dtype=object)
     else:
@@ -619,12 +569,14 @@ def read_pk_ts(root: Path | str, path: str, schema: CollectionSchema) -> tuple[n
     return pks, table.column(ROW_TS_COLUMN).to_numpy().astype(np.uint64, copy=False)
 
 
-def read_vectors(root: Path | str, path: str, field_name: str, dim: int) -> np.ndarray:
+def read_vectors(root: Store, path: str, field_name: str, dim: int) -> np.ndarray:
     """The (num_rows, dim) float32 vectors of field ``field_name`` of the segment at ``path``, in
     log order (row offset = position), decoded batch by batch from that one column of its insert
     log. SegmentFileCorrupt when the column is not (n, dim) float32 vectors or holds nulls."""
-    file = _segment_dir(root, path) / INSERT_LOG_FILE
-    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+    with (
+        insert_log(root, path) as file,
+        pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet,
+    ):
         n = parquet.metadata.num_rows
         if field_name not in parquet.schema_arrow.names:
             raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has no column {field_name}")
@@ -644,24 +596,23 @@ def read_vectors(root: Path | str, path: str, field_name: str, dim: int) -> np.n
     return out
 
 
-def remove_segment(root: Path | str, path: str) -> bool:
-    """Remove a segment's directory (a compacted one past its grace period); False if absent.
-    Renamed aside first (``.old-``), so a crash mid-removal leaves a partial directory that
-    :func:`remove_partial` clears, never a half segment under its name."""
-    directory = _segment_dir(root, path)
-    if not directory.is_dir():
-        return False
-    aside = directory.with_name(f".{directory.name}{OLD_INFIX}{uuid.uuid4().hex}")
-    directory.rename(aside)
-    fsync_dir(directory.parent)
-    shutil.rmtree(aside)
-    return True
+def remove_segment(root: Store, path: str) -> bool:
+    """Remove a segment's files (a compacted one past its grace period); False if absent. On a
+    local folder the directory is renamed aside first, so a crash mid-removal leaves a hidden
+    partial directory that :func:`remove_partial` clears, never a half segment under its name."""
+    _key(path, MANIFEST_FILE)
+    return as_store(root).remove_dir(path) > 0
 
 
-def read_pk_bloom(root: Path | str, path: str, manifest: SegmentManifest) -> PkBloom:
+def segment_keys(path: str, manifest: SegmentManifest) -> list[str]:
+    """The keys of the files the segment's manifest lists (what a loaded segment keeps cached)."""
+    return [_key(path, entry.name) for entry in manifest.files]
+
+
+def read_pk_bloom(root: Store, path: str, manifest: SegmentManifest) -> PkBloom:
     """The PK bloom filter of the segment at ``path`` (ValueError when its bytes are not the filter
     the manifest describes)."""
-    data = (_segment_dir(root, path) / manifest.pk_stats.file).read_bytes()
+    data = as_store(root).read_bytes(_key(path, manifest.pk_stats.file))
     return PkBloom.from_bytes(data, manifest.pk_stats)
 
 
@@ -758,7 +709,7 @@ def _row_bytes(schema: CollectionSchema) -> int:
 
 
 def load_segment_columns(
-    root: Path | str, path: str, schema: CollectionSchema, verify: bool = False, batch_bytes: int | None = None
+    root: Store, path: str, schema: CollectionSchema, verify: bool = False, batch_bytes: int | None = None
 ) -> tuple[SegmentManifest, Values, np.ndarray, dict[str, Values]]:
     """(manifest, pks, row_ts, every non-PK field by name) of the segment at ``path``, decoded in
     batches of ~``batch_bytes`` (default LOAD_BATCH_BYTES) straight into arrays of exactly
@@ -768,10 +719,11 @@ def load_segment_columns(
     peaks at ~2.6x the column. ``verify`` as in :func:`read_segment`.
     InvalidParameter when the segment's fields are not ``schema``'s; SegmentFileCorrupt when the
     log disagrees with its manifest. O(bytes)."""
-    manifest = read_manifest(root, path)
+    store = as_store(root)
+    manifest = read_manifest(store, path)
     check_fields(schema, manifest)
     if verify:
-        verify_files(root, path, manifest)
+        verify_files(store, path, manifest)
     n = manifest.num_rows
     row_ts = np.empty(n, "<u8")
     fixed: dict[str, np.ndarray] = {}
@@ -784,9 +736,11 @@ def load_segment_columns(
         else:
             fixed[f.name] = np.empty(n, NUMPY_DTYPE[f.dtype])
     batch_rows = max(1, (batch_bytes or LOAD_BATCH_BYTES) // _row_bytes(schema))
-    file = _segment_dir(root, path) / INSERT_LOG_FILE
     at = 0
-    with pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet:
+    with (
+        _local(store, _key(path, INSERT_LOG_FILE), _entry(manifest, INSERT_LOG_FILE)) as file,
+        pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet,
+    ):
         names = [ROW_TS_COLUMN] + [f.name for f in schema.fields]
         if parquet.schema_arrow.names != names:
             raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has columns {parquet.schema_arrow.names}, expected {names}")

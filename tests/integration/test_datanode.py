@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from aiokafka import TopicPartition
@@ -27,16 +28,18 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
-from schemas.segment import INSERT_LOG_FILE, MANIFEST_FILE, ROW_TS_COLUMN, SealReason, SegmentInfo, SegmentState
+from schemas.segment import MANIFEST_FILE, ROW_TS_COLUMN, SealReason, SegmentInfo, SegmentState
 from state.meta.redis_client import connect
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from state.objectstore import ObjectStore
+from state.segcore.segment_files import insert_log, read_manifest, verify_files
 from streams.channels import pchannel_partition
 from streams.kafka import make_consumer
 from streams.topics import Topics
-from tests.conftest import make_config
+from tests.conftest import make_config, object_store_of
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,7 +70,12 @@ def rows(first: int, n: int, seed: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def dn_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+def dn_config(
+    redis_server: RedisServer,
+    broker: KafkaBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+    object_store_settings: dict[str, str],
+) -> OspreyConfig:
     return make_config(
         redis_server,
         broker,
@@ -80,7 +88,15 @@ def dn_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: 
         segment_seal_interval_ms=50,
         datanode_checkpoint_interval_s=0.2,
         dml_truncate_delay_s=0.5,
+        **object_store_settings,
     )
+
+
+@pytest.fixture(scope="module")
+def objects(dn_config: OspreyConfig) -> Iterator[ObjectStore]:
+    store = object_store_of(dn_config)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +145,15 @@ async def flushed(meta: SegmentMeta, collection_id: int, rows_expected: int) -> 
         await asyncio.sleep(POLL_S)
 
 
-def read_back(root: Path, segments: list[SegmentInfo]) -> dict[str, Any]:
+def _read_log(store: ObjectStore, path: str, columns: list[str] | None = None) -> pa.Table:
+    """A segment's insert log as plain pyarrow reads it (a local copy on S3)."""
+    with insert_log(store, path) as file:
+        return pq.read_table(file, columns=columns)
+
+
+def read_back(store: ObjectStore, segments: list[SegmentInfo]) -> dict[str, Any]:
     """Every row of ``segments`` as plain pyarrow reads them: id, tag, embedding, row ts."""
-    tables = [pq.read_table(root / s.path / INSERT_LOG_FILE) for s in segments]
+    tables = [_read_log(store, s.path) for s in segments]
     out: dict[str, Any] = {"id": [], "tag": [], "embedding": [], ROW_TS_COLUMN: []}
     for table in tables:
         out["id"].extend(table.column("id").to_pylist())
@@ -151,7 +173,7 @@ def assert_rows_equal(got: dict[str, Any], inserted: dict[str, Any]) -> None:
 
 
 async def test_segments_sealed_by_rows_are_flushed_as_plain_parquet(
-    client: InProcessClient, meta: SegmentMeta, dn_config: OspreyConfig
+    client: InProcessClient, meta: SegmentMeta, objects: ObjectStore
 ) -> None:
     coll = name("rows")
     cid = await client.create_collection(coll, schema())
@@ -162,7 +184,7 @@ async def test_segments_sealed_by_rows_are_flushed_as_plain_parquet(
     segments = await flushed(meta, cid, 2 * MAX_ROWS)
     assert [s.num_rows for s in segments] == [MAX_ROWS, MAX_ROWS]
     assert {s.seal_reason for s in segments} == {SealReason.ROWS}
-    got = read_back(dn_config.object_store_dir, segments)
+    got = read_back(objects, segments)
     expected = {
         "id": np.concatenate([b["id"] for b in batches[:4]]),
         "tag": [t for b in batches[:4] for t in b["tag"]],
@@ -173,7 +195,7 @@ async def test_segments_sealed_by_rows_are_flushed_as_plain_parquet(
     for i, ts in enumerate(insert_ts[:4]):
         assert {by_pk[int(pk)] for pk in batches[i]["id"]} == {ts}  # every row carries its insert's timestamp
     for s in segments:
-        assert (dn_config.object_store_dir / s.path / MANIFEST_FILE).is_file()
+        assert objects.exists(f"{s.path}/{MANIFEST_FILE}")
         assert s.start_offset <= s.end_offset
 
 
@@ -188,7 +210,7 @@ async def test_an_idle_segment_is_sealed_and_flushed(client: InProcessClient, me
 
 
 async def test_flush_seals_and_waits_until_flushed(
-    client: InProcessClient, meta: SegmentMeta, dn_config: OspreyConfig
+    client: InProcessClient, meta: SegmentMeta, objects: ObjectStore
 ) -> None:
     coll = name("flush")
     cid = await client.create_collection(coll, schema(), shards_num=2)
@@ -208,7 +230,7 @@ async def test_flush_seals_and_waits_until_flushed(
     records = [await meta.get(cid, sid) for sid in result.flushed_segment_ids]
     assert all(r is not None and r.state is SegmentState.FLUSHED for r in records)
     assert {r.seal_reason for r in records if r is not None} == {SealReason.FLUSH}
-    assert_rows_equal(read_back(dn_config.object_store_dir, [r for r in records if r is not None]), inserted)
+    assert_rows_equal(read_back(objects, [r for r in records if r is not None]), inserted)
     again = await client.flush(coll)  # nothing new: nothing to wait for
     assert again.flushed_segment_ids == []
     # checkpoints of both vchannels moved past every flushed insert
@@ -223,27 +245,44 @@ async def test_kill_mid_write_leaves_no_partial_segment(
     client: InProcessClient,
     meta: SegmentMeta,
     dn_config: OspreyConfig,
+    objects: ObjectStore,
     workers: dict[str, WorkerProcess],
     starter: ThreadPoolExecutor,
 ) -> None:
+    """kill -9 while a segment is written (on a folder: its staging directory is being written;
+    on S3: its files are staged and being uploaded). On a folder no segment directory without its
+    manifest is ever visible; on S3 a segment's files may be there without the manifest (written
+    last), and nothing names them. Restarted, the data node flushes every acknowledged row once,
+    and every segment the meta names has all its files, whole."""
     coll = name("kill")
     cid = await client.create_collection(coll, {**schema(), "fields": [*schema()["fields"][:2], _big_vector()]})
-    root = dn_config.object_store_dir / "segments" / str(cid)
+    prefix = f"segments/{cid}"
+    if objects.shared:  # S3: the data node stages in its node cache, then uploads
+        watched, pattern = dn_config.node_cache_path / "datanode" / "staging", "*"
+    else:
+        watched, pattern = Path(objects.url) / prefix, "*/.*.tmp-*"
     datanode = workers["datanode"]
-    watcher = asyncio.ensure_future(asyncio.to_thread(_kill_when_writing, datanode, root, 60.0))
+    watcher = asyncio.ensure_future(asyncio.to_thread(_kill_when_writing, datanode, watched, pattern, 60.0))
     inserted = _big_rows(0, 4 * MAX_ROWS)
     for lo in range(0, 4 * MAX_ROWS, 500):
         await client.insert(coll, {k: v[lo : lo + 500] for k, v in inserted.items()})
     killed_in = await watcher
     assert killed_in, "the data node never started writing a segment"
-    visible = [p for p in root.glob("*/*") if not p.name.startswith(".")]
-    assert all((p / MANIFEST_FILE).is_file() for p in visible), "a segment directory without its manifest"
+    for path in sorted({info.key.rsplit("/", 1)[0] for info in objects.list(prefix)}):
+        if objects.exists(f"{path}/{MANIFEST_FILE}"):
+            verify_files(objects, path, read_manifest(objects, path))
+        else:
+            assert objects.shared, f"{path}: a segment directory without its manifest"
     await restart(starter, datanode)
-    assert not list(root.glob("*/.*")), "partial segment directories survived the restart"
+    if not objects.shared:
+        partial = await asyncio.to_thread(lambda: list(Path(objects.url, prefix).glob("*/.*")))
+        assert not partial, "partial segment directories survived the restart"
     result = await client.flush(coll)
     segments = [s for s in await meta.segments(cid) if s.state is SegmentState.FLUSHED]
     assert set(result.flushed_segment_ids) <= {s.segment_id for s in segments}
-    got = read_back_big(dn_config.object_store_dir, segments)
+    for s in segments:
+        verify_files(objects, s.path, read_manifest(objects, s.path))
+    got = read_back_big(objects, segments)
     assert sorted(got) == inserted["id"].tolist()  # every acknowledged PK exactly once
 
 
@@ -328,16 +367,16 @@ def _big_rows(first: int, n: int) -> dict[str, Any]:
     return {"id": ids, "tag": [f"t{i}" for i in ids], "embedding": vectors}
 
 
-def read_back_big(root: Path, segments: list[SegmentInfo]) -> list[int]:
-    return [pk for s in segments for pk in pq.read_table(root / s.path / INSERT_LOG_FILE).column("id").to_pylist()]
+def read_back_big(store: ObjectStore, segments: list[SegmentInfo]) -> list[int]:
+    return [pk for s in segments for pk in _read_log(store, s.path, ["id"]).column("id").to_pylist()]
 
 
-def _kill_when_writing(worker: WorkerProcess, root: Path, timeout_s: float) -> str:
-    """SIGKILL ``worker`` as soon as a temporary segment directory appears under ``root``; the
+def _kill_when_writing(worker: WorkerProcess, root: Path, pattern: str, timeout_s: float) -> str:
+    """SIGKILL ``worker`` as soon as a staging directory (``pattern``) appears under ``root``; the
     name of that directory ('' if none appeared within ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for tmp in root.glob("*/.*.tmp-*"):
+        for tmp in root.glob(pattern):
             pid = worker.pid()
             assert pid is not None
             os.kill(pid, signal.SIGKILL)

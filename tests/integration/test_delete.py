@@ -25,7 +25,8 @@ from frontends.inprocess import InProcessClient
 from frontends.status import status
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, RequestTimeout, ServiceUnavailable
-from tests.conftest import make_config
+from state.objectstore import ObjectStore
+from tests.conftest import make_config, object_store_of
 from tests.integration.ddl_helpers import name
 from tests.integration.test_querynode_sealed import node_doc
 
@@ -35,11 +36,15 @@ DIM = 16
 TOP_K = 10
 BATCH = 600
 RECOVERY_S = 90.0
+GC_GRACE_S = 2.0
 
 
 @pytest.fixture(scope="module")
 def del_config(
-    redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+    redis_server: RedisServer,
+    broker: KafkaBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+    object_store_settings: dict[str, str],
 ) -> OspreyConfig:
     return make_config(
         redis_server,
@@ -54,7 +59,19 @@ def del_config(
         dml_truncate_delay_s=1.0,
         delete_buffer_bytes=4_096,  # tiny: loads after deletes read the delete logs back
         compaction_file_grace_s=1.0,
+        # the object garbage collector scans often and takes what no meta names after 2 s: every
+        # test of the module runs with it, so none of what they read may be taken
+        object_gc_interval_s=0.5,
+        object_gc_grace_s=GC_GRACE_S,
+        **object_store_settings,
     )
+
+
+@pytest.fixture(scope="module")
+def objects(del_config: OspreyConfig) -> Iterator[ObjectStore]:
+    store = object_store_of(del_config)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +304,11 @@ async def test_deletes_survive_kill_of_querynode_and_datanode(
 
 
 async def test_compaction_swaps_segments_without_a_gap(
-    client: InProcessClient, del_config: OspreyConfig, workers: dict[str, WorkerProcess], starter: ThreadPoolExecutor
+    client: InProcessClient,
+    del_config: OspreyConfig,
+    workers: dict[str, WorkerProcess],
+    starter: ThreadPoolExecutor,
+    objects: ObjectStore,
 ) -> None:
     coll = name("compact")
     await client.create_collection(coll, schema(), shards_num=1)
@@ -336,10 +357,9 @@ async def test_compaction_swaps_segments_without_a_gap(
     await check_reads(client, coll, ref, rng)
 
     # the replaced files go after the grace period; a restarted query node recovers the result
-    root = del_config.object_store_dir
     old_paths = [s.path for s in records if s.segment_id in replaced]
     deadline = time.monotonic() + 30
-    while any((root / p).exists() for p in old_paths):
+    while any(list(objects.list(p)) for p in old_paths):
         assert time.monotonic() < deadline, "replaced segment files were never removed"
         await asyncio.sleep(0.5)
     querynode = workers["querynode"]
@@ -347,3 +367,39 @@ async def test_compaction_swaps_segments_without_a_gap(
     await asyncio.get_running_loop().run_in_executor(starter, querynode.start)
     assert set(await wait_answer(client, coll)) == ref.ids()
     await check_reads(client, coll, ref, rng)
+
+
+def keys_of(objects: ObjectStore, collection_id: int) -> set[str]:
+    """The keys of a collection's segment files and delete logs."""
+    return {i.key for top in ("segments", "deltalogs") for i in objects.list(f"{top}/{collection_id}")}
+
+
+async def test_a_dropped_collections_objects_are_collected(client: InProcessClient, objects: ObjectStore) -> None:
+    """Drop a collection with flushed segments and delete logs: the object garbage collector
+    removes its objects once the grace period is over (what another collection's records name
+    stays), and an object no record names (a writer killed before recording it) goes too."""
+    keep, drop = name("keep"), name("drop")
+    for coll in (keep, drop):
+        await client.create_collection(coll, schema(), shards_num=1)
+        ref = Reference()
+        await client.insert(coll, ref.batch(0, 300))
+        await client.delete(coll, ids=[1, 2, 3])
+        await client.flush(coll)
+    kept_cid = (await client.describe_collection(keep)).info.collection_id
+    dropped_cid = (await client.describe_collection(drop)).info.collection_id
+    both = (kept_cid, dropped_cid)
+    deadline = time.monotonic() + RECOVERY_S
+    while not all({k.split("/")[0] for k in keys_of(objects, c)} == {"segments", "deltalogs"} for c in both):
+        assert time.monotonic() < deadline, "the delete logs were never written"
+        await asyncio.sleep(0.2)
+    kept = keys_of(objects, kept_cid)
+    orphan = f"segments/{kept_cid}/1/999999999/manifest.json"  # committed, never recorded
+    objects.put_bytes(orphan, b"{}")
+    await client.release_collection(drop)
+    await client.drop_collection(drop)
+    deadline = time.monotonic() + GC_GRACE_S + 30
+    while keys_of(objects, dropped_cid) or objects.exists(orphan):
+        assert time.monotonic() < deadline, "the dropped collection's objects were never collected"
+        await asyncio.sleep(0.5)
+    assert keys_of(objects, kept_cid) == kept, "the garbage collector took what a record names"
+    assert set(await wait_answer(client, keep)) == set(range(300)) - {1, 2, 3}

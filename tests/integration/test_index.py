@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,8 @@ from schemas.index import INDEX_DIR, IndexState, IndexTask
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
 from state.meta.status_board import StatusBoard
-from tests.conftest import make_config
+from state.objectstore import ObjectStore
+from tests.conftest import make_config, object_store_of
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,7 +48,12 @@ KILL_ROWS = 4_000  # one segment of 4,000 rows of 384 dims at efConstruction 400
 
 
 @pytest.fixture(scope="module")
-def ix_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+def ix_config(
+    redis_server: RedisServer,
+    broker: KafkaBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+    object_store_settings: dict[str, str],
+) -> OspreyConfig:
     return make_config(
         redis_server,
         broker,
@@ -63,7 +68,15 @@ def ix_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: 
         index_min_segment_rows=100,
         index_scan_interval_s=0.3,
         index_file_grace_s=0.0,
+        **object_store_settings,
     )
+
+
+@pytest.fixture(scope="module")
+def objects(ix_config: OspreyConfig) -> Iterator[ObjectStore]:
+    store = object_store_of(ix_config)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +307,7 @@ async def test_index_ddl_semantics_and_codes(client: InProcessClient) -> None:
 
 
 async def test_zero_index_nodes_then_two_share_the_builds(
-    client: InProcessClient, ix_config: OspreyConfig, nodes: IndexNodes
+    client: InProcessClient, ix_config: OspreyConfig, nodes: IndexNodes, objects: ObjectStore
 ) -> None:
     coll = name("share")
     await client.create_collection(coll, schema())
@@ -330,7 +343,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
 
     await wait_for("the index nodes to report their builds", reported)
     for task in tasks:
-        assert (Path(ix_config.object_store_dir) / task.index_dir / "hnsw.bin").is_file()
+        assert objects.exists(f"{task.index_dir}/hnsw.bin")
         assert task.index_id == index.index_id and task.version == 1
 
     async def attached() -> bool:
@@ -372,7 +385,7 @@ async def test_searches_during_the_switch_to_indexed_search(
 
 
 async def test_index_node_killed_mid_build_is_replaced(
-    client: InProcessClient, ix_config: OspreyConfig, nodes: IndexNodes
+    client: InProcessClient, ix_config: OspreyConfig, nodes: IndexNodes, objects: ObjectStore
 ) -> None:
     coll = name("kill")
     await client.create_collection(coll, schema(KILL_DIM))
@@ -403,8 +416,8 @@ async def test_index_node_killed_mid_build_is_replaced(
 
     done = await wait_for("the task to be rebuilt elsewhere", rebuilt)
     assert done.version == 2 and done.node_id != task.node_id
-    build_dir = Path(ix_config.object_store_dir) / INDEX_DIR / str(task.build_id)
-    assert sorted(p.name for p in build_dir.iterdir()) == ["2"], "the stale version's files were not removed"
+    build_dir = f"{INDEX_DIR}/{task.build_id}"
+    assert objects.children(build_dir) == {"2"}, "the stale version's files were not removed"
     assert (await client.describe_index(coll)).state is IndexState.FINISHED
     rng = np.random.default_rng(4)
     for _ in range(20):
@@ -440,7 +453,7 @@ async def test_index_node_killed_mid_build_is_replaced(
             await wait_for("the late result to be found stale", found_stale)
             after = await store.get(task.build_id)
             assert after is not None and after.version >= 4  # version 3 was never recorded
-            assert not (build_dir / "3").exists(), "the late result's files were kept"
+            assert not list(objects.list(f"{build_dir}/3")), "the late result's files were kept"
         finally:
             await redis.aclose()
     finally:
@@ -448,7 +461,12 @@ async def test_index_node_killed_mid_build_is_replaced(
 
 
 async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
-    client: InProcessClient, ix_config: OspreyConfig, cluster: LocalCluster, nodes: IndexNodes, starter: Any
+    client: InProcessClient,
+    ix_config: OspreyConfig,
+    cluster: LocalCluster,
+    nodes: IndexNodes,
+    starter: Any,
+    objects: ObjectStore,
 ) -> None:
     coll = name("reload")
     await client.create_collection(coll, schema())
@@ -482,17 +500,21 @@ async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
 
     await client.release_collection(coll)
     await client.drop_index(coll)
-    root = Path(ix_config.object_store_dir) / INDEX_DIR
 
     async def recycled() -> bool:
         left = await tasks_of(ix_config, cid)
-        return not left and not any((root / str(t.build_id)).exists() for t in tasks)
+        return not left and not any(list(objects.list(f"{INDEX_DIR}/{t.build_id}")) for t in tasks)
 
     await wait_for("the dropped index's tasks and files to be removed", recycled)
 
 
 async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
-    client: InProcessClient, ix_config: OspreyConfig, cluster: LocalCluster, nodes: IndexNodes, starter: Any
+    client: InProcessClient,
+    ix_config: OspreyConfig,
+    cluster: LocalCluster,
+    nodes: IndexNodes,
+    starter: Any,
+    objects: ObjectStore,
 ) -> None:
     """A compaction result gets its own build and the replaced segments' builds are recycled; the
     index coordinator (in the rootcoord process) killed with -9 resumes from the task store."""
@@ -529,9 +551,8 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
         return tasks if done and not any(t.segment_id in before for t in tasks) else None
 
     tasks = await wait_for("the compaction result indexed and the replaced builds recycled", rebuilt)
-    root = Path(ix_config.object_store_dir) / INDEX_DIR
-    assert not any((root / str(t.build_id)).exists() for t in before.values())
-    assert all((Path(ix_config.object_store_dir) / t.index_dir / "hnsw.bin").is_file() for t in tasks)
+    assert not any(list(objects.list(f"{INDEX_DIR}/{t.build_id}")) for t in before.values())
+    assert all(objects.exists(f"{t.index_dir}/hnsw.bin") for t in tasks)
     described = await client.describe_index(coll)
     assert (described.state, described.total_rows) == (IndexState.FINISHED, len(ref.ids))
 

@@ -64,7 +64,7 @@ async def test_a_failing_build_is_retried_then_failed(
     assert await node.run_task(created.build_id, 2) == "failed"
     last = await store.get(created.build_id)
     assert last is not None and (last.state, last.attempts) == (IndexState.FAILED, 2)
-    assert not (Path(config.object_store_dir) / INDEX_DIR / str(created.build_id)).exists()
+    assert not (Path(config.object_store_url) / INDEX_DIR / str(created.build_id)).exists()
 
 
 async def test_tasks_that_are_not_the_nodes_are_skipped(

@@ -302,22 +302,24 @@ def test_writing_the_same_segment_again_keeps_the_directory(tmp_path: Path) -> N
     assert sorted(p.name for p in directory.parent.iterdir()) == ["42"]
 
 
-def test_a_rewrite_racing_the_check_keeps_the_directory_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The directory appears after the pre-check (the temp dir is written, the rename collides):
-    same contents -> the temp dir is dropped and the existing manifest returned."""
+def test_a_rewrite_racing_the_check_replaces_the_directory_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory appears after the pre-check (another writer of the same rows): the commit
+    replaces it whole with the same contents, and leaves no staging or replaced directory."""
     first = write(tmp_path, seed=5)
     directory = tmp_path / PATH
-    inode = directory.stat().st_ino
-    real = segment_files._try_read_manifest
     calls = []
 
-    def miss_once(path: Path) -> SegmentManifest | None:
+    def miss(store: object, path: str) -> SegmentManifest | None:
         calls.append(path)
-        return None if len(calls) == 1 else real(path)
+        return None
 
-    monkeypatch.setattr(segment_files, "_try_read_manifest", miss_once)
-    assert write(tmp_path, seed=5) == first
-    assert len(calls) == 2 and directory.stat().st_ino == inode
+    monkeypatch.setattr(segment_files, "_try_read_manifest", miss)
+    again = write(tmp_path, seed=5)
+    assert calls == [PATH] and again.digest == first.digest
+    assert read_manifest(tmp_path, PATH) == again
+    read_segment(tmp_path, PATH, verify=True)
     assert sorted(p.name for p in directory.parent.iterdir()) == ["42"]
 
 
