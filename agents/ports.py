@@ -18,6 +18,18 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+def wait_for_any_port(addresses: list[tuple[str, int]], timeout_s: float, what: str = "server") -> None:
+    """Block until one of ``addresses`` accepts connections (a Kafka cluster answers through any
+    of its bootstrap brokers: one host down must not hold a restarting worker back);
+    RuntimeError naming ``what`` and every address after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not any(port_open(host, port) for host, port in addresses):
+        if time.monotonic() > deadline:
+            listed = ", ".join(f"{h}:{p}" for h, p in addresses)
+            raise RuntimeError(f"{what} at {listed} did not answer within {timeout_s:g} s")
+        time.sleep(WAIT_POLL_INTERVAL_S)
+
+
 def wait_for_port(host: str, port: int, timeout_s: float, what: str = "server") -> None:
     """Block until ``host:port`` accepts connections; RuntimeError (naming ``what``) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

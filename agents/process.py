@@ -10,7 +10,7 @@ import faust
 from faust.worker import Worker
 
 from agents.interpreter import apply_interpreter_settings
-from agents.ports import wait_for_port
+from agents.ports import wait_for_any_port, wait_for_port
 from schemas.config import OspreyConfig
 
 # How long the group waits for a member that stopped heart-beating (a kill -9) before moving its
@@ -58,6 +58,6 @@ def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
 
     config = OspreyConfig.from_env()
     apply_interpreter_settings(config)
-    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_any_port(config.kafka_addresses, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     run_worker(create_app(config), loglevel=config.log_level.lower())

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Awaitable
 
 from agents.interpreter import apply_interpreter_settings
-from agents.ports import wait_for_port
+from agents.ports import wait_for_any_port, wait_for_port
 from agents.proxy.dml_requests import DmlRequestConsumer
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.server import GrpcFrontEnd
@@ -83,7 +83,7 @@ def main(config: OspreyConfig | None = None) -> None:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_any_port(config.kafka_addresses, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     asyncio.run(_run(config))
 

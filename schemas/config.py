@@ -119,7 +119,17 @@ class OspreyConfig(BaseModel):
         "(dq-request/dq-result); both have the same semantics",
     )
     querynode_host: str = Field(
-        "127.0.0.1", description="address a query node's direct search server binds and advertises"
+        "127.0.0.1",
+        description="address a query node's direct search server binds (and advertises, unless "
+        "querynode_advertise_host is set); on several machines: an address the proxies' hosts reach",
+    )
+    querynode_advertise_host: str = Field(
+        "",
+        description="address a query node tells the proxies to dial (empty: querynode_host); set it when "
+        "querynode_host is 0.0.0.0 or behind NAT",
+    )
+    querynode_port: int = Field(
+        0, ge=0, le=65535, description="port of a query node's direct search server (0: any free port)"
     )
     querynode_max_inflight_requests: int = Field(
         64, ge=1, le=10_000, description="searches/queries a query node answers at once (per server); more wait"
@@ -341,6 +351,15 @@ class OspreyConfig(BaseModel):
     def node_cache_path(self) -> Path:
         """This host's node cache folder: ``node_cache_dir``, else ``<data_dir>/cache``."""
         return Path(self.node_cache_dir) if self.node_cache_dir else Path(self.data_dir) / "cache"
+
+    @property
+    def kafka_addresses(self) -> list[tuple[str, int]]:
+        """Every bootstrap broker of ``kafka`` as (host, port)."""
+        out = []
+        for address in self.kafka.split(","):
+            host, _, port = address.strip().rpartition(":")
+            out.append((host, int(port)))
+        return out
 
     @property
     def kafka_host_port(self) -> tuple[str, int]:

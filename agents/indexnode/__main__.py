@@ -8,7 +8,7 @@ import logging
 import signal
 
 from agents.interpreter import apply_interpreter_settings, exec_with_huge_pages
-from agents.ports import wait_for_port
+from agents.ports import wait_for_any_port, wait_for_port
 from schemas.config import OspreyConfig
 
 DEPENDENCY_WAIT_S = 60.0  # how long to wait for the broker and Redis to accept connections
@@ -40,7 +40,7 @@ def main() -> None:
     apply_interpreter_settings(config)
     warm_arrow()  # before the first build reads its segment
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    wait_for_port(*config.kafka_host_port, DEPENDENCY_WAIT_S, what="Kafka broker")
+    wait_for_any_port(config.kafka_addresses, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     asyncio.run(_run(config))
 

@@ -116,7 +116,13 @@ class QueryNodeRuntime(Service):
         self.meta_watcher = MetaWatcher(config, cache, node.on_meta_changed)
         await self.meta_watcher.start()
         self.on_close(self.meta_watcher.stop, "meta watcher")
-        self.direct = DirectServer(node, config.querynode_host, max_inflight=config.querynode_max_inflight_requests)
+        self.direct = DirectServer(
+            node,
+            config.querynode_host,
+            config.querynode_port,
+            max_inflight=config.querynode_max_inflight_requests,
+            advertise_host=config.querynode_advertise_host,
+        )
         await self.direct.start()
         self.on_close(self.direct.stop, "direct server")
         producer = make_producer(config)
@@ -192,6 +198,7 @@ class QueryNodeRuntime(Service):
             "loaded_segments": self.loader.loaded,
             "loaded_rows": self.loader.loaded_rows,
             "indexes_loaded": self.loader.indexes_loaded,
+            "object_store": self.loader.root.health(),
             "segment_events": self.reader.health(),
             "meta_watcher": self.meta_watcher.health(),
         }

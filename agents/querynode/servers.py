@@ -81,16 +81,21 @@ class InFlight:
 
 
 class DirectServer(Service):
-    """Serves framed requests on ``host``; :attr:`address` is ``host:port`` once started. At most
+    """Serves framed requests on ``host`` (``port`` 0: any free one); :attr:`address`, what the
+    node advertises, is ``advertise_host:port`` once started (``advertise_host`` empty: ``host``;
+    set it when binding 0.0.0.0 or an address other hosts do not reach it by). At most
     ``max_inflight`` requests are answered at once; past that a connection is not read until one
     finishes (back-pressure through TCP, never an unbounded pile of tasks)."""
 
     service_name = "querynode direct server"
 
-    def __init__(self, node: QueryNode, host: str, port: int = 0, max_inflight: int = 64) -> None:
+    def __init__(
+        self, node: QueryNode, host: str, port: int = 0, max_inflight: int = 64, advertise_host: str = ""
+    ) -> None:
         super().__init__()
         self.node = node
         self.host, self.port = host, port
+        self.advertise_host = advertise_host or host
         self._answers = InFlight(max_inflight)
         self._connections: set[asyncio.Task[Any]] = set()
         self.served = 0
@@ -98,7 +103,7 @@ class DirectServer(Service):
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.advertise_host}:{self.port}"
 
     async def on_start(self) -> None:
         server = await asyncio.start_server(self._connection, self.host, self.port)

@@ -230,3 +230,22 @@ async def test_a_direct_call_past_its_deadline_is_unavailable_and_the_connection
         node.gate.set()  # the late answer to request 1 arrives and is dropped; the next call is answered
         batch = await client.call(QueryRequest(request_id=2), timeout_s=5)
         assert batch.request_id == 2 and not client.closed
+
+
+async def test_the_direct_server_binds_one_address_and_advertises_another() -> None:
+    """Bound on every interface (0.0.0.0) at a fixed port, it advertises the address proxies dial."""
+    from frontends.embedded.stack import free_port
+
+    port = free_port()
+    server = DirectServer(SlowNode(prompt=frozenset({7})), "0.0.0.0", port, advertise_host="127.0.0.1")  # type: ignore[arg-type]
+    await server.start()
+    try:
+        assert server.address == f"127.0.0.1:{port}"
+        client = DirectClient(server.address)
+        await client.connect()
+        try:
+            assert (await client.call(QueryRequest(request_id=7), timeout_s=5)).request_id == 7
+        finally:
+            await client.close()
+    finally:
+        await server.stop()
