@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 
 from frontends.embedded.cluster import LocalCluster
+from frontends.embedded.seaweedfs import embedded_object_store
 from frontends.embedded.stack import EmbeddedProcess, free_port
 from frontends.workload import Workload, exact_top_k, gaussian_mixture, recall_at_k
 from schemas.config import OspreyConfig
 
 __all__ = [
+    "OBJECT_STORES",
     "RESULTS_DIR",
     "Workload",
     "embedded_cluster",
@@ -36,6 +38,7 @@ __all__ = [
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+OBJECT_STORES = ("local", "s3")  # --object-store of the benchmarks: the folder, or SeaweedFS's S3
 
 
 def percentile_ms(samples_s: list[float], p: float) -> float:
@@ -43,17 +46,24 @@ def percentile_ms(samples_s: list[float], p: float) -> float:
 
 
 @contextmanager
-def embedded_stack(name: str, proxy: bool = False, **overrides: Any) -> Iterator[OspreyConfig]:
+def embedded_stack(
+    name: str, proxy: bool = False, object_store: str = "local", **overrides: Any
+) -> Iterator[OspreyConfig]:
     """A private broker, redis-server, rootcoord, querynode and datanode (and with ``proxy`` a proxy
     process serving REST on ``proxy_http``) on free loopback ports; stopped after (and killed with
-    the benchmark process if it is killed: no orphan skews the next run)."""
-    with embedded_cluster(name, proxy=proxy, **overrides) as (config, _):
+    the benchmark process if it is killed: no orphan skews the next run). ``object_store``:
+    ``local`` (the folder <data_dir>/objects) or ``s3`` (an embedded SeaweedFS on a free port)."""
+    with embedded_cluster(name, proxy=proxy, object_store=object_store, **overrides) as (config, _):
         yield config
 
 
 @contextmanager
-def embedded_cluster(name: str, proxy: bool = False, **overrides: Any) -> Iterator[tuple[OspreyConfig, LocalCluster]]:
+def embedded_cluster(
+    name: str, proxy: bool = False, object_store: str = "local", **overrides: Any
+) -> Iterator[tuple[OspreyConfig, LocalCluster]]:
     """:func:`embedded_stack`, with the :class:`LocalCluster` too (to stop and start its workers)."""
+    if object_store not in OBJECT_STORES:
+        raise ValueError(f"object_store must be one of {OBJECT_STORES}, not {object_store!r}")
     EmbeddedProcess.die_with_parent = True
     with tempfile.TemporaryDirectory(prefix=f"osprey-bench-{name}-") as tmp:
         values: dict[str, Any] = {
@@ -65,6 +75,9 @@ def embedded_cluster(name: str, proxy: bool = False, **overrides: Any) -> Iterat
             "proxy_http": f"127.0.0.1:{free_port()}",
             "proxy_grpc": f"127.0.0.1:{free_port()}",
         }
+        if object_store == "s3":  # the embedded SeaweedFS, which LocalCluster starts with the broker
+            values["seaweedfs_port"] = free_port()
+            values.update(embedded_object_store(OspreyConfig(seaweedfs_port=values["seaweedfs_port"])))
         values.update(overrides)
         # other settings from OSPREY_* variables (e.g. OSPREY_CONSUMER_FETCH_WAIT_MS=100), as the
         # workers read them; the addresses and directory above always win

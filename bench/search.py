@@ -33,7 +33,15 @@ from typing import Any
 import hnswlib
 import numpy as np
 
-from bench.common import Workload, embedded_stack, gaussian_mixture, percentile_ms, recall_at_k, write_results
+from bench.common import (
+    OBJECT_STORES,
+    Workload,
+    embedded_stack,
+    gaussian_mixture,
+    percentile_ms,
+    recall_at_k,
+    write_results,
+)
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from state.meta.status_board import StatusBoard
@@ -431,6 +439,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--segment-mb", type=int, default=0, help="segment_max_bytes in MiB (default: the setting's default)"
     )
+    parser.add_argument(
+        "--object-store",
+        choices=OBJECT_STORES,
+        default="local",
+        help="where segments and indexes live: the local folder, or an embedded SeaweedFS's S3 (issue 35)",
+    )
     args = parser.parse_args(argv)
 
     print(f"workload: {args.rows} x {args.dim} Gaussian mixture (seed 42, 256 centres), {args.queries} queries")
@@ -451,11 +465,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     brute = bench_numpy(w, args.sequential)
     print(f"numpy brute force: {brute['sequential_qps']:,.0f} QPS (nq=1)")
-    print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode, one indexnode)")
+    print(f"osprey ({args.dq_path} path, {SHARDS} shards, one querynode, one indexnode, {args.object_store} store)")
     overrides: dict[str, Any] = {"dq_path": args.dq_path}
     if args.segment_mb:
         overrides["segment_max_bytes"] = args.segment_mb << 20
-    with embedded_stack("search", **overrides) as config:
+    with embedded_stack("search", object_store=args.object_store, **overrides) as config:
         osp = asyncio.run(bench_osprey(config, w, raw_index, args.sequential, args.strong, args.interim))
 
     ratios = {

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from state.objectstore.store import check_key, sha256_file
 
@@ -126,6 +127,20 @@ class NodeCache:
     def cached_keys(self) -> set[str]:
         with self._mutex:
             return set(self._entries)
+
+    def health(self) -> dict[str, Any]:
+        with self._mutex:
+            entries = list(self._entries.values())
+        return {
+            "folder": str(self.folder),
+            "bytes": sum(e.size for e in entries),
+            "capacity_bytes": self.capacity_bytes,
+            "files": len(entries),
+            "pinned": sum(1 for e in entries if e.pins),
+            "hits": self.hits,
+            "misses": self.misses,
+            "evicted": self.evicted,
+        }
 
     # -- read
     @contextlib.contextmanager

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -175,6 +176,9 @@ class S3ObjectStore(ObjectStore):
         """Nothing partial is ever an object here (module docstring); the node cache dropped
         the staging folders of a killed process when it opened."""
         return 0
+
+    def health(self) -> dict[str, Any]:
+        return {**super().health(), "cache": self.cache.health()}
 
     def pin(self, keys: Sequence[str]) -> None:
         self.cache.pin(keys)

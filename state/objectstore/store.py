@@ -30,6 +30,7 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from schemas.errors import InvalidParameter
 
@@ -151,6 +152,10 @@ class ObjectStore(abc.ABC):
 
     def unpin(self, keys: Sequence[str]) -> None:  # noqa: B027
         """Undo one :meth:`pin` of ``keys``."""
+
+    def health(self) -> dict[str, Any]:
+        """Where the store is, and (S3) its node cache's figures: for ``osprey status``."""
+        return {"url": self.url, "shared": self.shared}
 
     def close(self) -> None:  # noqa: B027
         """Release what the store holds (the node cache's lock)."""
