@@ -9,6 +9,10 @@ Nothing is renamed (S3 has no rename); a directory written again is overwritten 
 which is safe because a directory becomes visible only when the meta store names it, after the
 commit, and is never written again once named.
 
+A Python error in the middle of a put (a local read failing) may leave a partial object under
+its key: pyarrow's output stream completes the upload when it closes, and has no abort. That
+object is never a segment's: the completing file is put only after every other put returned.
+
 Staging folders and the copies that :meth:`S3ObjectStore.local_file` reads are in this host's
 :class:`~state.objectstore.cache.NodeCache`.
 """

@@ -15,7 +15,7 @@ trusts, and the meta store is what makes a write visible):
   of ``key``; the *last* file listed marks completeness: a reader that finds it finds every other
   one, whole. (A folder appears by one rename; on S3 every other file is put before the last.)
 - An object the meta store does not name is garbage: never read, collected after a grace period
-  (:mod:`state.objectstore.gc`).
+  (``agents/rootcoord/object_gc.py``).
 
 Reads of big files go through :meth:`ObjectStore.local_file`: a path on this host holding the
 object's bytes (the object itself on a local folder; a node-cache copy for S3), because hnswlib
@@ -27,6 +27,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -100,8 +101,6 @@ class ObjectStore(abc.ABC):
 
     def discard(self, staging: Path) -> None:
         """Remove a staging folder that was not committed (no error if it is gone)."""
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
 
     # -- read
@@ -116,7 +115,8 @@ class ObjectStore(abc.ABC):
         """``with store.local_file(key) as path``: a path on this host holding object ``key``'s
         bytes for the block's duration (FileNotFoundError when there is none). ``size`` and
         ``sha256``: what the caller's manifest says; a copy that differs is fetched again, and
-        SegmentFileCorrupt-style ValueError when the object itself differs."""
+        :class:`~state.objectstore.cache.CachedFileCorrupt` (a ValueError) when the object itself
+        differs."""
 
     @abc.abstractmethod
     def exists(self, key: str) -> bool:

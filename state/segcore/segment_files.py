@@ -20,7 +20,7 @@ fsynced, the manifest last, then :meth:`~state.objectstore.store.ObjectStore.com
 them the segment's (one rename on a local folder; on S3 the manifest is put after the other two).
 So a reader that finds the manifest finds the whole segment; a writer killed midway leaves a
 staging folder (removed by :func:`remove_partial` at data node start) or, on S3, files without a
-manifest that the meta store never names (garbage, :mod:`state.objectstore.gc`).
+manifest that the meta store never names (garbage, ``agents/rootcoord/object_gc.py``).
 
 Writing a segment that already exists (a data node killed after the commit but before it recorded
 the segment's meta flushes the same rows again after restart): when the stored manifest
