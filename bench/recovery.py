@@ -330,16 +330,20 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument(
         "--object-store",
-        choices=(*OBJECT_STORES, "both"),
+        choices=(*OBJECT_STORES, "both", "both-s3-first"),
         default="local",
-        help="the local folder, an embedded SeaweedFS's S3, or both in this run (S3 / local ratios)",
+        help="the local folder, an embedded SeaweedFS's S3, or both in this run (S3 / local ratios; "
+        "both-s3-first runs S3 first, to see whether the order moves them)",
     )
     parser.add_argument("--index", action="store_true", help="build an HNSW index before the restarts (index load)")
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy the processes' logs here at the end")
     args = parser.parse_args()
     print(f"workload: {args.rows:,} x {args.dim} (gaussian mixture), {QUERIES} queries")
     w = gaussian_mixture(args.rows, args.dim, QUERIES, k=TOP_K)
-    backends = list(OBJECT_STORES) if args.object_store == "both" else [args.object_store]
+    backends = {
+        "both": list(OBJECT_STORES),
+        "both-s3-first": list(reversed(OBJECT_STORES)),
+    }.get(args.object_store, [args.object_store])
     runs = {backend: run_backend(args, w, backend) for backend in backends}
     floor_s = npy_load_s(w.base)
 

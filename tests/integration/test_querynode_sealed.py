@@ -2,7 +2,8 @@
 and query node processes: searches and counts running while segments are handed from growing to
 sealed never miss or repeat a row (compared with numpy brute force), and a query node killed with
 -9 and restarted loads the flushed segments and replays only the dml tail after the checkpoint,
-although the records before it were deleted from the log."""
+although the records before it were deleted from the log. Both on the local folder and on S3
+(``[local]`` / ``[s3]``)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,12 @@ RECOVERY_S = 90.0
 
 
 @pytest.fixture(scope="module")
-def qn_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> OspreyConfig:
+def qn_config(
+    redis_server: RedisServer,
+    broker: KafkaBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+    object_store_settings: dict[str, str],
+) -> OspreyConfig:
     return make_config(
         redis_server,
         broker,
@@ -58,6 +64,7 @@ def qn_config(redis_server: RedisServer, broker: KafkaBroker, tmp_path_factory: 
         segment_seal_interval_ms=50,
         datanode_checkpoint_interval_s=0.2,
         dml_truncate_delay_s=1.0,  # the log start moves behind the checkpoints during the tests
+        **object_store_settings,  # run on the local folder and on S3
     )
 
 
