@@ -590,9 +590,10 @@ class QueryNode:
         return None
 
     async def _delegator(self, state: PChannelState, collection_id: int, vchannel: str) -> ShardDelegator | None:
-        """The delegator of ``vchannel``, made on first use for a loaded collection (from here on:
-        a collection created loaded has no rows before this point). None when the collection is
-        dropped, not loaded, or being built (its records are replayed when the build is done)."""
+        """The delegator of ``vchannel``, made on first use for a collection created loaded (from
+        here on: it has no rows before this point). None when the collection is dropped, not
+        loaded, being built, or loaded after a release and not built yet (its records are
+        replayed when the build is done)."""
         delegator = state.delegators.get(vchannel)
         if delegator is not None:
             return delegator
@@ -603,6 +604,11 @@ class QueryNode:
             return None
         load = (await self.cache.view()).loads.get(collection_id)
         if load is None or collection_id in state.building:
+            return None
+        if self.loader is not None and load.loaded_ts != info.created_ts:
+            # loaded after a release: its flushed segments precede this point, so only _build
+            # (the reconcile, or a recovery) makes its delegators, from the pchannel checkpoint; a
+            # record skipped here is replayed then. Made here, it would serve none of them.
             return None
         delegator = state.delegators.get(vchannel)  # another coroutine may have made it meanwhile
         if delegator is None:
@@ -685,7 +691,9 @@ class QueryNode:
         try:
             delegator = await self._delegator(state, prepared.info.collection_id, vchannel)
             if delegator is None:
-                if prepared.info.collection_id in state.building:
+                cid = prepared.info.collection_id
+                if cid in state.building or (await self.cache.view()).loads.get(cid) is not None:
+                    # being built, or loaded and its build not begun yet (the reconcile is coming)
                     raise ServiceUnavailable(
                         f"collection {prepared.info.collection_name} is loading on query node {self.node_id}"
                     )

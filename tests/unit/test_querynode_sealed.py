@@ -16,6 +16,8 @@ from agents.querynode.worker import Worker
 from schemas.codec import encode
 from schemas.collection import CollectionSchema
 from schemas.dml import InsertEvent, TimeTickEvent
+from schemas.dq import QueryRequest
+from schemas.errors import ServiceUnavailable
 from schemas.index import IndexInfo, IndexTask
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
@@ -229,3 +231,41 @@ async def test_release_then_load_rebuilds_the_collection_from_the_checkpoint() -
     for offset, raw in enumerate(log):
         assert await node.apply(0, offset, raw) is None
     assert await delegator.count(39) == 60
+
+
+async def test_records_and_reads_between_a_load_and_its_build_make_no_empty_delegator() -> None:
+    """Loaded again after a release, a collection's delegators are made only by the build (from
+    the checkpoint, with the flushed segments): an insert that arrives before the reconcile is
+    skipped (and replayed by the build), a read gets ServiceUnavailable (retriable), never an
+    empty delegator that would answer 'Loaded' without the earlier rows."""
+    info = make_collection()
+    rows, loader, meta = Rows(info), Loader(), Meta(info)
+    node = QueryNode(
+        1, DML_TOPIC, meta, tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
+    )  # type: ignore[arg-type]
+    node.assign({0})
+    await node.recover(P0)
+    log = [encode(rows.event(30, ts=10, segment_id=SEG_A)), tick(15)]
+    for offset, raw in enumerate(log):
+        assert await node.apply(0, offset, raw) is None
+    state = node.pchannels[P0]
+
+    del meta.current.loads[info.collection_id]  # ReleaseCollection
+    await node.on_meta_changed()
+    meta.current.loads[info.collection_id] = LoadInfo(collection_id=info.collection_id, loaded_ts=2)  # LoadCollection
+    log += [encode(rows.event(5, ts=32, segment_id=SEG_B)), tick(40)]
+    for offset in (2, 3):  # the load's reconcile has not run yet
+        assert await node.apply(0, offset, log[offset]) is None
+    assert state.delegators == {}
+    [result] = await node.serve(
+        QueryRequest(request_id=1, collection_id=info.collection_id, vchannels=[V0], count=True, guarantee_ts=0),
+        answer_unowned=True,
+    )
+    assert result.code == ServiceUnavailable.code and "loading" in result.reason
+
+    await node.on_meta_changed()  # the reconcile: built from the checkpoint (none: offset 0)
+    delegator = state.delegators[V0]
+    assert delegator.load_version == 2 and state.cursor.next_offset == 0
+    for offset, raw in enumerate(log):
+        assert await node.apply(0, offset, raw) is None
+    assert await delegator.count(39) == 35
