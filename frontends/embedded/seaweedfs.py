@@ -78,8 +78,18 @@ def weed_binary() -> str:
     return found
 
 
+# weed mini listens on 127.0.0.1 too (master, filer, S3 and their gRPC ports), whatever -ip.bind
+# says: a port must be free there as well as on the host it is given
+ALSO_BOUND_HOST = "127.0.0.1"
+
+
+def _port_open_anywhere(host: str, port: int) -> bool:
+    """Whether ``port`` is taken on ``host`` or on :data:`ALSO_BOUND_HOST`."""
+    return port_open(host, port) or (host != ALSO_BOUND_HOST and port_open(ALSO_BOUND_HOST, port))
+
+
 def _port_free(host: str, port: int, taken: set[int]) -> bool:
-    return port not in taken and 0 < port <= MAX_PORT and not port_open(host, port)
+    return port not in taken and 0 < port <= MAX_PORT and not _port_open_anywhere(host, port)
 
 
 def pick_ports(host: str, s3_port: int) -> dict[str, int]:
@@ -183,7 +193,7 @@ class SeaweedFS(EmbeddedProcess):
         """Start unless running and ready; a saved port held by another process is chosen anew
         (not the S3 port: that one is the config's)."""
         if not self.running() and not port_open(self.host, self.port):
-            taken = [p for p in self.ports()[1:] if port_open(self.host, p)]
+            taken = [p for p in self.ports()[1:] if _port_open_anywhere(self.host, p)]
             if taken:
                 log.warning("seaweedfs: saved ports %s are taken now; choosing new ones", taken)
                 self.other_ports = pick_ports(self.host, self.port)
