@@ -52,6 +52,7 @@ from frontends.embedded.stack import EmbeddedProcess, RedisServer, WorkerProcess
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.index import IndexState, IndexTask
+from schemas.meta import LoadState
 from schemas.segment import SegmentState
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
@@ -676,10 +677,9 @@ async def test_local_folder_object_store_is_one_host_only(
     segment is never served sealed (``refresh_progress`` stays 0). A folder object store is for
     one host; hosts that share no disk need ``s3://``.
 
-    The test checks the failures, not the load state: after the failed reload the query node
-    still reports the collection Loaded (progress 100, ``count(*)`` 0 of 300 rows), because the
-    retried segment event makes an empty delegator on first use (``QueryNode._delegator`` in
-    agents/querynode/node.py), which the next reconcile takes for a built one."""
+    After the failed reload the collection never becomes Loaded. (Before a fix this test led
+    to, the retried segment event made an empty delegator on first use, ``QueryNode._delegator``
+    in agents/querynode/node.py, and the load reported Loaded with ``count(*)`` 0 of 300 rows.)"""
     shared = shared_config(hosts, kafka, redis_a, proxy_grpc="")
     layout = Layout(shared, hosts, {"a": ("rootcoord",), "b": ("datanode",), "c": ("querynode",)}, suffix="-local")
     loop = asyncio.get_running_loop()
@@ -739,6 +739,7 @@ async def test_local_folder_object_store_is_one_host_only(
             )
             progress = await client.get_load_state(coll)
             assert progress.refresh_progress == 0, "the flushed segment is served sealed after the load"
+            assert progress.state is not LoadState.LOADED, "Loaded without the flushed segment"
             with contextlib.suppress(Exception):
                 await client.release_collection(coll)
     finally:
