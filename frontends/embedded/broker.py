@@ -42,7 +42,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.ports import port_open
 from frontends.embedded.stack import EmbeddedProcess
 
 KAFKA_VERSION = "3.9.2"  # jvm/pom.xml
@@ -344,14 +343,8 @@ class KafkaBroker(EmbeddedProcess):
         """``start`` without the wait: format if needed, start the JVM and return at once. A node
         of a cluster is not ready before a quorum of voters runs: :func:`start_brokers` spawns
         each node, then waits for each."""
-        if self.running():
-            return
-        for port in self.ports():
-            if port_open(self.host, port):
-                raise RuntimeError(f"{self.name}: port {self.host}:{port} is taken by another process")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.prepare()
-        self._spawn(env=self.environment(), cwd=self.data_dir)
+        if not self.running():
+            self._launch()
 
     def wait_ready(self) -> None:
         """Wait until the spawned node answers, at most ``ready_timeout_s`` (else stop it and raise

@@ -200,13 +200,17 @@ class EmbeddedProcess:
         """Start unless already running, then wait until it answers (or raise with the log tail)."""
         if self.running() and self.ready():
             return
+        self._launch()
+        self._wait_ready(self.ready_timeout_s)
+
+    def _launch(self) -> None:
+        """Check the ports are free, prepare the files and spawn the server (no wait)."""
         for port in self.ports():
             if port_open(self.host, port):
                 raise RuntimeError(f"{self.name}: port {self.host}:{port} is taken by another process")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.prepare()
         self._spawn(env=self.environment(), cwd=self.data_dir)
-        self._wait_ready(self.ready_timeout_s)
 
     def _spawn(self, env: dict[str, str] | None, cwd: Path) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -71,6 +71,7 @@ from schemas.segment import (
 )
 from state.objectstore import ObjectStore, as_store
 from state.objectstore.cache import CachedFileCorrupt
+from state.objectstore.store import sha256_file
 from state.segcore.pk_stats import DEFAULT_FALSE_POSITIVE_RATE, PkBloom
 
 __all__ = [
@@ -510,19 +511,11 @@ def verify_files(root: Store, path: str, manifest: SegmentManifest) -> None:
                 size = file.stat().st_size
                 if size != entry.bytes:
                     raise SegmentFileCorrupt(entry.name, f"has {size} bytes, the manifest says {entry.bytes}")
-                digest = _file_sha256(file)
+                digest = sha256_file(file)
         except FileNotFoundError as exc:
             raise SegmentFileCorrupt(entry.name, "is missing") from exc
         if digest != entry.sha256:
             raise SegmentFileCorrupt(entry.name, f"sha256 {digest} differs from the manifest's {entry.sha256}")
-
-
-def _file_sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_segment(root: Store, path: str, verify: bool = False) -> tuple[SegmentManifest, pa.Table]:

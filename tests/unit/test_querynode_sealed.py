@@ -119,9 +119,15 @@ def flushed(record: SegmentInfo) -> SegmentFlushed:
     )
 
 
-async def new_node(info: CollectionInfo, loader: Loader) -> QueryNode:
+async def new_node(info: CollectionInfo, loader: Loader, meta: Meta | None = None) -> QueryNode:
     node = QueryNode(
-        1, DML_TOPIC, Meta(info), tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
+        1,
+        DML_TOPIC,
+        meta or Meta(info),
+        tso=None,
+        graceful_time_ms=0,
+        worker=Worker(build_in_background=False),
+        loader=loader,
     )  # type: ignore[arg-type]  # no request needs a timestamp
     node.assign({0})
     await node.recover(P0)
@@ -202,11 +208,7 @@ async def test_records_wait_while_a_pchannel_recovers() -> None:
 async def test_release_then_load_rebuilds_the_collection_from_the_checkpoint() -> None:
     info = make_collection()
     rows, loader, meta = Rows(info), Loader(), Meta(info)
-    node = QueryNode(
-        1, DML_TOPIC, meta, tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
-    )  # type: ignore[arg-type]
-    node.assign({0})
-    await node.recover(P0)
+    node = await new_node(info, loader, meta)
     a1, b1 = rows.event(30, ts=10, segment_id=SEG_A), rows.event(25, ts=20, segment_id=SEG_B)
     log = [encode(a1), tick(15), encode(b1), tick(30)]
     for offset, raw in enumerate(log):
@@ -240,11 +242,7 @@ async def test_records_and_reads_between_a_load_and_its_build_make_no_empty_dele
     empty delegator that would answer 'Loaded' without the earlier rows."""
     info = make_collection()
     rows, loader, meta = Rows(info), Loader(), Meta(info)
-    node = QueryNode(
-        1, DML_TOPIC, meta, tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
-    )  # type: ignore[arg-type]
-    node.assign({0})
-    await node.recover(P0)
+    node = await new_node(info, loader, meta)
     log = [encode(rows.event(30, ts=10, segment_id=SEG_A)), tick(15)]
     for offset, raw in enumerate(log):
         assert await node.apply(0, offset, raw) is None
