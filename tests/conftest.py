@@ -14,6 +14,14 @@
 from __future__ import annotations
 
 import os
+
+# Before anything imports grpc: grpcio >= 1.81 runs its fork handlers in a child forked by
+# subprocess.Popen with preexec_fn (what pyspark's gateway launch does), and the child's restarted
+# epoll poller dies on the descriptors Popen closed (EBADF) before it can exec: Spark's JVM "exited
+# before sending its port number", in a test process that used pymilvus before (grpc/grpc#43055).
+# Nothing here forks a process that goes on using grpc, so grpc's fork support is not needed.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path

@@ -208,13 +208,19 @@ class Layout:
 # -------------------------------------------------------------------------------------- helpers
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+def wait_until(
+    what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, explain: Callable[[], str] | None = None
+) -> Any:
+    """``check()``'s first truthy value; on timeout an assertion naming ``what`` and, if given,
+    ``explain()``: what the state was then (so a failure in CI says more than "timed out")."""
     deadline = time.monotonic() + timeout_s
     while True:
         got = check()
         if got:
             return got
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        if time.monotonic() >= deadline:
+            detail = f": {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
         time.sleep(POLL_S)
 
 
@@ -299,6 +305,28 @@ def attached_everywhere(
             if sid in tasks and seg.get("built_indexes"):
                 served[sid] = (host, seg["pchannel"])
     return served if tasks and set(served) == set(tasks) else None
+
+
+def unattached(config: OspreyConfig, collection_id: int, docs: dict[str, dict[str, Any]]) -> str:
+    """Why :func:`attached_everywhere` is None: each built segment not served through its index,
+    with its build and what each query node's status shows of it."""
+    tasks = built_tasks(config, collection_id)
+    if not tasks:
+        return "no finished build"
+    lines = []
+    for sid, task in sorted(tasks.items()):
+        shown = {host: sealed_segments(doc).get(sid) for host, doc in docs.items()}
+        if any(seg and seg.get("built_indexes") for seg in shown.values()):
+            continue
+        lines.append(
+            f"segment {sid} (build {task.build_id} v{task.version} on {task.vchannel}): "
+            + ", ".join(f"{h}={seg}" for h, seg in shown.items())
+        )
+    status = {
+        h: {k: doc.get(k) for k in ("indexes_pending", "indexes_attached", "loaded_segments")}
+        for h, doc in docs.items()
+    }
+    return "; ".join(lines) + f"; query nodes: {status}"
 
 
 @dataclass
@@ -631,6 +659,7 @@ def test_three_hosts_survive_losing_one(
         final = wait_until(
             "every segment searched through its index",
             lambda: attached_everywhere(shared, cid, docs_by_host(shared, "querynode", querynodes)),
+            explain=lambda: unattached(shared, cid, docs_by_host(shared, "querynode", querynodes)),
         )
         assert {host for host, _p in final.values()} == {"b", "c"}, "host C's query node serves no indexed segment"
         assert waiting <= {t.build_id for t in built_tasks(shared, cid).values()}
