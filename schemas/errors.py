@@ -85,6 +85,19 @@ class RequestTimeout(ServiceUnavailable):
     retriable = False
 
 
+class Fenced(OspreyError):
+    """A write by a holder that lost its claim (a data node whose pchannel was claimed by another
+    since): refused in the same step as the write would have been made. Final for that writer: it
+    is no longer the owner, and sending the same write again is refused again."""
+
+
+class LeaseLost(ServiceUnavailable):
+    """This process's node lease expired or could not be confirmed (a pause longer than the lease,
+    a partition from Redis): it refuses writes until it holds a new lease and has rejoined the
+    time tick. A write answered with this may or may not have been applied; sending it again is
+    safe for an upsert and may duplicate an insert, as after any unanswered write."""
+
+
 class Unsupported(OspreyError):
     """An operation Osprey does not offer (merr ErrServiceUnimplemented), e.g. a MilvusService RPC
     outside the compatibility notes."""

@@ -25,6 +25,7 @@ from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
+from state.meta.channel_fence import ChannelFences
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
@@ -102,10 +103,12 @@ class DataNodeRuntime(Service):
             self.topics.segment_events,
             owned=lambda: list(node.channels),
             store=root,
+            guards_of=lambda pchannel: state.guards if (state := node.channels.get(pchannel)) else (),
         )
         await self.compactor.start()
         self.on_close(self.compactor.stop, "compactor")
         self.status = StatusBoard(redis, ns)
+        self.fences = ChannelFences(redis, ns, ROLE)
         self.registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
         self.on_close(self._remove_status, "status")
         self.node = node
@@ -124,19 +127,30 @@ class DataNodeRuntime(Service):
         node = await self.ready()
         assert self.meta is not None
         starts: dict[int, int] = {}
+        fresh: dict[int, int] = {}
+        logged_below = {}
+        fences = {}
+        ticks = {}
         for partition in sorted(partitions):
+            pchannel = node.pchannel_of(partition)
+            state = node.channels.get(pchannel)
+            fence = state.fence if state is not None else None
+            if fence is not None and await self.fences.holder(pchannel) != fence.token:
+                # claimed by another node in a generation this one missed (paused): its buffers
+                # may hold what the other flushed since; start over from the meta
+                node.drop(pchannel)
             current = node.start_offset(partition)
             if current is not None:
                 starts[partition] = current
                 continue
-            checkpoint = await self.meta.pchannel_checkpoint(node.pchannel_of(partition))
-            starts[partition] = 0 if checkpoint is None else checkpoint.offset
-        fresh = {p: o for p, o in starts.items() if node.start_offset(p) is None}
-        logged_below = {}
-        for partition in fresh:
-            pchannel = node.pchannel_of(partition)
+            # claimed before reading where to start: a write of the previous owner after this
+            # point is refused, so the checkpoints read next are the last it ever moved
+            fences[pchannel] = await self.fences.claim(pchannel, node.node_id)
+            checkpoint = await self.meta.pchannel_checkpoint(pchannel)
+            starts[partition] = fresh[partition] = 0 if checkpoint is None else checkpoint.offset
+            ticks[pchannel] = 0 if checkpoint is None else checkpoint.ts
             logged_below[pchannel] = {v: cp.offset for v, cp in (await self.meta.checkpoints(pchannel)).items()}
-        added, removed = node.assign(starts, logged_below)
+        added, removed = node.assign(starts, logged_below, fences, ticks)
         log.info("datanode %d: pchannels +%s -%s, starting at %s", node.node_id, added, removed, fresh)
         if self._lease is None:
             self._lease = await self.registry.register_process(ROLE, node.node_id)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,7 @@ from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
 from state.meta.segment_alloc import max_rows_of
 from state.meta.segment_meta import FLUSHED_STATES, SegmentMeta
+from state.meta.snapshot import Guard
 from state.meta.tso import TimestampOracle, physical_ms
 from state.objectstore import ObjectStore
 from state.segcore.compaction import CompactionCandidate, plan_compaction
@@ -106,6 +107,7 @@ class Compactor(Service):
         topic: str,
         owned: Callable[[], list[str]],
         store: ObjectStore,
+        guards_of: Callable[[str], Sequence[Guard]] = lambda _pchannel: (),
     ) -> None:
         super().__init__()
         self.config = config
@@ -116,6 +118,7 @@ class Compactor(Service):
         self.producer = producer
         self.topic = topic
         self.owned = owned
+        self.guards_of = guards_of  # pchannel -> its owner's fencing guards (a stale owner's commit is refused)
         self.root = store
         self.requests = CompactionRequests(redis, config.cluster)
         self.segment_ids = IdAllocator(redis, config.cluster, "segment", batch=1)
@@ -325,7 +328,7 @@ class Compactor(Service):
             )
             for r, _ in group
         ]
-        await self.meta.record_compaction(result, dropped)
+        await self.meta.record_compaction(result, dropped, self.guards_of(pchannel))
         if result is not None:
             event = SegmentFlushed(
                 **result.model_dump(include={"segment_id", "collection_id", "partition_id", "vchannel", "path"}),

@@ -20,6 +20,11 @@ Recovery, step by step (a data node killed after step k):
 
 An empty sealed segment goes the same way with a Dropped record and event.
 
+Fencing: every meta write carries ``guards``, the pchannel owner's fencing token
+(``state/meta/channel_fence.py``); a data node that lost the pchannel while it flushed (paused past
+its session, the group gave the pchannel to another) has step 2 refused (:class:`schemas.errors.Fenced`)
+and never reaches step 3. Its files from step 1 are named by no meta: garbage, collected.
+
 Delete logs (:meth:`SegmentFlusher.flush_deltas`) follow the same order: write the files, record
 them with the checkpoints in one meta write, announce :class:`~schemas.segment.DeltaFlushed`.
 Killed after the write only: the checkpoint did not move, so the deletes are consumed again and
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
 
@@ -51,6 +57,7 @@ from schemas.segment import (
 )
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
+from state.meta.snapshot import Guard
 from state.meta.tso import TimestampOracle
 from state.objectstore import ObjectStore
 from state.segcore.delta_files import delta_path, write_delta_log
@@ -81,7 +88,12 @@ class SegmentFlusher:
         self.written_bytes = 0
 
     async def flush(
-        self, buffer: SegmentBuffer, info: CollectionInfo, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]
+        self,
+        buffer: SegmentBuffer,
+        info: CollectionInfo,
+        seal: SegmentSealed,
+        checkpoints: list[ChannelCheckpoint],
+        guards: Sequence[Guard] = (),
     ) -> None:
         key = buffer.key
         existing = await self.meta.get(key.collection_id, key.segment_id)
@@ -119,7 +131,7 @@ class SegmentFlusher:
             digest=manifest.digest,
             flushed_ts=await self.tso.alloc(),
         )
-        await self.meta.record_flushed(record, checkpoints)
+        await self.meta.record_flushed(record, checkpoints, guards)
         log.info(
             "datanode: flushed segment %d of %s: %d rows, offsets %d..%d",
             key.segment_id,
@@ -130,7 +142,9 @@ class SegmentFlusher:
         )
         await self.announce(record)
 
-    async def drop_empty(self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]) -> None:
+    async def drop_empty(
+        self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
         existing = await self.meta.get(seal.collection_id, seal.segment_id)
         if existing is not None and existing.done:
             await self.announce(existing)
@@ -146,15 +160,17 @@ class SegmentFlusher:
             last_expire_ts=seal.last_expire_ts,
             dropped_reason="empty: no row was written to it",
         )
-        await self.meta.record_dropped(record)
+        await self.meta.record_dropped(record, guards)
         if checkpoints:
-            await self.meta.save_checkpoints(checkpoints)
+            await self.meta.save_checkpoints(checkpoints, guards)
         await self.announce(record)
 
-    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
-        await self.meta.save_checkpoints(checkpoints)
+    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()) -> None:
+        await self.meta.save_checkpoints(checkpoints, guards)
 
-    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+    async def flush_deltas(
+        self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
         infos = []
         for delta in deltas:
             path = delta_path(delta.collection_id, delta.vchannel, delta.first_offset, delta.last_offset)
@@ -173,7 +189,7 @@ class SegmentFlusher:
                     flushed_ts=await self.tso.alloc(),
                 )
             )
-        await self.meta.record_deltas(infos, checkpoints)
+        await self.meta.record_deltas(infos, checkpoints, guards)
         for info in infos:
             event = DeltaFlushed(**info.model_dump())
             await self.producer.send_and_wait(self.topic, event.model_dump_json().encode(), key=info.vchannel.encode())

@@ -34,20 +34,29 @@ oldest buffered segment or unwritten delete, else the next offset to consume; fo
 the minimum over its vchannels. Everything of the vchannel before its checkpoint is in a flushed segment (or belongs
 to a dropped collection). They are recorded with each flush, and every
 ``checkpoint_interval_s`` when they moved without one.
+
+Fencing: a pchannel's meta writes carry this node's claim (:class:`ChannelState.fence`, made when
+the group gave it the pchannel). A write refused as :class:`schemas.errors.Fenced` means another
+node claimed the pchannel since (this one was paused past its session): the node drops the
+pchannel with its buffers at once (:meth:`DataNode.lose`) and consumes no more of it; the new
+owner flushes the same rows from the checkpoint, and the group takes the partition away from this
+node when it rejoins (a later assignment claims it afresh).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agents.datanode.buffer import SegmentBuffer
 from agents.dml_cursor import DmlCursor, Verdict
+from agents.late_events import is_late
 from schemas.codec import decode
 from schemas.dml import DML_EVENT, DeleteEvent, InsertEvent, TimeTickEvent
+from schemas.errors import Fenced
 from schemas.meta import CollectionInfo
 from schemas.segment import (
     AnySegmentEvent,
@@ -56,7 +65,9 @@ from schemas.segment import (
     SegmentKey,
     SegmentSealed,
 )
+from state.meta.channel_fence import FenceToken
 from state.meta.meta_table import MetaView
+from state.meta.snapshot import Guard
 from state.segcore.delete_buffer import DeleteRecord
 from streams.channels import pchannel_name
 
@@ -79,18 +90,28 @@ class Flusher(Protocol):
     """What the node needs done with the outside world (``flusher.py``; tests may record)."""
 
     async def flush(
-        self, buffer: SegmentBuffer, info: CollectionInfo, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]
+        self,
+        buffer: SegmentBuffer,
+        info: CollectionInfo,
+        seal: SegmentSealed,
+        checkpoints: list[ChannelCheckpoint],
+        guards: Sequence[Guard] = (),
     ) -> None:
         """Write the segment's files, record its meta with ``checkpoints``, announce it (if the
-        meta says it is flushed already: only announce that)."""
+        meta says it is flushed already: only announce that). Every meta write carries ``guards``
+        (:class:`schemas.errors.Fenced` when the pchannel was claimed by another node)."""
 
-    async def drop_empty(self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]) -> None:
+    async def drop_empty(
+        self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
         """Record and announce a sealed segment that got no row as dropped (or what the meta says)."""
 
-    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
+    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()) -> None:
         """Record checkpoints that moved without a flush."""
 
-    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+    async def flush_deltas(
+        self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
         """Write one delete log per buffer, record them with ``checkpoints`` in one meta write,
         announce them (:class:`~schemas.segment.DeltaFlushed`)."""
 
@@ -131,6 +152,11 @@ class ChannelState:
     logged_below: dict[str, int] = field(default_factory=dict)  # vchannel -> offset its logs reach at start
     saved_offset: int = -1  # pchannel checkpoint last recorded
     saved_at: float = float("-inf")  # monotonic time of that
+    fence: FenceToken | None = None  # this node's claim of the pchannel; its meta writes carry it
+
+    @property
+    def guards(self) -> tuple[Guard, ...]:
+        return () if self.fence is None else (self.fence.guard,)
 
 
 class DataNode:
@@ -159,6 +185,8 @@ class DataNode:
         self.flush_failures = 0
         self.delta_logs = 0
         self.deletes_logged = 0
+        self.fenced_writes = 0  # meta writes refused because another node claimed the pchannel
+        self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
 
     # ------------------------------------------------------------------ ownership
 
@@ -166,14 +194,20 @@ class DataNode:
         return pchannel_name(self.dml_topic, partition)
 
     def assign(
-        self, starts: dict[int, int], logged_below: dict[str, dict[str, int]] | None = None
+        self,
+        starts: dict[int, int],
+        logged_below: dict[str, dict[str, int]] | None = None,
+        fences: dict[str, FenceToken] | None = None,
+        ticks: dict[str, int] | None = None,
     ) -> tuple[list[str], list[str]]:
         """The group's new assignment: partition -> the offset to start at (its pchannel
         checkpoint) for each newly owned one. Pchannels still owned keep their state; pchannels
         no longer owned are dropped with their buffers (their new owner rebuilds them from the
         checkpoint). ``logged_below``: pchannel -> vchannel -> its recorded checkpoint, below
-        which its deletes are in delete logs already (they are not written again). Returns
-        (added, removed)."""
+        which its deletes are in delete logs already (they are not written again). ``fences``:
+        pchannel -> this node's claim, made before it starts (its writes carry it). ``ticks``:
+        pchannel -> the tick of its checkpoint, the last one before the start. Returns (added,
+        removed)."""
         wanted = {self.pchannel_of(p): p for p in starts}
         removed = [p for p in self.channels if p not in wanted]
         for name in removed:
@@ -185,9 +219,23 @@ class DataNode:
                 state.cursor.place(starts[partition])
                 state.saved_offset = starts[partition]
                 state.logged_below = dict((logged_below or {}).get(name, {}))
+                state.fence = (fences or {}).get(name)
+                state.tick_ts = (ticks or {}).get(name, 0)
                 self.channels[name] = state
                 added.append(name)
         return added, removed
+
+    def drop(self, pchannel: str) -> None:
+        """Forget ``pchannel`` with its buffers (it is claimed afresh when assigned next)."""
+        self.channels.pop(pchannel, None)
+
+    def lose(self, state: ChannelState, err: Fenced) -> None:
+        """A meta write for ``state``'s pchannel was fenced: another node owns it now. Drop it with
+        its buffers (if still the same state); its records are ignored from here on."""
+        if self.channels.get(state.pchannel) is state:
+            del self.channels[state.pchannel]
+        self.fenced_writes += 1
+        log.warning("datanode %d: lost %s to another node (%s); dropped its buffers", self.node_id, state.pchannel, err)
 
     def start_offset(self, partition: int) -> int | None:
         """Where the consumer of ``partition`` must be: the next offset to apply."""
@@ -236,7 +284,21 @@ class DataNode:
             return None
         if isinstance(event, TimeTickEvent):
             state.tick_ts = max(state.tick_ts, event.ts)
-            await self._on_tick(state)
+            try:
+                await self._on_tick(state)
+            except Fenced as err:
+                self.lose(state, err)
+            return None
+        if is_late(event.ts, state.tick_ts):
+            self.late_events += 1  # published after its proxy's lease expired (agents/late_events.py)
+            log.warning(
+                "datanode: late %s at %s@%d (ts %d < tick %d) dropped",
+                event.kind,
+                state.pchannel,
+                offset,
+                event.ts,
+                state.tick_ts,
+            )
             return None
         if isinstance(event, DeleteEvent):
             await self._buffer_delete(state, event, offset)
@@ -268,7 +330,7 @@ class DataNode:
         pending, state.deltas = state.deltas, {}
         try:
             checkpoints = await self.checkpoints(state)
-            await self.flusher.flush_deltas(list(pending.values()), checkpoints)
+            await self.flusher.flush_deltas(list(pending.values()), checkpoints, state.guards)
         except BaseException:
             state.deltas = {**pending, **state.deltas}
             raise
@@ -310,6 +372,8 @@ class DataNode:
         if state.deltas and (ready or due):
             try:
                 await self._flush_deltas(state)
+            except Fenced:
+                raise
             except Exception:  # the object store or Redis away: the deletes stay, the next tick retries
                 self.flush_failures += 1
                 log.exception("datanode: writing the delete logs of %s failed; trying again", state.pchannel)
@@ -317,6 +381,8 @@ class DataNode:
         for seal in sorted(ready, key=lambda s: s.segment_id):
             try:
                 await self._finish(state, seal)
+            except Fenced:
+                raise
             except Exception:  # the object store or Redis away: the buffer stays, the next tick retries
                 self.flush_failures += 1
                 log.exception("datanode: flushing segment %d failed; trying again on the next tick", seal.segment_id)
@@ -326,7 +392,7 @@ class DataNode:
         checkpoints = await self.checkpoints(state)
         pchannel_cp = _pchannel_offset(checkpoints)
         if pchannel_cp > state.saved_offset:
-            await self.flusher.save_checkpoints(checkpoints)
+            await self.flusher.save_checkpoints(checkpoints, state.guards)
             state.saved_offset = pchannel_cp
         state.saved_at = time.monotonic()
 
@@ -339,10 +405,10 @@ class DataNode:
             if info is None:
                 log.info("datanode: segment %d of dropped collection %d not flushed", sid, seal.collection_id)
             elif buffer is None:
-                await self.flusher.drop_empty(seal, checkpoints)
+                await self.flusher.drop_empty(seal, checkpoints, state.guards)
                 self.dropped_segments += 1
             else:
-                await self.flusher.flush(buffer, info, seal, checkpoints)
+                await self.flusher.flush(buffer, info, seal, checkpoints, state.guards)
                 self.flushed_segments += 1
         except BaseException:
             if buffer is not None:
@@ -399,6 +465,8 @@ class DataNode:
             "delta_logs": self.delta_logs,
             "deletes_logged": self.deletes_logged,
             "pending_seals": len(self.seals),
+            "fenced_writes": self.fenced_writes,
+            "late_events": self.late_events,
             "pchannels": {
                 name: {
                     "position": s.cursor.position,

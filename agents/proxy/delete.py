@@ -203,6 +203,7 @@ class DeleteTask(Task[DeleteResult]):
             )
             for ack in await publish_deletes(self.host, events):
                 await ack
+            await stats.confirm(self.ts)  # answered as written only under a lease that covered it
         finally:
             stats.leave(pchannels, self.ts)
 

@@ -137,6 +137,7 @@ class InsertPipeline:
                 sends.extend(await more(self.ts))
             for ack in sends:
                 await ack
+            await stats.confirm(self.ts)  # answered as written only under a lease that covered it
         finally:
             stats.leave(pchannels, self.ts)
         return self.ts

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
+from agents.proxy.fence import DmlFence
 from agents.proxy.flush import FlushTask, unflushed_before
 from agents.proxy.health import HEALTH_PROBE_TIMEOUT_S, REQUIRED_ROLES, HealthProbe, health_check
 from agents.proxy.index import describe_index
@@ -89,6 +90,8 @@ LATENCY_STAGES = ("search", "query")  # Proxy.latency
 STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
 QUIET_FLAG_TTL_IDLE_ROUNDS = 5  # a quiet flag outlives this many idle rounds (it is set again each round)
 STOP_LOOP_TIMEOUT_S = 5.0
+REJOIN_PAUSE_MIN_S = 0.2  # first pause after a failed registration of a new lease
+REJOIN_PAUSE_MAX_S = 2.0  # pauses double up to this while registrations keep failing
 
 
 class ProxyQuietFlag:
@@ -173,11 +176,13 @@ class Proxy(Service):
             self.proxy_id,
             ttl_ms=int(max(config.node_lease_ttl_s * 1000, QUIET_FLAG_TTL_IDLE_ROUNDS * config.time_tick_idle_ms)),
         )
+        self.fence = DmlFence()  # DML admitted once the lease below is registered
         self.dm_stats = DmTaskStats(
             self.tso.now,
             quiet_flag=self.quiet_flag,
             quiet_after_s=config.time_tick_idle_ms / 1000,
             on_wake=self._tick_soon.set,
+            fence=self.fence,
         )
         self.dm_queue = DmTaskQueue(self.ids, self.tso)
         self.on_close(self.dm_queue.stop, "dm queue")
@@ -201,7 +206,42 @@ class Proxy(Service):
         self.databases = DatabaseRecords(self.redis, ns)
         self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
         self.lease = await self.registry.register_process(ROLE, self.proxy_id)
-        self.on_close(self.lease.stop, "node lease")
+        self.on_close(self._stop_lease, "node lease")
+        self.lease.on_lost.append(self._on_lease_lost)
+        # registered before any DML timestamp is taken: the rootcoord's contract (timetick.py)
+        self.fence.rejoin(self.lease)
+        self.fence.reported(self.fence.generation)
+
+    async def _stop_lease(self) -> None:
+        if self.lease is not None:
+            await self.lease.stop()
+
+    def _on_lease_lost(self) -> None:
+        """The lease expired or was taken (``agents/proxy/fence.py``): refuse DML, register anew."""
+        self.fence.lose()
+        if not self._closing.is_set():
+            self.spawn(self._rejoin(), "proxy-rejoin")
+
+    async def _rejoin(self) -> None:
+        """Register a new lease (retrying while Redis is away), then have the tick loop report
+        under it; the fence admits DML again after that report (``DmlFence.reported``)."""
+        pause_s = REJOIN_PAUSE_MIN_S
+        while not self._closing.is_set():
+            try:
+                lease = await self.registry.register_process(ROLE, self.proxy_id)
+            except (RedisError, OSError, InvalidParameter) as err:  # Redis away, or the old key not expired yet
+                log.warning("proxy: registering a new lease failed (%r); retrying in %g s", err, pause_s)
+                await asyncio.sleep(pause_s)
+                pause_s = min(2 * pause_s, REJOIN_PAUSE_MAX_S)
+                continue
+            old, self.lease = self.lease, lease
+            lease.on_lost.append(self._on_lease_lost)
+            if old is not None:
+                await old.stop()  # its keepalive ended; deletes nothing that is not its own
+            self.fence.rejoin(lease)
+            self._tick_soon.set()
+            log.warning("proxy %d: registered a new lease; rejoining the time tick", self.proxy_id)
+            return
 
     async def on_stop(self) -> None:
         """Let the tick loop finish its report (at most ``STOP_LOOP_TIMEOUT_S``) before it is cancelled."""
@@ -435,7 +475,7 @@ class Proxy(Service):
             redis_error=redis_error,
             kafka_error=kafka_error,
             nodes=nodes,
-            lease_lost=self.lease is None or self.lease.lost,
+            lease_lost=self.lease is None or self.lease.lost or self.fence.state != "held",
             dead_loops=self.health().get("dead_loops", []),
         )
         return health_check(probe)
@@ -597,11 +637,13 @@ class Proxy(Service):
         next_status = 0.0
         while not self._closing.is_set():
             try:
+                generation = self.fence.generation  # read before the snapshot the report is made of
                 now, stats = await self.dm_stats.snapshot()
                 self._last_now = (now, time.monotonic())
                 ticks = self.ticker.tick(now, stats)
                 report = ProxyTimeTick(proxy_id=self.proxy_id, ticks=ticks)
                 await self.producer.send_and_wait(self.topics.proxy_tt, encode(report), key=str(self.proxy_id).encode())
+                self.fence.reported(generation)
                 if time.monotonic() >= next_status:
                     next_status = time.monotonic() + STATUS_INTERVAL_S
                     await self.status_board.publish(ROLE, self.proxy_id, self.health(), ttl_s=3 * STATUS_INTERVAL_S)
@@ -685,6 +727,8 @@ class Proxy(Service):
             "meta_cache": self.cache.health(),
             "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
             "last_ticks": self.ticker.get_min_ts_statistics(),
+            "lease": self.lease.health() if self.lease is not None else None,
+            "dml_fence": self.fence.health(),
             **{name: part() for name, part in self.health_parts.items()},
         }
 

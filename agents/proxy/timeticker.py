@@ -121,6 +121,14 @@ class QuietFlag(Protocol):
     async def clear(self) -> None: ...
 
 
+class Fence(Protocol):
+    """What :class:`DmTaskStats` needs of ``agents/proxy/fence.py``'s ``DmlFence``."""
+
+    async def admit(self) -> int: ...
+
+    async def confirm(self, generation: int) -> None: ...
+
+
 class DmTaskStats:
     """PChanStats guarded so that "take a timestamp and enter" and "take now and snapshot" never
     interleave (the safety condition of the module docstring).
@@ -142,8 +150,11 @@ class DmTaskStats:
         quiet_after_s: float = 1.0,
         on_wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        fence: Fence | None = None,
     ) -> None:
         self._tso_now = tso_now
+        self._fence = fence
+        self._generations: dict[int, int] = {}  # ts of a task in flight -> the lease generation it runs under
         self._lock = asyncio.Lock()
         self.stats = PChanStats()
         self._flag = quiet_flag
@@ -154,8 +165,10 @@ class DmTaskStats:
         self.quiet = False
 
     async def enter(self, pchannels: Iterable[str]) -> int:
-        """A new task's timestamp, already counted as in flight on ``pchannels``."""
+        """A new task's timestamp, already counted as in flight on ``pchannels``. With a fence,
+        the task is admitted first (``agents/proxy/fence.py``: refused while the lease is not held)."""
         async with self._lock:
+            generation = await self._fence.admit() if self._fence is not None else 0
             if self.quiet:
                 assert self._flag is not None
                 await self._flag.clear()  # before the timestamp: see the class docstring
@@ -164,12 +177,20 @@ class DmTaskStats:
                     self._on_wake()
             ts = await self._tso_now()
             self.stats.add(pchannels, ts)
+            self._generations[ts] = generation
             self._last_entered = self._clock()
             return ts
+
+    async def confirm(self, ts: int) -> None:
+        """Every event of the task at ``ts`` was acknowledged: may it be answered as written? With
+        a fence, only if the lease it was admitted under is still held (else ``LeaseLost``)."""
+        if self._fence is not None:
+            await self._fence.confirm(self._generations.get(ts, -1))
 
     def leave(self, pchannels: Iterable[str], ts: int) -> None:
         """The task's events were all acknowledged (or it failed): it is no longer in flight."""
         self.stats.pop(pchannels, ts)
+        self._generations.pop(ts, None)
 
     async def snapshot(self) -> tuple[int, dict[str, PChanStatistics]]:
         """``now`` from the TSO, then the statistics, with no task entering in between; with a

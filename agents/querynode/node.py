@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from agents.dml_cursor import DmlCursor, Verdict
+from agents.late_events import is_late
 from agents.querynode.delegator import SEGMENT_SEALED, ShardDelegator
 from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
@@ -167,6 +168,7 @@ class QueryNode:
         # (its load or its collection's build in flight): attached once it is (_attach_pending)
         self._pending_indexes: dict[int, IndexTask] = {}
         self.indexes_attached = 0
+        self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
         self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
         self.cache = cache
@@ -576,6 +578,17 @@ class QueryNode:
             for each in state.delegators.values():
                 each.update_tsafe(event.ts, offset)
             return None
+        if is_late(event.ts, state.cursor_tsafe):
+            self.late_events += 1  # published after its proxy's lease expired (agents/late_events.py)
+            log.warning(
+                "querynode: late %s at %s@%d (ts %d < tick %d) dropped",
+                event.kind,
+                state.pchannel,
+                offset,
+                event.ts,
+                state.cursor_tsafe,
+            )
+            return None
         delegator = await self._delegator(state, event.collection_id, event.vchannel)
         if delegator is None:
             self.skipped_events += 1  # dropped or not loaded (a load replays it from the checkpoint)
@@ -806,6 +819,7 @@ class QueryNode:
             "replayed_records": self.replayed_records,
             "indexes_attached": self.indexes_attached,
             "indexes_pending": len(self._pending_indexes),
+            "late_events": self.late_events,
             "latency": {stage: window.summary() for stage, window in self.latency.items()},
             "pchannels": {
                 name: {

@@ -10,6 +10,13 @@ Layout under ``<namespace>:node:<role>``:
 A :class:`Lease` refreshes its key every ``ttl/3``. A node that stops refreshing (crash, pause,
 lost network) disappears after ``ttl``; one that finds its key gone or taken marks itself lost and
 stops refreshing: it must not come back under the same id as if nothing happened.
+
+What the holder knows without asking Redis (:meth:`Lease.held_for_certain`): a refresh sent at
+monotonic time ``t`` that succeeded set an expiry of ``ttl`` from a moment after ``t``, so the key
+lives at least until ``t + ttl`` by Redis's clock. This process's monotonic clock keeps running
+while it is paused (SIGSTOP, a stalled VM), so a holder that wakes after that moment knows it may
+have lost the lease, and asks (:meth:`Lease.confirm`) before it acts as a live node.
+``CLOCK_RATE_MARGIN`` covers the two clocks running at slightly different rates.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -32,6 +40,7 @@ from streams.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 KEEPALIVE_FRACTION = 1 / 3  # refresh period as a fraction of the ttl
+CLOCK_RATE_MARGIN = 0.1  # fraction of the ttl not counted on (this host's clock against Redis's)
 ROLE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 # KEYS: lease key, role zset. ARGV: token, value, ttl ms, node id, mode ('create' | 'refresh').
@@ -101,7 +110,8 @@ class Lease:
     ``start`` writes the lease (raises :class:`InvalidParameter` if another live lease holds the
     same role and node id) and starts the keepalive task; ``stop`` cancels it and deletes the lease
     (only if still ours); both are safe to call twice. ``lost`` turns true when a refresh finds the
-    lease expired or taken; the keepalive then ends and the node should treat itself as dead.
+    lease expired or taken; the keepalive then ends, ``on_lost`` callbacks run once, and the node
+    should treat itself as dead: stop what only a live node may do, and register anew to go on.
     """
 
     def __init__(self, registry: NodeRegistry, role: str, node_id: int, info: dict[str, Any]) -> None:
@@ -115,6 +125,8 @@ class Lease:
         self._state = "created"
         self._last_refresh: float | None = None
         self._refresh_errors = 0
+        self._held_until = float("-inf")  # monotonic: the key lives at least until then (module doc)
+        self.on_lost: list[Callable[[], None]] = []
 
     @property
     def key(self) -> str:
@@ -124,12 +136,53 @@ class Lease:
     def lost(self) -> bool:
         return self._state == "lost"
 
+    def held_for_certain(self) -> bool:
+        """True while the lease is certainly alive in Redis without asking (module doc)."""
+        return self._state == "running" and time.monotonic() < self._held_until
+
+    async def confirm(self) -> bool:
+        """Refresh now: True if the lease is still ours (and certain again for a while); False if
+        it is lost (marked so, ``on_lost`` runs) or Redis did not answer (uncertain: not marked)."""
+        if self._state != "running":
+            return False
+        try:
+            return await self._refresh()
+        except Exception as exc:  # Redis away: not known to be lost, not known to be held
+            self._refresh_errors += 1
+            log.warning("lease %s could not be confirmed: %s", self.key, exc)
+            return False
+
+    async def _refresh(self) -> bool:
+        sent = time.monotonic()
+        if not await self._registry._put(self, self._token, self._value, "refresh"):
+            self._mark_lost()
+            return False
+        self._held(sent)
+        return True
+
+    def _held(self, sent: float) -> None:
+        self._last_refresh = time.monotonic()
+        self._held_until = max(self._held_until, sent + self._registry.ttl_s * (1 - CLOCK_RATE_MARGIN))
+
+    def _mark_lost(self) -> None:
+        if self._state != "running":
+            return
+        log.error("lease %s expired or was taken; node is no longer registered", self.key)
+        self._state = "lost"
+        self._held_until = float("-inf")
+        for callback in self.on_lost:
+            try:
+                callback()
+            except Exception:  # one hook's failure must not keep the others from running
+                log.exception("lease %s: an on_lost hook failed", self.key)
+
     async def start(self) -> None:
         if self._state == "running":
             return
+        sent = time.monotonic()
         if not await self._registry._put(self, self._token, self._value, "create"):
             raise InvalidParameter("node_id", f"must not be held by another live {self.role} lease", self.node_id)
-        self._last_refresh = time.monotonic()
+        self._held(sent)
         self._state = "running"
         self._task = asyncio.create_task(self._keepalive(), name=f"lease-{self.role}-{self.node_id}")
 
@@ -153,23 +206,18 @@ class Lease:
             "ttl_s": self._registry.ttl_s,
             "since_last_refresh_s": since,
             "refresh_errors": self._refresh_errors,
+            "held_for_certain": self.held_for_certain(),
         }
 
     async def _keepalive(self) -> None:
         period_s = self._registry.ttl_s * KEEPALIVE_FRACTION
-        while True:
+        while self._state == "running":
             await asyncio.sleep(period_s)
             try:
-                ok = await self._registry._put(self, self._token, self._value, "refresh")
+                await self._refresh()
             except Exception as exc:  # Redis down: keep trying; the lease expires on its own
                 self._refresh_errors += 1
                 log.warning("lease %s refresh failed: %s", self.key, exc)
-                continue
-            if not ok:
-                log.error("lease %s expired or was taken; node is no longer registered", self.key)
-                self._state = "lost"
-                return
-            self._last_refresh = time.monotonic()
 
 
 class NodeRegistry:

@@ -31,16 +31,20 @@ write (a brief step back that the next write of the new owner corrects; recovery
 lower offset, which is safe: rows of flushed segments are skipped by segment id). The same holds
 for ``record_flushed`` against a ``record_dropped`` of another process: a drop of a collection's
 segments should come after its vchannels are released.
+
+Fencing: the owner's writes carry ``guards`` (``state/meta/channel_fence.py``), so an old owner
+that wakes up after the group gave its pchannel away (a pause longer than its session) has every
+write refused (:class:`schemas.errors.Fenced`): no stale flush, checkpoint or compaction commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from schemas.errors import InvalidParameter
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentInfo, SegmentState
-from state.meta.snapshot import SnapshotKV
+from state.meta.snapshot import Guard, SnapshotKV
 
 __all__ = ["Recovery", "SegmentMeta"]
 
@@ -89,13 +93,15 @@ class SegmentMeta:
         return f"{DELTALOG_PREFIX}{collection_id}/{_name('vchannel', vchannel)}/{start_offset:020d}"
 
     # -- writes
-    async def record_deltas(self, infos: Iterable[DeltaLogInfo], checkpoints: Iterable[ChannelCheckpoint] = ()) -> int:
+    async def record_deltas(
+        self, infos: Iterable[DeltaLogInfo], checkpoints: Iterable[ChannelCheckpoint] = (), guards: Sequence[Guard] = ()
+    ) -> int:
         """One write: the delete logs' records and each checkpoint that moves forward. The write
         ts (0 if nothing needed writing)."""
         kvs = await self._checkpoint_writes(list(checkpoints))
         for info in infos:
             kvs[self.delta_key(info.collection_id, info.vchannel, info.start_offset)] = info.model_dump_json()
-        return await self.store.multi_save(kvs) if kvs else 0
+        return await self._write(kvs, guards)
 
     async def record_sealed(self, info: SegmentInfo) -> int:
         """Record a sealed segment if it has no record yet; a record already there (Sealed from an
@@ -116,7 +122,9 @@ class SegmentMeta:
             return await self.store.save(key, before)
         return ts
 
-    async def record_flushed(self, info: SegmentInfo, checkpoints: Iterable[ChannelCheckpoint] = ()) -> int:
+    async def record_flushed(
+        self, info: SegmentInfo, checkpoints: Iterable[ChannelCheckpoint] = (), guards: Sequence[Guard] = ()
+    ) -> int:
         """One write: the segment's Flushed record (unless it is Dropped already: Dropped is final)
         and each checkpoint that moves forward, with the pchannel checkpoints they move. The write
         ts, or 0 if nothing needed writing (a Dropped segment and no checkpoint moved)."""
@@ -126,9 +134,11 @@ class SegmentMeta:
         current = await self.get(info.collection_id, info.segment_id)
         if current is None or current.state != SegmentState.DROPPED:
             kvs[key] = info.model_dump_json()
-        return await self.store.multi_save(kvs) if kvs else 0
+        return await self._write(kvs, guards)
 
-    async def record_compaction(self, result: SegmentInfo | None, replaced: Iterable[SegmentInfo]) -> int:
+    async def record_compaction(
+        self, result: SegmentInfo | None, replaced: Iterable[SegmentInfo], guards: Sequence[Guard] = ()
+    ) -> int:
         """One write: the compaction ``result`` (Flushed; None when no row survived) and the
         segments it replaces, Dropped. A recovery view sees the old segments or the new one,
         never both or neither."""
@@ -139,18 +149,26 @@ class SegmentMeta:
         for info in replaced:
             _check_state(info, (SegmentState.DROPPED,))
             kvs[self.segment_key(info.collection_id, info.segment_id)] = info.model_dump_json()
-        return await self.store.multi_save(kvs) if kvs else 0
+        return await self._write(kvs, guards)
 
-    async def record_dropped(self, info: SegmentInfo) -> int:
+    async def record_dropped(self, info: SegmentInfo, guards: Sequence[Guard] = ()) -> int:
         """Record the segment Dropped (final, whatever it was); the write ts."""
         _check_state(info, (SegmentState.DROPPED,))
-        return await self.store.save(self.segment_key(info.collection_id, info.segment_id), info.model_dump_json())
+        key = self.segment_key(info.collection_id, info.segment_id)
+        return await self.store.multi_save_and_remove({key: info.model_dump_json()}, guards=guards)
 
-    async def save_checkpoints(self, checkpoints: Iterable[ChannelCheckpoint]) -> int | None:
+    async def save_checkpoints(
+        self, checkpoints: Iterable[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> int | None:
         """Write the checkpoints that move forward (and the pchannel checkpoints they move), in one
         write; its ts, or None if nothing moved."""
         kvs = await self._checkpoint_writes(list(checkpoints))
-        return await self.store.multi_save(kvs) if kvs else None
+        return await self._write(kvs, guards) if kvs else None
+
+    async def _write(self, kvs: dict[str, str], guards: Sequence[Guard]) -> int:
+        """One write of ``kvs`` under ``guards`` (:class:`schemas.errors.Fenced` if one fails); 0
+        when there is nothing to write (no guard is checked then: nothing could be stale)."""
+        return await self.store.multi_save_and_remove(kvs, guards=guards) if kvs else 0
 
     async def _checkpoint_writes(self, checkpoints: list[ChannelCheckpoint]) -> dict[str, str]:
         """The key/value pairs that move the stored checkpoints forward to ``checkpoints``. A

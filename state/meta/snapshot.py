@@ -17,6 +17,11 @@ from the TSO *before* the call; the script refuses a timestamp not greater than 
 writer retries with a fresh one, so write timestamps strictly increase in commit order. TSO
 timestamps are unique, so a refused timestamp found in ``writes`` means this very write already
 committed (the client resent the script after a lost reply): it counts as done, never applied twice.
+
+Guards (fencing): a write may carry ``(redis key, token)`` pairs; the script commits only if every
+key holds its token, checked in the same step as the write, and raises :class:`Fenced` otherwise.
+A writer that lost its claim to what it writes (``state/meta/channel_fence.py``) is refused, not
+merely unlikely to interfere.
 """
 
 from __future__ import annotations
@@ -25,32 +30,41 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import redis.asyncio as aioredis
 
-from schemas.errors import InvalidParameter, ServiceUnavailable
+from schemas.errors import Fenced, InvalidParameter, ServiceUnavailable
 from state.meta.tso import TimestampOracle, physical_ms, ts_from_ms
 
 Addition = Callable[[int], tuple[str, str]]
 SideHash = tuple[str, Callable[[int], Mapping[str, str]]]
+Guard = tuple[str, str]  # (plain Redis key under the namespace, the token it must hold)
 
 WRITE_MAX_ATTEMPTS = 64
 GC_CHUNK_KEYS = 256
 TS_DIGITS = 20  # the Lua scripts read a version's kind flag at byte TS_DIGITS + 1
 _PREFIX_END = b"\xff"  # never inside UTF-8, so prefix + 0xff bounds every key with that prefix
 
-# KEYS: keys zset, last_ts, writes zset[, side hash]. ARGV: version-key prefix, ts20, #saves,
-# #removals, #prefixes, #side fields, then key/value pairs, removed keys, removed prefixes, side
-# field/value pairs. Saves win over removals of the same key. Returns {1, ts} committed now,
-# {2, ts} committed before (a resend), {0, last} refused.
+# KEYS: keys zset, last_ts, writes zset, guard keys...[, side hash]. ARGV: version-key prefix,
+# ts20, #saves, #removals, #prefixes, #side fields, #guards, then the guards' tokens, key/value
+# pairs, removed keys, removed prefixes, side field/value pairs. Saves win over removals of the
+# same key. Returns {1, ts} committed now, {2, ts} committed before (a resend), {0, last} refused
+# (the ts is not above the last write's), {3, guard index} refused (that guard key does not hold
+# its token).
 _WRITE_LUA = r"""
 local vprefix, ts = ARGV[1], ARGV[2]
 local last = redis.call('GET', KEYS[2])
-if last and last >= ts then
-  if redis.call('ZSCORE', KEYS[3], ts) then
-    return {2, ts}
+if last and last >= ts and redis.call('ZSCORE', KEYS[3], ts) then
+  return {2, ts}
+end
+local ng = tonumber(ARGV[7])
+for g = 1, ng do
+  if redis.call('GET', KEYS[3 + g]) ~= ARGV[7 + g] then
+    return {3, g}
   end
+end
+if last and last >= ts then
   return {0, last}
 end
 local ns, nr, np, nh = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local i = 7
+local i = 8 + ng
 local saved = {}
 for j = 1, ns do
   saved[ARGV[i]] = ARGV[i + 1]
@@ -80,7 +94,7 @@ for k, v in pairs(saved) do
   redis.call('ZADD', KEYS[1], 0, k)
 end
 for j = 1, nh do
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[4 + ng], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 redis.call('SET', KEYS[2], ts)
@@ -248,6 +262,7 @@ class SnapshotKV:
         removal_prefixes: Sequence[str] = (),
         additions: Sequence[Addition] = (),
         side_hash: SideHash | None = None,
+        guards: Sequence[Guard] = (),
     ) -> int:
         """Remove exact keys and whole prefixes, write ``saves`` and additions: one atomic write.
 
@@ -258,6 +273,10 @@ class SnapshotKV:
         step HSETs into the plain (unversioned) Redis hash ``redis_key``, which must start with
         ``"<namespace>:"`` -- e.g. a consumer's checkpoint recorded together with the change it
         made. Like additions, it is called again with the new timestamp on a retry.
+
+        ``guards``: ``(redis_key, token)`` pairs, each key starting with ``"<namespace>:"``; the
+        write commits only if every key holds its token at that moment, else :class:`Fenced`
+        (nothing written; retrying cannot help the writer that lost the claim).
         """
         base = [(_encode("key", k, allow_empty=False), _encode("value", v)) for k, v in saves.items()]
         removed = [_encode("removals", k, allow_empty=False) for k in _as_list("removals", removals)]
@@ -265,6 +284,19 @@ class SnapshotKV:
             _encode("removal_prefixes", p, allow_empty=False) for p in _as_list("removal_prefixes", removal_prefixes)
         ]
         keys = [self.keys_key, self.last_ts_key, self.writes_key]
+        guard_tokens: list[bytes] = []
+        for guard in guards:
+            if (
+                not isinstance(guard, tuple)
+                or len(guard) != 2
+                or not isinstance(guard[0], str)
+                or not guard[0].startswith(self._namespace_prefix)
+            ):
+                raise InvalidParameter(
+                    "guards", f"must be (a Redis key starting with {self._namespace_prefix!r}, a token)", guard
+                )
+            keys.append(guard[0])
+            guard_tokens.append(_encode("guards", guard[1], allow_empty=False))
         if side_hash is not None:
             side_key, side_fields = side_hash
             if (
@@ -298,13 +330,18 @@ class SnapshotKV:
                 len(removed),
                 len(prefixes),
                 len(side) // 2,
+                len(guard_tokens),
+                *guard_tokens,
             ]
             for key_b, value_b in pairs.items():
                 args += [key_b, value_b]
             args += removed
             args += prefixes
             args += side
-            status, _ = await self._write(keys=keys, args=args)
+            status, detail = await self._write(keys=keys, args=args)
+            if int(status) == 3:
+                key, token = guards[int(detail) - 1]
+                raise Fenced(f"meta write refused: {key} no longer holds this writer's token {token!r}")
             if int(status) != 0:
                 return ts
         raise ServiceUnavailable(

@@ -190,6 +190,28 @@ async def test_lost_lease_is_reported(redis: aioredis.Redis, cluster_name: str) 
     assert lease.health()["state"] == "stopped"
 
 
+async def test_a_holder_knows_its_lease_without_asking_and_confirms_it_when_unsure(
+    redis: aioredis.Redis, cluster_name: str
+) -> None:
+    reg = NodeRegistry(redis, cluster_name, TTL_S)
+    lease = await reg.register("proxy", 4, {})
+    hooks: list[str] = []
+    lease.on_lost.append(lambda: hooks.append("lost"))
+    try:
+        assert lease.held_for_certain() and lease.health()["held_for_certain"]
+        assert await lease.confirm() and lease.held_for_certain()
+        await redis.delete(reg.lease_key("proxy", 4))  # expired while the process was paused
+        assert not await lease.confirm()  # a refresh finds it gone: lost, not recreated
+        assert lease.lost and not lease.held_for_certain() and hooks == ["lost"]
+        assert await reg.alive("proxy") == {}
+        assert not await lease.confirm() and hooks == ["lost"]  # the hooks run once
+        again = await reg.register("proxy", 4, {})  # a new registration: a new token
+        assert not await lease.confirm() and again.held_for_certain()
+        await again.stop()
+    finally:
+        await lease.stop()
+
+
 CHILD = """
 import asyncio, os, sys
 import redis.asyncio as aioredis

@@ -1,13 +1,15 @@
 """SegmentMeta on a real redis-server: segment records at timestamps (time travel), the record
-never moving back, monotonic channel checkpoints, and the recovery view read at one timestamp."""
+never moving back, monotonic channel checkpoints, the recovery view read at one timestamp, and
+a stale owner's writes fenced."""
 
 from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
 
-from schemas.errors import InvalidParameter
+from schemas.errors import Fenced, InvalidParameter
 from schemas.segment import ChannelCheckpoint, SealReason, SegmentInfo, SegmentState
+from state.meta.channel_fence import ChannelFences
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
@@ -198,3 +200,46 @@ async def test_bad_input(redis: aioredis.Redis, cluster_name: str) -> None:
     with pytest.raises(InvalidParameter):
         await meta.checkpoints("")
     assert await meta.segments() == []
+
+
+async def test_a_stale_owners_writes_are_fenced_in_the_same_step(redis: aioredis.Redis, cluster_name: str) -> None:
+    """Data node A claims the pchannel and flushes; B claims it (A paused past its session); every
+    write A prepared under its claim is refused, and nothing of it reaches the meta; B's commits."""
+    meta = make_meta(redis, cluster_name)
+    fences = ChannelFences(redis, cluster_name, "datanode")
+    a = await fences.claim(P, node_id=1)
+    s1, s2 = sealed(1), sealed(2)
+    await meta.record_sealed(s1)
+    await meta.record_sealed(s2)
+    assert await meta.record_flushed(flushed(s1), [cp(V0, 10)], [a.guard]) > 0
+    b = await fences.claim(P, node_id=2)
+    assert b.epoch == a.epoch + 1 and await fences.holder(P) == b.token
+    last = await meta.store.last_write_ts()
+    with pytest.raises(Fenced):
+        await meta.record_flushed(flushed(s2, start=10, end=19), [cp(V0, 20)], [a.guard])
+    with pytest.raises(Fenced):
+        await meta.save_checkpoints([cp(V0, 30)], [a.guard])
+    with pytest.raises(Fenced):
+        await meta.record_deltas([], [cp(V0, 40)], [a.guard])
+    with pytest.raises(Fenced):
+        await meta.record_dropped(s2.model_copy(update={"state": SegmentState.DROPPED}), [a.guard])
+    with pytest.raises(Fenced):
+        await meta.record_compaction(None, [s1.model_copy(update={"state": SegmentState.DROPPED})], [a.guard])
+    assert await meta.store.last_write_ts() == last  # not one write of A's committed
+    assert (await meta.get(7, 2)).state is SegmentState.SEALED  # type: ignore[union-attr]
+    assert (await meta.checkpoints(P))[V0].offset == 10
+    # the new owner writes under its own claim; a restarted A claims afresh, fencing B in turn
+    await meta.record_flushed(flushed(s2, start=10, end=19), [cp(V0, 20)], [b.guard])
+    assert (await meta.get(7, 2)).state is SegmentState.FLUSHED  # type: ignore[union-attr]
+    a2 = await fences.claim(P, node_id=1)
+    assert a2.token != a.token and a2.epoch == b.epoch + 1
+    with pytest.raises(Fenced):
+        await meta.save_checkpoints([cp(V0, 50)], [b.guard])
+    await meta.save_checkpoints([cp(V0, 50)], [a2.guard])
+    assert (await meta.checkpoints(P))[V0].offset == 50
+
+
+async def test_a_guard_must_be_under_the_namespace(redis: aioredis.Redis, cluster_name: str) -> None:
+    meta = make_meta(redis, cluster_name)
+    with pytest.raises(InvalidParameter, match="guards"):
+        await meta.save_checkpoints([cp(V0, 1)], [("elsewhere:key", "1:1")])

@@ -4,6 +4,7 @@ the oldest unflushed segment, segments flushed elsewhere forgotten; and the dml 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,9 +16,12 @@ from agents.dml_cursor import SEEK_FORWARD_MIN_RECORDS, DmlCursor, Verdict
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.dml import ALL_PARTITIONS, Column, DeleteEvent, InsertEvent, TimeTickEvent
+from schemas.errors import Fenced
 from schemas.meta import CollectionInfo
 from schemas.segment import ChannelCheckpoint, SealReason, SegmentFlushed, SegmentSealed
+from state.meta.channel_fence import FenceToken
 from state.meta.meta_table import MetaView
+from state.meta.snapshot import Guard
 
 DIM = 4
 TOPIC = "c.dml"
@@ -73,23 +77,43 @@ class Recorder:
     saved: list[list[ChannelCheckpoint]] = field(default_factory=list)
     deltas: list[tuple[list[DeltaBuffer], list[ChannelCheckpoint]]] = field(default_factory=list)
     fail: bool = False
+    fenced: bool = False  # every write refused as another node's claim would refuse it
+    guards: list[Sequence[Guard]] = field(default_factory=list)
+
+    def _check(self, guards: Sequence[Guard]) -> None:
+        self.guards.append(guards)
+        if self.fenced:
+            raise Fenced("meta write refused: claimed by another node")
 
     async def flush(
-        self, buffer: SegmentBuffer, info: CollectionInfo, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]
+        self,
+        buffer: SegmentBuffer,
+        info: CollectionInfo,
+        seal: SegmentSealed,
+        checkpoints: list[ChannelCheckpoint],
+        guards: Sequence[Guard] = (),
     ) -> None:
         if self.fail:
             raise OSError("disk full")
+        self._check(guards)
         self.flushed.append((buffer, checkpoints))
 
-    async def drop_empty(self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint]) -> None:
+    async def drop_empty(
+        self, seal: SegmentSealed, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
+        self._check(guards)
         self.dropped.append(seal.segment_id)
 
-    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint]) -> None:
+    async def save_checkpoints(self, checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()) -> None:
+        self._check(guards)
         self.saved.append(checkpoints)
 
-    async def flush_deltas(self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint]) -> None:
+    async def flush_deltas(
+        self, deltas: list[DeltaBuffer], checkpoints: list[ChannelCheckpoint], guards: Sequence[Guard] = ()
+    ) -> None:
         if self.fail:
             raise OSError("disk full")
+        self._check(guards)
         self.deltas.append((deltas, checkpoints))
 
 
@@ -217,6 +241,22 @@ async def test_a_failed_flush_keeps_the_buffer_for_the_next_tick() -> None:
     rec.fail = False
     await feed(dn, [tick(61)], first_offset=2)
     assert len(rec.flushed) == 1 and rec.flushed[0][0].rows == 2
+
+
+async def test_a_fenced_flush_drops_the_pchannel_and_its_buffers() -> None:
+    rec = Recorder()
+    dn = DataNode(1, TOPIC, Meta(), rec, checkpoint_interval_s=0.0)
+    fence = FenceToken(PCHANNEL, "c:fence:datanode:" + PCHANNEL, "1:7")
+    dn.assign({0: 0}, fences={PCHANNEL: fence})
+    await dn.on_segment_event(seal(10, 50))
+    await feed(dn, [insert(0, 2, 40, 10)])
+    rec.fenced = True  # another data node claimed the pchannel meanwhile
+    await feed(dn, [tick(60)], first_offset=1)  # not raised to the agent, not retried as a failure
+    assert rec.guards and all(list(g) == [fence.guard] for g in rec.guards)
+    assert PCHANNEL not in dn.channels and dn.fenced_writes == 1 and dn.flush_failures == 0
+    assert rec.flushed == []
+    assert await dn.apply(0, 2, tick(70)) is None  # records still fetched are ignored
+    assert dn.start_offset(0) is None  # a later assignment starts it afresh (a new claim)
 
 
 async def test_a_segment_flushed_elsewhere_is_forgotten() -> None:
@@ -348,3 +388,18 @@ async def test_deletes_below_the_vchannel_checkpoint_are_not_logged_again() -> N
         VCHANNELS[0]: [[3]],
         VCHANNELS[1]: [[2]],
     }
+
+
+async def test_an_insert_or_delete_behind_a_higher_tick_is_dropped_as_late() -> None:
+    rec = Recorder()
+    dn = node(rec)
+    await feed(dn, [insert(0, 2, 100, 10), tick(120), insert(2, 1, 119, 10), insert(3, 1, 120, 10)])
+    assert dn.late_events == 1  # ts 119 after tick 120: its proxy's lease had expired
+    assert dn.channels[PCHANNEL].buffers[10].rows == 3  # ts 120 may follow tick 120
+
+
+async def test_a_node_started_at_a_checkpoint_takes_its_tick_as_the_last_one() -> None:
+    dn = DataNode(1, TOPIC, Meta(), Recorder(), checkpoint_interval_s=0.0)
+    dn.assign({0: 5}, ticks={PCHANNEL: 200})
+    await feed(dn, [insert(0, 1, 150, 10), insert(1, 1, 200, 10)], first_offset=5)
+    assert dn.late_events == 1 and dn.channels[PCHANNEL].buffers[10].rows == 1

@@ -163,7 +163,8 @@ async def test_a_flushed_segment_replaces_its_growing_copy() -> None:
     assert await answers(node, rows, queries, 29) == before
     assert await answers(node, rows, queries, 15) == 30  # MVCC inside the sealed segment
 
-    late = rows.event(5, ts=28, segment_id=SEG_A, identity="late-a")  # a replay after the seal: not applied
+    # a row of the sealed segment after the seal (stamped at the tick: not late): not applied
+    late = rows.event(5, ts=30, segment_id=SEG_A, identity="late-a")
     rows.pks, rows.ts = rows.pks[:-5], rows.ts[:-5]
     rows.vectors[-1] = rows.vectors[-1][:0]
     rows.partitions, rows.vchannels = rows.partitions[:-5], rows.vchannels[:-5]
