@@ -7,6 +7,7 @@ from typing import Any
 from agents.proxy.index import describe_index
 from schemas.config import OspreyConfig
 from schemas.index import IndexState, IndexTask
+from state.meta.channel_fence import ChannelFences
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
@@ -22,6 +23,7 @@ from state.meta.tso import TimestampOracle, parse_ts
 from streams.channels import pchannel_partition
 
 ROLES = ("rootcoord", "proxy", "querynode", "datanode", "indexnode")
+LEASED_ROLES = ("proxy", "querynode", "datanode", "indexnode")  # roles whose status shows their lease
 # what ./osprey status shows of an index node's status document
 INDEXNODE_FIELDS = ("building", "queued", "built", "built_rows", "rows_per_s", "stale", "failed", "huge_pages_kb")
 
@@ -43,6 +45,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         board = StatusBoard(redis, ns)
         owners = await ShardOwners(redis, ns).owners()
         querynodes = await board.read("querynode")
+        reports = {role: await board.read(role) for role in LEASED_ROLES}
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
@@ -71,6 +74,10 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                 else view.loads[c.collection_id].model_dump()
                 for c in view.collections.values()
             },
+            # each node's lease as it reports it: running/lost, certainly held, new registrations
+            # after a loss (docs/architecture.md, leases and fencing), and the data nodes' claims
+            "leases": {role: {nid: doc.get("lease") for nid, doc in docs.items()} for role, docs in reports.items()},
+            "datanode_claims": await _claims(redis, ns, reports.get("datanode", {})),
             "pchannel_owners": {
                 p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))
             },
@@ -99,6 +106,14 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         }
     finally:
         await redis.aclose()
+
+
+async def _claims(redis: Any, ns: str, datanodes: dict[int, dict[str, Any]]) -> dict[str, str | None]:
+    """pchannel -> the claim (``node:epoch``) guarding its meta writes, for every pchannel a data
+    node reports consuming."""
+    fences = ChannelFences(redis, ns, "datanode")
+    pchannels = sorted({p for doc in datanodes.values() for p in doc.get("pchannels", {})}, key=pchannel_partition)
+    return {p: await fences.holder(p) for p in pchannels}
 
 
 async def _segments(meta: SegmentMeta, assigner: SegmentAssigner, view: MetaView) -> dict[str, Any]:

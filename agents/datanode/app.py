@@ -22,6 +22,7 @@ from agents.datanode.flusher import SegmentFlusher
 from agents.datanode.node import DataNode
 from agents.datanode.truncator import LogTruncator
 from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
+from agents.lease_keeper import LeaseKeeper
 from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
@@ -29,7 +30,7 @@ from state.meta.channel_fence import ChannelFences
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
 from state.meta.redis_client import connect
-from state.meta.registry import Lease, NodeRegistry
+from state.meta.registry import NodeRegistry
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
@@ -58,7 +59,7 @@ class DataNodeRuntime(Service):
         self.topics = Topics.of(config)
         self.node: DataNode | None = None
         self.meta: SegmentMeta | None = None
-        self._lease: Lease | None = None
+        self._lease: LeaseKeeper | None = None
         self.removed_partial = 0
 
     async def ready(self) -> DataNode:
@@ -152,8 +153,9 @@ class DataNodeRuntime(Service):
             logged_below[pchannel] = {v: cp.offset for v, cp in (await self.meta.checkpoints(pchannel)).items()}
         added, removed = node.assign(starts, logged_below, fences, ticks)
         log.info("datanode %d: pchannels +%s -%s, starting at %s", node.node_id, added, removed, fresh)
-        if self._lease is None:
-            self._lease = await self.registry.register_process(ROLE, node.node_id)
+        if self._lease is None:  # registered anew if lost: its meta writes are fenced by claim, not lease
+            self._lease = LeaseKeeper(self.registry, ROLE, node.node_id)
+            await self._lease.start()
             self.on_close(self._lease.stop, "node lease")
         return fresh
 
@@ -170,6 +172,7 @@ class DataNodeRuntime(Service):
             "segment_events": self.reader.health(),
             "truncator": self.truncator.health(),
             "compactor": self.compactor.health(),
+            "lease": self._lease.health() if self._lease is not None else None,
         }
 
 

@@ -187,6 +187,7 @@ class DataNode:
         self.deletes_logged = 0
         self.fenced_writes = 0  # meta writes refused because another node claimed the pchannel
         self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
+        self.flushing: int | None = None  # the segment whose flush is under way
 
     # ------------------------------------------------------------------ ownership
 
@@ -400,6 +401,7 @@ class DataNode:
         sid = seal.segment_id
         buffer = state.buffers.pop(sid, None)
         info = await self.cache.collection(seal.collection_id)
+        self.flushing = sid
         try:
             checkpoints = await self.checkpoints(state)
             if info is None:
@@ -414,6 +416,8 @@ class DataNode:
             if buffer is not None:
                 state.buffers[sid] = buffer  # tried again on the next tick
             raise
+        finally:
+            self.flushing = None
         self.seals.pop(sid, None)
         self.done.add(sid)
         if info is not None:
@@ -467,6 +471,7 @@ class DataNode:
             "pending_seals": len(self.seals),
             "fenced_writes": self.fenced_writes,
             "late_events": self.late_events,
+            "flushing": self.flushing,
             "pchannels": {
                 name: {
                     "position": s.cursor.position,

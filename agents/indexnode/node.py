@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 from agents.interpreter import HugePagesGauge
+from agents.lease_keeper import LeaseKeeper
 from agents.segment_events import IndexTasksReader
 from agents.service import Service
 from schemas.config import OspreyConfig
@@ -50,7 +51,7 @@ from schemas.index import (
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
-from state.meta.registry import Lease, NodeRegistry
+from state.meta.registry import NodeRegistry
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
 from state.objectstore import open_object_store
@@ -75,7 +76,7 @@ class IndexNode(Service):
         self.config = config
         self.topics = Topics.of(config)
         self.node_id = 0
-        self.lease: Lease | None = None
+        self.lease: LeaseKeeper | None = None
         self._queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         self._queued: set[tuple[int, int]] = set()
         self.building: tuple[int, int] | None = None
@@ -103,7 +104,10 @@ class IndexNode(Service):
         reader = IndexTasksReader(config, self._on_task_event, from_start=False)
         await reader.start()  # positioned at the end before the lease exists (module doc)
         self.on_close(reader.stop, "index-tasks reader")
-        self.lease = await NodeRegistry(redis, ns, config.node_lease_ttl_s).register_process(ROLE, self.node_id)
+        # registered anew if lost: its results are committed by CAS on the task's revision, so a
+        # build it finishes after its tasks were reassigned is refused anyway (module doc)
+        self.lease = LeaseKeeper(NodeRegistry(redis, ns, config.node_lease_ttl_s), ROLE, self.node_id)
+        await self.lease.start()
         self.on_close(self.lease.stop, "node lease")
         self.on_close(lambda: self.status.remove(ROLE, self.node_id), "status")
         self.spawn(self._work(), "index builds")
@@ -266,5 +270,6 @@ class IndexNode(Service):
             "stale": self.stale,
             "failed": self.failed,
             "huge_pages_kb": self.huge_pages.kb,  # the graph being built (agents/interpreter.py)
+            "lease": self.lease.health() if self.lease is not None else None,
             "updated_at": time.time(),
         }

@@ -82,7 +82,8 @@ class DmlFence:
         """A time tick report taken under ``generation`` was sent: DML is admitted again."""
         if self.state == "rejoining" and generation == self.generation:
             self.state = "held"
-            log.warning("proxy: rejoined the time tick under a new lease; DML admitted again")
+            if self.losses:
+                log.warning("proxy: rejoined the time tick under a new lease; DML admitted again")
 
     async def admit(self) -> int:
         """The generation a new DML task runs under; :class:`LeaseLost` if it may not run."""

@@ -20,6 +20,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
+from agents.lease_keeper import LeaseKeeper
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
 from agents.proxy.fence import DmlFence
@@ -90,8 +91,6 @@ LATENCY_STAGES = ("search", "query")  # Proxy.latency
 STATUS_INTERVAL_S = 1.0  # how often the proxy writes its health for ./osprey status
 QUIET_FLAG_TTL_IDLE_ROUNDS = 5  # a quiet flag outlives this many idle rounds (it is set again each round)
 STOP_LOOP_TIMEOUT_S = 5.0
-REJOIN_PAUSE_MIN_S = 0.2  # first pause after a failed registration of a new lease
-REJOIN_PAUSE_MAX_S = 2.0  # pauses double up to this while registrations keep failing
 
 
 class ProxyQuietFlag:
@@ -123,7 +122,7 @@ class Proxy(Service):
         self._ticking: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
-        self.lease: Lease | None = None
+        self.lease_keeper: LeaseKeeper | None = None
         self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
         # parts of the proxy process that report with the proxy (name -> their health), e.g. dml_requests
         self.health_parts: dict[str, Callable[[], dict[str, Any]]] = {}
@@ -205,43 +204,25 @@ class Proxy(Service):
         self.index_tasks = IndexTaskStore(self.redis, ns)
         self.databases = DatabaseRecords(self.redis, ns)
         self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
-        self.lease = await self.registry.register_process(ROLE, self.proxy_id)
-        self.on_close(self._stop_lease, "node lease")
-        self.lease.on_lost.append(self._on_lease_lost)
+        self.lease_keeper = LeaseKeeper(
+            self.registry, ROLE, self.proxy_id, on_lost=self.fence.lose, on_rejoined=self._rejoined
+        )
+        await self.lease_keeper.start()
+        self.on_close(self.lease_keeper.stop, "node lease")
         # registered before any DML timestamp is taken: the rootcoord's contract (timetick.py)
-        self.fence.rejoin(self.lease)
-        self.fence.reported(self.fence.generation)
+        assert self.lease_keeper.lease is not None
+        self.fence.reported(self.fence.rejoin(self.lease_keeper.lease))
 
-    async def _stop_lease(self) -> None:
-        if self.lease is not None:
-            await self.lease.stop()
+    @property
+    def lease(self) -> Lease | None:
+        """The current node lease (a new one after each loss; None before start)."""
+        return self.lease_keeper.lease if self.lease_keeper is not None else None
 
-    def _on_lease_lost(self) -> None:
-        """The lease expired or was taken (``agents/proxy/fence.py``): refuse DML, register anew."""
-        self.fence.lose()
-        if not self._closing.is_set():
-            self.spawn(self._rejoin(), "proxy-rejoin")
-
-    async def _rejoin(self) -> None:
-        """Register a new lease (retrying while Redis is away), then have the tick loop report
-        under it; the fence admits DML again after that report (``DmlFence.reported``)."""
-        pause_s = REJOIN_PAUSE_MIN_S
-        while not self._closing.is_set():
-            try:
-                lease = await self.registry.register_process(ROLE, self.proxy_id)
-            except (RedisError, OSError, InvalidParameter) as err:  # Redis away, or the old key not expired yet
-                log.warning("proxy: registering a new lease failed (%r); retrying in %g s", err, pause_s)
-                await asyncio.sleep(pause_s)
-                pause_s = min(2 * pause_s, REJOIN_PAUSE_MAX_S)
-                continue
-            old, self.lease = self.lease, lease
-            lease.on_lost.append(self._on_lease_lost)
-            if old is not None:
-                await old.stop()  # its keepalive ended; deletes nothing that is not its own
-            self.fence.rejoin(lease)
-            self._tick_soon.set()
-            log.warning("proxy %d: registered a new lease; rejoining the time tick", self.proxy_id)
-            return
+    def _rejoined(self, lease: Lease) -> None:
+        """A new lease after a loss (``agents/proxy/fence.py``): DML is admitted again once the
+        tick loop has sent a report under it, which it does at once."""
+        self.fence.rejoin(lease)
+        self._tick_soon.set()
 
     async def on_stop(self) -> None:
         """Let the tick loop finish its report (at most ``STOP_LOOP_TIMEOUT_S``) before it is cancelled."""
@@ -727,7 +708,7 @@ class Proxy(Service):
             "meta_cache": self.cache.health(),
             "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
             "last_ticks": self.ticker.get_min_ts_statistics(),
-            "lease": self.lease.health() if self.lease is not None else None,
+            "lease": self.lease_keeper.health() if self.lease_keeper is not None else None,
             "dml_fence": self.fence.health(),
             **{name: part() for name, part in self.health_parts.items()},
         }

@@ -27,6 +27,7 @@ from faust.types import TP
 
 from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.interpreter import HugePagesGauge
+from agents.lease_keeper import LeaseKeeper
 from agents.querynode.loader import SegmentLoader
 from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
@@ -69,7 +70,7 @@ class QueryNodeRuntime(Service):
         self.topics = Topics.of(config)
         self.node: QueryNode | None = None
         self._assignment: set[int] | None = None
-        self._lease: Lease | None = None
+        self._lease: LeaseKeeper | None = None
         self.huge_pages = HugePagesGauge()  # the segments' graphs in huge pages (agents/interpreter.py)
 
     async def ready(self) -> QueryNode:
@@ -162,9 +163,39 @@ class QueryNodeRuntime(Service):
         await self.owners.claim(sorted(node.pchannels), node.node_id, self.direct.address)
         log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
         if self._lease is None:  # registered (live, "ready") once it knows what it serves
-            self._lease = await self.registry.register_process(ROLE, node.node_id, address=self.direct.address)
+            self._lease = LeaseKeeper(
+                self.registry, ROLE, node.node_id, {"address": self.direct.address}, on_rejoined=self._rejoined
+            )
+            await self._lease.start()
             self.on_close(self._lease.stop, "node lease")
+            node.holds_lease = self._holds_lease
         return starts
+
+    async def _holds_lease(self) -> bool:
+        """Whether this node may answer for its shards: its lease is certainly held, or a refresh
+        now says so. After a pause past the lease its shards may belong to another node already."""
+        lease = self._lease
+        return lease is not None and (lease.held_for_certain() or await lease.confirm())
+
+    def _rejoined(self, _lease: Lease) -> None:
+        """A new lease after a loss: drop the pchannels another node claimed meanwhile (the group
+        gave them away while this node was paused; its next assignment says so too)."""
+        self.spawn(self._drop_taken(), "querynode-drop-taken")
+
+    async def _drop_taken(self) -> None:
+        node = self.node
+        if node is None:
+            return
+        owners = await self.owners.owners()
+        taken = {p for p in node.pchannels if (o := owners.get(p)) is not None and o.node_id != node.node_id}
+        if not taken:
+            return
+        keep = {pchannel_partition(p) for p in node.pchannels if p not in taken}
+        node.assign(keep)
+        self._assignment = keep
+        log.warning(
+            "querynode %d: %s claimed by other nodes while this one had no lease: dropped", node.node_id, sorted(taken)
+        )
 
     async def recover_again(self, partition: int) -> int:
         node = await self.ready()
@@ -201,6 +232,7 @@ class QueryNodeRuntime(Service):
             "object_store": self.loader.root.health(),
             "segment_events": self.reader.health(),
             "meta_watcher": self.meta_watcher.health(),
+            "lease": self._lease.health() if self._lease is not None else None,
         }
 
 

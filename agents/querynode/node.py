@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,9 @@ class QueryNode:
         self._pending_indexes: dict[int, IndexTask] = {}
         self.indexes_attached = 0
         self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
+        # whether this node may answer for its shards now (its lease held); None: always (tests)
+        self.holds_lease: Callable[[], Awaitable[bool]] | None = None
+        self.unowned_answers = 0  # requests answered "not the owner" because the lease was not held
         self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
         self.cache = cache
@@ -661,15 +665,22 @@ class QueryNode:
         wanted = request.vchannels or prepared.info.vchannels
         jobs = []
         results: list[SearchResult | QueryResult] = []
+        # paused past its lease: the group may have given its shards to another node already
+        owner = self.holds_lease is None or await self.holds_lease()
+        if not owner:
+            self.unowned_answers += 1
         for vchannel in wanted:
             pchannel = prepared.info.pchannels[prepared.info.vchannels.index(vchannel)]
-            state = self.pchannels.get(pchannel)
+            state = self.pchannels.get(pchannel) if owner else None
             if state is None:
                 if answer_unowned:
                     moved = self._error(
                         request,
                         vchannel,
-                        ServiceUnavailable(f"vchannel {vchannel} is not served by query node {self.node_id}"),
+                        ServiceUnavailable(
+                            f"vchannel {vchannel} is not served by query node {self.node_id}"
+                            + ("" if owner else " (not the owner: its lease is not held)")
+                        ),
                     )
                     results.append(moved.model_copy(update={"moved": True}))
                 continue
@@ -820,6 +831,7 @@ class QueryNode:
             "indexes_attached": self.indexes_attached,
             "indexes_pending": len(self._pending_indexes),
             "late_events": self.late_events,
+            "unowned_answers": self.unowned_answers,
             "latency": {stage: window.summary() for stage, window in self.latency.items()},
             "pchannels": {
                 name: {

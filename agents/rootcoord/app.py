@@ -15,6 +15,7 @@ from typing import Any
 import faust
 
 from agents.indexcoord.coordinator import IndexCoordinator
+from agents.lease_keeper import LeaseKeeper
 from agents.process import make_app
 from agents.rootcoord.core import RootCoord
 from agents.rootcoord.object_gc import ObjectGarbageCollector
@@ -104,7 +105,8 @@ class RootCoordRuntime(Service):
         await DatabaseRecords(redis, ns).ensure_default(await tso.alloc())
         node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
         registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
-        lease = await registry.register_process(ROLE, node_id)
+        lease = LeaseKeeper(registry, ROLE, node_id)  # registered anew if lost (docs/architecture.md)
+        await lease.start()
         self.on_close(lease.stop, "node lease")
         timetick = TimeTickAgent(config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use())
         await timetick.start()
