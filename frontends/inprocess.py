@@ -30,6 +30,7 @@ from schemas.meta import (
     DatabaseInfo,
     LoadProgress,
     PartitionInfo,
+    ReplicaInfo,
 )
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
@@ -213,6 +214,11 @@ class InProcessClient:
         of ``partition_names`` (each must exist: PartitionNotFound; one the load does not cover is
         NotLoad, progress 0), and ``refresh_progress`` (flushed segments loaded, %)."""
         return await self.proxy.loading_progress(collection_name, partition_names)
+
+    async def describe_replica(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
+        """Milvus's GetReplicas (pymilvus ``describe_replica``): the replicas serving a loaded
+        collection (CollectionNotLoaded otherwise), each shard with the query node leading it."""
+        return await self.proxy.replicas(collection_name, collection_id)
 
     async def list_loaded_collections(self, collection_names: Sequence[str] | None = None) -> list[LoadProgress]:
         """Milvus's ShowCollections InMemory: the loaded collections with their progress; with

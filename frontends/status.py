@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.proxy.index import describe_index
+from agents.proxy.load import replicas
 from schemas.config import OspreyConfig
 from schemas.index import IndexState, IndexTask
 from state.meta.channel_fence import ChannelFences
@@ -67,6 +68,12 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
             "indexnodes": {
                 nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in (await board.read("indexnode")).items()
+            },
+            # per loaded collection: its replicas, each shard's leader (GetReplicas's answer)
+            "replicas": {
+                desc.info.collection_name: [r.model_dump() for r in replicas(desc, owners, querynodes)]
+                for cid in view.loads
+                if (desc := view.describe(cid)) is not None
             },
             "loads": {
                 c.collection_name: None

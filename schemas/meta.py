@@ -126,6 +126,33 @@ class LoadProgress(_Record):
     refresh_progress: int = 0
 
 
+DEFAULT_RESOURCE_GROUP = "__default_resource_group"  # Milvus's name for the group every node is in
+
+
+class ShardReplica(_Record):
+    """One shard of a replica (Milvus's ShardReplica): its vchannel, the query node that leads
+    it (the delegator: consumes the vchannel and routes its searches) and the nodes serving it."""
+
+    vchannel: str
+    leader_id: int
+    leader_address: str
+    node_ids: list[int]
+
+
+class ReplicaInfo(_Record):
+    """One replica of a loaded collection (Milvus's ReplicaInfo / pymilvus describe_replica):
+    ``replica_id`` is the load version (a new load makes new replicas, as Milvus's querycoord
+    does), ``shards`` every vchannel with its leader (a shard without a serving owner is left
+    out), ``node_ids`` the query nodes serving any shard of it."""
+
+    replica_id: int
+    collection_id: int
+    partition_ids: list[int]
+    shards: list[ShardReplica]
+    node_ids: list[int]
+    resource_group: str = DEFAULT_RESOURCE_GROUP
+
+
 DEFAULT_DATABASE_NAME = "default"
 DEFAULT_DATABASE_ID = 1  # Milvus's util.DefaultDBID
 OTHER_DATABASES = "databases other than default (Osprey has one database, default)"

@@ -20,7 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schemas.errors import CollectionNotFound, CollectionNotLoaded, PartitionNotLoaded
-from schemas.meta import CollectionDescription, CollectionInfo, LoadInfo, LoadProgress, LoadState, PartitionInfo
+from schemas.meta import (
+    CollectionDescription,
+    CollectionInfo,
+    LoadInfo,
+    LoadProgress,
+    LoadState,
+    PartitionInfo,
+    ReplicaInfo,
+    ShardReplica,
+)
 from schemas.segment import CollectionStats, SegmentInfo, SegmentState
 from state.meta.meta_table import MetaView
 from state.meta.shard_owners import ShardOwner
@@ -45,6 +54,41 @@ def served_vchannels(
         if doc is not None and doc.get("load_version") == load.loaded_ts:
             served[vchannel] = doc
     return served
+
+
+def replicas(
+    desc: CollectionDescription,
+    owners: Mapping[str, ShardOwner],
+    reports: Mapping[int, dict[str, Any]],
+) -> list[ReplicaInfo]:
+    """GetReplicas of a loaded collection (CollectionNotLoaded otherwise): Osprey serves each load
+    with one replica, the query nodes that own the collection's pchannels; a shard's leader is
+    the owner of its pchannel once its delegator serves the current load (``served_vchannels``)."""
+    info, load = desc.info, desc.load
+    if load is None:
+        raise CollectionNotLoaded(f"collection not loaded[collection={info.collection_name}]")
+    served = served_vchannels(info, load, owners, reports)
+    shards = []
+    for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
+        owner = owners.get(pchannel)
+        if owner is None or vchannel not in served:
+            continue
+        shards.append(
+            ShardReplica(
+                vchannel=vchannel, leader_id=owner.node_id, leader_address=owner.address, node_ids=[owner.node_id]
+            )
+        )
+    partition_ids = [p.partition_id for p in desc.partitions if load.covers(p.partition_id)]
+    nodes = sorted({s.leader_id for s in shards})
+    return [
+        ReplicaInfo(
+            replica_id=load.loaded_ts,
+            collection_id=info.collection_id,
+            partition_ids=partition_ids,
+            shards=shards,
+            node_ids=nodes,
+        )
+    ]
 
 
 def refresh_progress(

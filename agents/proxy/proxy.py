@@ -29,7 +29,7 @@ from agents.proxy.health import HEALTH_PROBE_TIMEOUT_S, REQUIRED_ROLES, HealthPr
 from agents.proxy.index import describe_index
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
-from agents.proxy.load import collection_stats, loaded_collections, loaded_partitions, loading_progress
+from agents.proxy.load import collection_stats, loaded_collections, loaded_partitions, loading_progress, replicas
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
@@ -54,6 +54,7 @@ from schemas.meta import (
     LoadProgress,
     LoadState,
     PartitionInfo,
+    ReplicaInfo,
     check_database,
 )
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
@@ -292,6 +293,14 @@ class Proxy(Service):
         reports = await self.status_board.read(QUERYNODE_ROLE)
         segments = await self.segment_meta.segments(desc.info.collection_id)
         return loading_progress(desc.info, desc.load, owners, reports, partitions, segments)
+
+    async def replicas(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
+        """GetReplicas: the replicas serving the collection (by name or alias, or by id when the
+        name is empty), each shard with its leader (``agents/proxy/load.py``, ``replicas``)."""
+        desc = await (self.cache.get(collection_name) if collection_name else self.cache.get_by_id(collection_id))
+        owners = await self.shard_owners.owners()
+        reports = await self.status_board.read(QUERYNODE_ROLE)
+        return replicas(desc, owners, reports)
 
     async def loaded_collections(self, collection_names: Sequence[str] = ()) -> list[LoadProgress]:
         """ShowCollections InMemory: the progress of every loaded collection, or of these (each must

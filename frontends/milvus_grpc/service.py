@@ -397,6 +397,38 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             return milvus_pb2.GetLoadStateResponse(**_ok(state=common_pb2.LoadStateNotExist))
         return milvus_pb2.GetLoadStateResponse(**_ok(state=LOAD_STATE_NUMBER[progress.state]))
 
+    @rpc
+    async def GetReplicas(self, request: milvus_pb2.GetReplicasRequest, context: Any) -> Message:
+        """The replicas of a loaded collection (by name, or by collectionID as pymilvus's
+        describe_replica sends it); each shard's serving nodes only with ``with_shard_nodes``."""
+        convert.check_database(request.db_name)
+        name, cid = request.collection_name, request.collectionID
+        try:
+            found = await self.client.describe_replica(name, collection_id=cid)
+        except CollectionNotFound:
+            asked = f"collection={name}" if name else f"collectionID={cid}"
+            raise CollectionNotFound(f"can't find collection[database=default][{asked}]") from None
+        replicas = [
+            milvus_pb2.ReplicaInfo(
+                replicaID=r.replica_id,
+                collectionID=r.collection_id,
+                partition_ids=r.partition_ids,
+                node_ids=r.node_ids,
+                resource_group_name=r.resource_group,
+                shard_replicas=[
+                    milvus_pb2.ShardReplica(
+                        leaderID=s.leader_id,
+                        leader_addr=s.leader_address,
+                        dm_channel_name=s.vchannel,
+                        node_ids=s.node_ids if request.with_shard_nodes else [],
+                    )
+                    for s in r.shards
+                ],
+            )
+            for r in found
+        ]
+        return milvus_pb2.GetReplicasResponse(**_ok(replicas=replicas))
+
     # ------------------------------------------------------------------ aliases
 
     @rpc

@@ -80,6 +80,10 @@ def test_ddl_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None
     lags = [p["lag_ms"] for p in status["pchannels"].values()]
     assert set(body["info"]["pchannels"]) <= set(status["pchannels"]), status["pchannels"]  # pchannels in use tick
     assert all(lag >= 0 for lag in lags)
+    # created loaded: one replica, named by its load version (its shards once their delegator serves)
+    [replica] = status["replicas"][coll]
+    assert replica["collection_id"] == created_id(body) and replica["resource_group"] == "__default_resource_group"
+    assert set(status["leases"]) == {"proxy", "querynode", "datanode", "indexnode"}
 
 
 def test_index_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None:

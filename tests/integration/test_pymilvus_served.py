@@ -6,6 +6,7 @@ databases and CheckHealth. Fields pymilvus never sends go through its own genera
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
 from frontends.embedded.cluster import LocalCluster
 from schemas.config import OspreyConfig
+from state.meta.redis_client import connect
+from state.meta.registry import NodeRegistry
 from tests.integration.pymilvus_stack import CLIENT_TIMEOUT_S, DIM
 
 pytestmark = pytest.mark.integration
@@ -118,6 +121,43 @@ def test_in_memory_collections(milvus: MilvusClient, stub: milvus_pb2_grpc.Milvu
     assert refused.status.code == 101
     for name in (loaded, released):
         milvus.drop_collection(name)
+
+
+def test_replicas_of_a_loaded_collection(
+    stack: LocalCluster, milvus: MilvusClient, stub: milvus_pb2_grpc.MilvusServiceStub
+) -> None:
+    """describe_replica (GetReplicas by collectionID): one replica per load, every shard led by the
+    live query node that owns its pchannel; a new load is a new replica; released: code 101."""
+    name = coll_name()
+    milvus.create_collection(name, dimension=DIM, num_shards=2)
+    cid = milvus.describe_collection(name)["collection_id"]
+    [replica] = wait_for("both shards led", lambda: milvus.describe_replica(name), lambda r: len(r[0].shards) == 2)
+    querynode = stack.workers["querynode"].pid()
+    node_ids = [nid for nid, info in asyncio.run(_alive(stack.config, "querynode")).items() if info["pid"] == querynode]
+    assert list(replica.group_nodes) == node_ids and replica.resource_group == "__default_resource_group"
+    described = ok(stub.DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name)))
+    assert sorted(s.channel_name for s in replica.shards) == sorted(described.virtual_channel_names)
+    assert all(s.shard_leader == node_ids[0] and s.shard_nodes == set(node_ids) for s in replica.shards)
+    by_name = ok(stub.GetReplicas(milvus_pb2.GetReplicasRequest(collection_name=name)))
+    assert [r.replicaID for r in by_name.replicas] == [replica.id]
+    assert all(not s.node_ids for s in by_name.replicas[0].shard_replicas)  # with_shard_nodes not asked
+    milvus.release_collection(name)
+    refused = stub.GetReplicas(milvus_pb2.GetReplicasRequest(collectionID=cid, with_shard_nodes=True))
+    assert refused.status.code == 101
+    milvus.load_collection(name)
+    [again] = wait_for(
+        "the new load's shards led", lambda: milvus.describe_replica(name), lambda r: len(r[0].shards) == 2
+    )
+    assert again.id != replica.id  # a new load, a new replica (as Milvus's querycoord makes)
+    milvus.drop_collection(name)
+
+
+async def _alive(config: OspreyConfig, role: str) -> dict[int, dict[str, Any]]:
+    redis = connect(config)
+    try:
+        return await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
+    finally:
+        await redis.aclose()
 
 
 def test_partition_load_state_and_progress(milvus: MilvusClient, stub: milvus_pb2_grpc.MilvusServiceStub) -> None:
