@@ -4,6 +4,8 @@
   visible at a timestamp that a read had already answered without it (a read at that exact
   timestamp gives the same rows before and after the wake); writes are refused (retriable) until
   it has a new lease and has reported a time tick under it, and accepted again after.
+- A query node paused until the other query node owns all its pchannels: searches go on, and
+  woken, it answers "not the owner" rather than from shards it no longer owns.
 - A data node paused in the middle of a flush (its upload hangs on a paused object store), until
   the other data node has claimed its pchannels: its stale flush is refused in the meta write
   itself (``Fenced``), and after a flush of everything every acknowledged row is in the
@@ -36,7 +38,9 @@ from frontends.embedded.seaweedfs import SeaweedFS
 from frontends.embedded.stack import RedisServer, WorkerProcess, free_port, start_together
 from frontends.inprocess import InProcessClient
 from frontends.status import status
+from schemas.collection import ConsistencyLevel
 from schemas.config import OspreyConfig
+from schemas.dq import QueryRequest
 from schemas.errors import OspreyError
 from state.meta.channel_fence import ChannelFences
 from state.meta.redis_client import connect
@@ -45,6 +49,7 @@ from state.meta.segment_meta import FLUSHED_STATES, SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
+from streams.direct import DirectPool
 from tests.conftest import make_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -257,8 +262,9 @@ async def test_a_proxy_paused_past_its_lease_answers_as_written_only_what_it_can
     assert not (in_flight & (set(final) - set(seen_then))), "a failed write appeared behind the time tick"
 
     async def rejoined() -> dict[str, Any] | None:
-        doc = await status_of(config, "proxy", pid)
-        return doc if doc is not None and doc["dml_fence"]["state"] == "held" else None
+        doc = await status_of(config, "proxy", pid)  # a document from before the pause may live on
+        fence = (doc or {}).get("dml_fence", {})
+        return doc if fence.get("state") == "held" and fence.get("losses", 0) >= 1 else None
 
     doc = await eventually("the proxy's status to show it rejoined", rejoined)
     # the writes in flight across the pause failed at their acknowledgement (those sent after the
@@ -306,9 +312,10 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
             acked.extend(batch)
             await asyncio.sleep(0.01)
 
-    async def flushing() -> int | None:
+    async def flushing_since(moment: float) -> int | None:
+        """The segment the first node is flushing, per a status document written after ``moment``."""
         doc = await status_of(config, "datanode", paused_pid)
-        return None if doc is None else doc.get("flushing")
+        return None if doc is None or doc["published_at"] <= moment else doc.get("flushing")
 
     async def fenced_writes() -> int:
         doc = await status_of(config, "datanode", paused_pid)
@@ -320,8 +327,12 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
     try:
         taken = await pchannels(paused_pid)
         os.kill(weed_pid, signal.SIGSTOP)  # every upload hangs (the request timeout is a minute)
+        stopped_at = time.time()
         try:
-            segment = await eventually("a flush of the first data node to start", flushing)
+            # under way after the store stopped: it cannot have completed
+            segment = await eventually(
+                "a flush of the first data node to hang", functools.partial(flushing_since, stopped_at)
+            )
             os.kill(paused_pid, signal.SIGSTOP)
         finally:
             os.kill(weed_pid, signal.SIGCONT)  # the answer to the paused node waits in its socket
@@ -346,7 +357,83 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
     described = await client.describe_collection("paused_datanode")
     segments = [s for s in await meta.segments(described.info.collection_id) if s.state in FLUSHED_STATES]
     assert sum(s.num_rows for s in segments) == len(acked), "a row was flushed twice (or lost)"
-    shown = await status(config)  # ./osprey status: each pchannel's claim, each node's lease
-    assert len(shown["datanode_claims"]) == config.dml_partitions and all(shown["datanode_claims"].values())
+
+    async def every_claim_shown() -> dict[str, Any] | None:  # ./osprey status, once no rebalance is under way
+        shown = await status(config)
+        claims = shown["datanode_claims"]
+        return shown if len(claims) == config.dml_partitions and all(claims.values()) else None
+
+    shown = await eventually("./osprey status to show a claim per pchannel", every_claim_shown)
     assert any(lease and lease["rejoins"] >= 1 for lease in shown["leases"]["datanode"].values())
     await redis.aclose()
+
+
+@pytest.fixture(scope="module")
+def querynode_2(module_config: OspreyConfig, querynode: WorkerProcess) -> Iterator[WorkerProcess]:
+    """A second query node process: the two split the pchannels."""
+    worker = LocalCluster(module_config, embedded=False).extra_worker("querynode", "querynode-2")
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
+    module_config: OspreyConfig,
+    querynode: WorkerProcess,
+    querynode_2: WorkerProcess,
+    client: InProcessClient,
+) -> None:
+    """One of two query nodes paused until the other owns every pchannel: searches go on through
+    the other; woken, the paused node answers a request it got meanwhile "not the owner" (moved),
+    never from the shards it no longer owns, and registers a new lease."""
+    config = module_config
+    await client.create_collection("paused_querynode", SCHEMA, shards_num=4, consistency_level="Strong")
+    ids = list(range(1, 401))
+    await client.insert("paused_querynode", {"id": ids, "vec": vectors(ids)})
+    paused_pid, other_pid = querynode.pid(), querynode_2.pid()
+    assert paused_pid is not None and other_pid is not None
+
+    async def owned(pid: int) -> set[str]:
+        doc = await status_of(config, "querynode", pid)
+        return {p for p, s in (doc or {}).get("pchannels", {}).items() if not s.get("recovering")}
+
+    async def split() -> dict[str, Any] | None:
+        a, b = await owned(paused_pid), await owned(other_pid)
+        ok = len(a) == len(b) == config.dml_partitions // 2
+        return await status_of(config, "querynode", paused_pid) if ok else None
+
+    paused_doc = await eventually("the query nodes to split the pchannels", split)
+    assert await client.count("paused_querynode") == len(ids)
+    pool = DirectPool()
+    os.kill(paused_pid, signal.SIGSTOP)
+    try:
+
+        async def other_owns_all() -> bool:
+            return len(await owned(other_pid)) == config.dml_partitions
+
+        await eventually("the other query node to own every pchannel", other_owns_all)
+        assert await client.count("paused_querynode") == len(ids)  # served by the other node
+        direct = await pool.get(paused_doc["address"])
+        described = await client.describe_collection("paused_querynode")
+        request = QueryRequest(
+            request_id=1,
+            collection_id=described.info.collection_id,
+            count=True,
+            consistency_level=ConsistencyLevel.Eventually,
+        )
+        asked = asyncio.create_task(direct.call(request, WAIT_S))  # waits in the paused node's socket
+        await asyncio.sleep(0)  # one step of the call: it writes its frame before its first await
+    finally:
+        os.kill(paused_pid, signal.SIGCONT)
+    try:
+        batch = await asked
+    finally:
+        await pool.close()
+    assert batch.results and all(r.moved and not r.ok for r in batch.results), batch.results
+    assert await client.count("paused_querynode") == len(ids)
+
+    async def rejoined() -> bool:
+        doc = await status_of(config, "querynode", paused_pid)
+        return doc is not None and (doc.get("lease") or {}).get("rejoins", 0) >= 1
+
+    await eventually("the woken query node to register a new lease", rejoined)
