@@ -13,6 +13,18 @@ the last tick before the checkpoint's offset).
 
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def dropped_as_late(role: str, kind: str, pchannel: str, offset: int, event_ts: int, last_tick: int) -> bool:
+    """:func:`is_late`, logging the event it drops (``role`` names the consumer)."""
+    if not is_late(event_ts, last_tick):
+        return False
+    log.warning("%s: late %s at %s@%d (ts %d < tick %d) dropped", role, kind, pchannel, offset, event_ts, last_tick)
+    return True
+
 
 def is_late(event_ts: int, last_tick: int) -> bool:
     """True when an insert or delete stamped ``event_ts`` comes after the tick ``last_tick``

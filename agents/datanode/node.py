@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 from agents.datanode.buffer import SegmentBuffer
 from agents.dml_cursor import DmlCursor, Verdict
-from agents.late_events import is_late
+from agents.late_events import dropped_as_late
 from schemas.codec import decode
 from schemas.dml import DML_EVENT, DeleteEvent, InsertEvent, TimeTickEvent
 from schemas.errors import Fenced
@@ -290,16 +290,8 @@ class DataNode:
             except Fenced as err:
                 self.lose(state, err)
             return None
-        if is_late(event.ts, state.tick_ts):
+        if dropped_as_late("datanode", event.kind, state.pchannel, offset, event.ts, state.tick_ts):
             self.late_events += 1  # published after its proxy's lease expired (agents/late_events.py)
-            log.warning(
-                "datanode: late %s at %s@%d (ts %d < tick %d) dropped",
-                event.kind,
-                state.pchannel,
-                offset,
-                event.ts,
-                state.tick_ts,
-            )
             return None
         if isinstance(event, DeleteEvent):
             await self._buffer_delete(state, event, offset)

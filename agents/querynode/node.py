@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from agents.dml_cursor import DmlCursor, Verdict
-from agents.late_events import is_late
+from agents.late_events import dropped_as_late
 from agents.querynode.delegator import SEGMENT_SEALED, ShardDelegator
 from agents.querynode.loader import Loader
 from agents.querynode.worker import MaskOf, Worker
@@ -582,16 +582,8 @@ class QueryNode:
             for each in state.delegators.values():
                 each.update_tsafe(event.ts, offset)
             return None
-        if is_late(event.ts, state.cursor_tsafe):
+        if dropped_as_late("querynode", event.kind, state.pchannel, offset, event.ts, state.cursor_tsafe):
             self.late_events += 1  # published after its proxy's lease expired (agents/late_events.py)
-            log.warning(
-                "querynode: late %s at %s@%d (ts %d < tick %d) dropped",
-                event.kind,
-                state.pchannel,
-                offset,
-                event.ts,
-                state.cursor_tsafe,
-            )
             return None
         delegator = await self._delegator(state, event.collection_id, event.vchannel)
         if delegator is None:
