@@ -24,6 +24,7 @@ from typing import Any
 
 import faust
 from faust.types import TP
+from redis.exceptions import RedisError
 
 from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.interpreter import HugePagesGauge
@@ -55,6 +56,8 @@ from streams.topics import Topics, ensure_topics
 log = logging.getLogger(__name__)
 
 ROLE = "querynode"
+DROP_TAKEN_PAUSE_S = 0.2  # first pause when the shard owners cannot be read after a new lease
+DROP_TAKEN_PAUSE_MAX_S = 2.0
 
 
 class QueryNodeRuntime(Service):
@@ -71,6 +74,7 @@ class QueryNodeRuntime(Service):
         self.node: QueryNode | None = None
         self._assignment: set[int] | None = None
         self._lease: LeaseKeeper | None = None
+        self._owners_checked = True  # False from a lease loss until the claims were looked at again
         self.huge_pages = HugePagesGauge()  # the segments' graphs in huge pages (agents/interpreter.py)
 
     async def ready(self) -> QueryNode:
@@ -164,7 +168,12 @@ class QueryNodeRuntime(Service):
         log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
         if self._lease is None:  # registered (live, "ready") once it knows what it serves
             self._lease = LeaseKeeper(
-                self.registry, ROLE, node.node_id, {"address": self.direct.address}, on_rejoined=self._rejoined
+                self.registry,
+                ROLE,
+                node.node_id,
+                {"address": self.direct.address},
+                on_lost=self._lost,
+                on_rejoined=self._rejoined,
             )
             await self._lease.start()
             self.on_close(self._lease.stop, "node lease")
@@ -173,9 +182,15 @@ class QueryNodeRuntime(Service):
 
     async def _holds_lease(self) -> bool:
         """Whether this node may answer for its shards: its lease is certainly held, or a refresh
-        now says so. After a pause past the lease its shards may belong to another node already."""
+        now says so, and after a loss the pchannels others claimed meanwhile were dropped. After a
+        pause past the lease its shards may belong to another node already."""
         lease = self._lease
-        return lease is not None and (lease.held_for_certain() or await lease.confirm())
+        if lease is None or not self._owners_checked:
+            return False
+        return lease.held_for_certain() or await lease.confirm()
+
+    def _lost(self) -> None:
+        self._owners_checked = False  # until _drop_taken has looked: answer "not the owner"
 
     def _rejoined(self, _lease: Lease) -> None:
         """A new lease after a loss: drop the pchannels another node claimed meanwhile (the group
@@ -183,19 +198,27 @@ class QueryNodeRuntime(Service):
         self.spawn(self._drop_taken(), "querynode-drop-taken")
 
     async def _drop_taken(self) -> None:
-        node = self.node
-        if node is None:
+        pause_s = DROP_TAKEN_PAUSE_S
+        while (node := self.node) is not None:
+            try:
+                owners = await self.owners.owners()
+            except (RedisError, OSError) as err:  # Redis away: keep answering "not the owner"
+                log.warning("querynode: shard owners unreadable after a new lease (%r); retrying", err)
+                await asyncio.sleep(pause_s)
+                pause_s = min(2 * pause_s, DROP_TAKEN_PAUSE_MAX_S)
+                continue
+            taken = {p for p in node.pchannels if (o := owners.get(p)) is not None and o.node_id != node.node_id}
+            if taken:
+                keep = {pchannel_partition(p) for p in node.pchannels if p not in taken}
+                node.assign(keep)
+                self._assignment = keep
+                log.warning(
+                    "querynode %d: %s claimed by other nodes while it had no lease: dropped",
+                    node.node_id,
+                    sorted(taken),
+                )
+            self._owners_checked = True
             return
-        owners = await self.owners.owners()
-        taken = {p for p in node.pchannels if (o := owners.get(p)) is not None and o.node_id != node.node_id}
-        if not taken:
-            return
-        keep = {pchannel_partition(p) for p in node.pchannels if p not in taken}
-        node.assign(keep)
-        self._assignment = keep
-        log.warning(
-            "querynode %d: %s claimed by other nodes while this one had no lease: dropped", node.node_id, sorted(taken)
-        )
 
     async def recover_again(self, partition: int) -> int:
         node = await self.ready()
