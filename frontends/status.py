@@ -45,8 +45,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         now_ms = parse_ts(now)[0]
         board = StatusBoard(redis, ns)
         owners = await ShardOwners(redis, ns).owners()
-        querynodes = await board.read("querynode")
-        reports = {role: await board.read(role) for role in LEASED_ROLES}
+        reports = {role: await board.read(role) for role in LEASED_ROLES}  # each role's documents, read once
+        querynodes = reports["querynode"]
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
@@ -66,9 +66,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             },
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
-            "indexnodes": {
-                nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in (await board.read("indexnode")).items()
-            },
+            "indexnodes": {nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in reports["indexnode"].items()},
             # per loaded collection: its replicas, each shard's leader (GetReplicas's answer)
             "replicas": {
                 desc.info.collection_name: [r.model_dump() for r in replicas(desc, owners, querynodes)]
@@ -99,7 +97,7 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
                     # proxy that does not consume it)
                     **({"dml_requests": doc["dml_requests"]} if "dml_requests" in doc else {}),
                 }
-                for pid, doc in (await board.read("proxy")).items()
+                for pid, doc in reports["proxy"].items()
             },
             "ingest": {
                 q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}

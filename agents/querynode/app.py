@@ -177,17 +177,18 @@ class QueryNodeRuntime(Service):
             )
             await self._lease.start()
             self.on_close(self._lease.stop, "node lease")
-            node.holds_lease = self._holds_lease
+            node.owner_check = self
         return starts
 
-    async def _holds_lease(self) -> bool:
-        """Whether this node may answer for its shards: its lease is certainly held, or a refresh
-        now says so, and after a loss the pchannels others claimed meanwhile were dropped. After a
-        pause past the lease its shards may belong to another node already."""
-        lease = self._lease
-        if lease is None or not self._owners_checked:
-            return False
-        return lease.held_for_certain() or await lease.confirm()
+    def certain(self) -> bool:
+        """The node's ``OwnerCheck``: it may answer for its shards while its lease is certainly held
+        and, after a loss, once the pchannels others claimed meanwhile were dropped. After a pause
+        past the lease its shards may belong to another node already."""
+        return self._lease is not None and self._owners_checked and self._lease.held_for_certain()
+
+    async def confirm(self) -> bool:
+        """Not certain: a refresh of the lease now decides (False until the owners were checked)."""
+        return self._lease is not None and self._owners_checked and await self._lease.confirm()
 
     def _lost(self) -> None:
         self._owners_checked = False  # until _drop_taken has looked: answer "not the owner"

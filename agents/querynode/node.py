@@ -38,9 +38,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -147,6 +146,15 @@ async def guarantee_ts_of(
     return guarantee_ts(level, now, graceful_time_ms, session_ts)
 
 
+class OwnerCheck(Protocol):
+    """Whether the node may answer for its shards (the runtime's lease, ``app.py``): ``certain``
+    costs nothing and is true while the lease is certainly held; ``confirm`` asks Redis."""
+
+    def certain(self) -> bool: ...
+
+    async def confirm(self) -> bool: ...
+
+
 class QueryNode:
     """State and request handling of one query node process (see module doc). One event loop."""
 
@@ -171,7 +179,7 @@ class QueryNode:
         self.indexes_attached = 0
         self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
         # whether this node may answer for its shards now (its lease held); None: always (tests)
-        self.holds_lease: Callable[[], Awaitable[bool]] | None = None
+        self.owner_check: OwnerCheck | None = None
         self.unowned_answers = 0  # requests answered "not the owner" because the lease was not held
         self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
@@ -658,7 +666,8 @@ class QueryNode:
         jobs = []
         results: list[SearchResult | QueryResult] = []
         # paused past its lease: the group may have given its shards to another node already
-        owner = self.holds_lease is None or await self.holds_lease()
+        check = self.owner_check
+        owner = check is None or check.certain() or await check.confirm()  # no await while certain
         if not owner:
             self.unowned_answers += 1
         for vchannel in wanted:

@@ -24,7 +24,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
 from streams.direct import DirectPool
 from tests.conftest import make_config
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,7 +60,6 @@ DIM = 8
 BATCH = 20  # rows per insert request
 WRITERS = 3  # concurrent writers through the paused proxy
 WAIT_S = 90.0
-POLL_S = 0.1
 SCHEMA = {
     "fields": [
         {"name": "id", "dtype": "INT64", "is_primary": True},
@@ -120,17 +120,6 @@ def datanodes(module_config: OspreyConfig, rootcoord: WorkerProcess) -> Iterator
 # ---------------------------------------------------------------------------------------- helpers
 
 
-async def eventually(what: str, check: Callable[[], Awaitable[Any]], timeout_s: float = WAIT_S) -> Any:
-    """``check()``'s first truthy value, polled; an assertion naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
-        await asyncio.sleep(POLL_S)
-
-
 def vectors(ids: list[int]) -> np.ndarray:
     return np.array([[float(i % 97)] * DIM for i in ids], np.float32)
 
@@ -187,7 +176,6 @@ async def write_until(rest: Client, collection: str, ids: Iterator[int], writes:
             result = await rest.insert(collection, {"id": batch, "vec": vectors(batch).tolist()})
         except OspreyError as err:
             writes.failed.append((batch, sent, f"{type(err).__name__}: {err.reason}"))
-            await asyncio.sleep(0.05)
             continue
         writes.acked.append((batch, result.timestamp))
         writes.acked_at.append(time.monotonic())
@@ -310,7 +298,6 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
             batch = [next(ids) for _ in range(BATCH)]
             await client.insert("paused_datanode", {"id": batch, "vec": vectors(batch)})
             acked.extend(batch)
-            await asyncio.sleep(0.01)
 
     async def flushing_since(moment: float) -> int | None:
         """The segment the first node is flushing, per a status document written after ``moment``."""

@@ -32,6 +32,7 @@ from state.meta.redis_client import connect
 from state.meta.status_board import StatusBoard
 from state.objectstore import ObjectStore
 from tests.conftest import make_config, object_store_of
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -186,16 +187,6 @@ async def tasks_of(config: OspreyConfig, collection_id: int) -> list[IndexTask]:
         await redis.aclose()
 
 
-async def wait_for(what: str, check: Any, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
-
-
 async def querynode_segments(config: OspreyConfig) -> dict[str, dict[str, Any]]:
     """segment id -> its entry in the newest query node status."""
     redis = connect(config)
@@ -341,7 +332,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
     async def reported() -> bool:  # status documents are published every second
         return sum(d["built"] for d in (await indexnode_docs(ix_config)).values()) >= 6
 
-    await wait_for("the index nodes to report their builds", reported)
+    await eventually("the index nodes to report their builds", reported)
     for task in tasks:
         assert objects.exists(f"{task.index_dir}/hnsw.bin")
         assert task.index_id == index.index_id and task.version == 1
@@ -350,7 +341,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
         segs = await querynode_segments(ix_config)
         return sum(1 for s in segs.values() if s.get("built_indexes")) >= 6
 
-    await wait_for("the query node to attach every index", attached)
+    await eventually("the query node to attach every index", attached)
     shown = (await status(ix_config))["indexes"][coll]["embedding"]  # ./osprey status
     assert (shown["state"], shown["indexed_rows"], shown["tasks"]) == ("Finished", 6 * SEGMENT_ROWS, {"Finished": 6})
     for _ in range(50):
@@ -402,7 +393,7 @@ async def test_index_node_killed_mid_build_is_replaced(
         tasks = await tasks_of(ix_config, cid)
         return next((t for t in tasks if t.state is IndexState.IN_PROGRESS), None)
 
-    task = await wait_for("the build to start", building)
+    task = await eventually("the build to start", building)
     assert task.version == 1
     await asyncio.sleep(0.2)
     await asyncio.to_thread(first.kill)
@@ -414,7 +405,7 @@ async def test_index_node_killed_mid_build_is_replaced(
         done = next((t for t in tasks if t.build_id == task.build_id and t.state is IndexState.FINISHED), None)
         return done if done is not None and done.recycled else None
 
-    done = await wait_for("the task to be rebuilt elsewhere", rebuilt)
+    done = await eventually("the task to be rebuilt elsewhere", rebuilt)
     assert done.version == 2 and done.node_id != task.node_id
     build_dir = f"{INDEX_DIR}/{task.build_id}"
     assert objects.children(build_dir) == {"2"}, "the stale version's files were not removed"
@@ -441,7 +432,7 @@ async def test_index_node_killed_mid_build_is_replaced(
             async def late_builds() -> bool:  # its scan of the store finds the task in progress on it
                 return late.building == (task.build_id, 3)
 
-            await wait_for("the late node to build version 3", late_builds)
+            await eventually("the late node to build version 3", late_builds)
             latest = await store.get(task.build_id)
             assert latest is not None
             taken = await store.cas(latest, node_id=999_999, version=4)
@@ -450,7 +441,7 @@ async def test_index_node_killed_mid_build_is_replaced(
             async def found_stale() -> bool:
                 return late.stale >= 1
 
-            await wait_for("the late result to be found stale", found_stale)
+            await eventually("the late result to be found stale", found_stale)
             after = await store.get(task.build_id)
             assert after is not None and after.version >= 4  # version 3 was never recorded
             assert not list(objects.list(f"{build_dir}/3")), "the late result's files were kept"
@@ -496,7 +487,7 @@ async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
         ours = [segs.get(str(t.segment_id)) for t in tasks]
         return all(s is not None and s.get("built_indexes") for s in ours)
 
-    await wait_for("the restarted query node to serve the segments with their indexes", loaded_with_index)
+    await eventually("the restarted query node to serve the segments with their indexes", loaded_with_index)
 
     await client.release_collection(coll)
     await client.drop_index(coll)
@@ -505,7 +496,7 @@ async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
         left = await tasks_of(ix_config, cid)
         return not left and not any(list(objects.list(f"{INDEX_DIR}/{t.build_id}")) for t in tasks)
 
-    await wait_for("the dropped index's tasks and files to be removed", recycled)
+    await eventually("the dropped index's tasks and files to be removed", recycled)
 
 
 async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
@@ -537,7 +528,7 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
     async def logged() -> bool:  # the compactor reads deletes from the delete logs
         return sum(d.get("delta_logs", 0) for d in (await status_docs(ix_config, "datanode")).values()) > before_logs
 
-    await wait_for("the deletes in a delete log", logged)
+    await eventually("the deletes in a delete log", logged)
     rootcoord = cluster.workers["rootcoord"]
     rootcoord.kill()  # the coordinator dies too; the compaction below needs no rootcoord
     state = await client.compact(coll)
@@ -550,7 +541,7 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
         done = fresh and all(t.state is IndexState.FINISHED for t in fresh)
         return tasks if done and not any(t.segment_id in before for t in tasks) else None
 
-    tasks = await wait_for("the compaction result indexed and the replaced builds recycled", rebuilt)
+    tasks = await eventually("the compaction result indexed and the replaced builds recycled", rebuilt)
     assert not any(list(objects.list(f"{INDEX_DIR}/{t.build_id}")) for t in before.values())
     assert all(objects.exists(f"{t.index_dir}/hnsw.bin") for t in tasks)
     described = await client.describe_index(coll)
@@ -560,7 +551,7 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
         segs = await querynode_segments(ix_config)
         return all(segs.get(str(t.segment_id), {}).get("built_indexes") for t in tasks)
 
-    await wait_for("the compacted segment searched through its index", attached)
+    await eventually("the compacted segment searched through its index", attached)
     rng = np.random.default_rng(11)
     for _ in range(20):
         query = rng.standard_normal(DIM).astype(np.float32)
