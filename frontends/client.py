@@ -595,20 +595,30 @@ class Client:
 
     # -- load and release
     async def load_collection(
-        self, collection_name: str, timeout: float = LOAD_WAIT_S, wait: bool = True
+        self, collection_name: str, timeout: float = LOAD_WAIT_S, wait: bool = True, replica_number: int = 1
     ) -> LoadProgress:
-        """Serve every partition of the collection; with ``wait``, poll until it is Loaded
-        (RequestTimeout after ``timeout`` seconds)."""
-        await self._call("collections/load", {"collectionName": collection_name}, lambda a: None)
+        """Serve every partition of the collection with ``replica_number`` replicas; with ``wait``,
+        poll until it is Loaded (RequestTimeout after ``timeout`` seconds)."""
+        body = {"collectionName": collection_name, "replicaNumber": replica_number}
+        await self._call("collections/load", body, lambda a: None)
         return await self._load_progress(collection_name, timeout, wait)
 
     async def release_collection(self, collection_name: str) -> None:
         await self._call("collections/release", {"collectionName": collection_name}, lambda a: None)
 
     async def load_partitions(
-        self, collection_name: str, partition_names: Sequence[str], timeout: float = LOAD_WAIT_S, wait: bool = True
+        self,
+        collection_name: str,
+        partition_names: Sequence[str],
+        timeout: float = LOAD_WAIT_S,
+        wait: bool = True,
+        replica_number: int = 1,
     ) -> LoadProgress:
-        body = {"collectionName": collection_name, "partitionNames": list(partition_names)}
+        body = {
+            "collectionName": collection_name,
+            "partitionNames": list(partition_names),
+            "replicaNumber": replica_number,
+        }
         await self._call("partitions/load", body, lambda a: None)
         return await self._load_progress(collection_name, timeout, wait)
 

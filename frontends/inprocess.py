@@ -186,12 +186,14 @@ class InProcessClient:
 
     # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
     async def load_collection(
-        self, collection_name: str, timeout: float | None = None, wait: bool = True
+        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
     ) -> LoadProgress:
-        """Serve every partition of the collection; with ``wait``, return once the query nodes
-        serve it (at most ``timeout`` seconds, default ``load_timeout_s``), else at once with the
-        progress. Collections are created loaded (``create_collection(load=True)``)."""
-        await self.proxy.load(ddl.LoadCollection, collection_name)
+        """Serve every partition of the collection with ``replica_number`` replicas (each on other
+        query nodes: ResourceGroupNodeNotEnough when fewer are live; a loaded collection keeps its
+        number until released); with ``wait``, return once the query nodes serve it (at most
+        ``timeout`` seconds, default ``load_timeout_s``), else at once with the progress.
+        Collections are created loaded (``create_collection(load=True)``)."""
+        await self.proxy.load(ddl.LoadCollection, collection_name, replica_number=replica_number)
         return await self._progress(collection_name, timeout, wait)
 
     async def release_collection(self, collection_name: str) -> None:
@@ -199,10 +201,17 @@ class InProcessClient:
         await self.proxy.load(ddl.ReleaseCollection, collection_name)
 
     async def load_partitions(
-        self, collection_name: str, partition_names: Sequence[str], timeout: float | None = None, wait: bool = True
+        self,
+        collection_name: str,
+        partition_names: Sequence[str],
+        timeout: float | None = None,
+        wait: bool = True,
+        replica_number: int = 1,
     ) -> LoadProgress:
         """Serve these partitions too (as :meth:`load_collection`)."""
-        await self.proxy.load(ddl.LoadPartitions, collection_name, partition_names=list(partition_names))
+        await self.proxy.load(
+            ddl.LoadPartitions, collection_name, partition_names=list(partition_names), replica_number=replica_number
+        )
         return await self._progress(collection_name, timeout, wait)
 
     async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:

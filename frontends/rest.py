@@ -1116,11 +1116,23 @@ ENDPOINTS: dict[str, Endpoint] = {
     "partitions/get_stats": Endpoint("get_partition_stats", (COLLECTION, PARTITION), _stats),
     # load and release answer at once, as Milvus's do: poll collections/get_load_state
     "collections/load": Endpoint(
-        "load_collection", parse=lambda b: Parsed({"collection_name": b.string("collectionName"), "wait": False})
+        "load_collection",
+        parse=lambda b: Parsed(
+            {
+                "collection_name": b.string("collectionName"),
+                "replica_number": b.integer("replicaNumber", 1, minimum=1),
+                "wait": False,
+            }
+        ),
     ),
     "collections/release": Endpoint("release_collection", (COLLECTION,)),
     "collections/get_load_state": Endpoint("get_load_state", render=_load_state, parse=_parse_load_state),
-    "partitions/load": Endpoint("load_partitions", parse=lambda b: _partition_names(b, {"wait": False})),
+    "partitions/load": Endpoint(
+        "load_partitions",
+        parse=lambda b: _partition_names(
+            b, {"replica_number": b.integer("replicaNumber", 1, minimum=1), "wait": False}
+        ),
+    ),
     "partitions/release": Endpoint("release_partitions", parse=_partition_names),
     "partitions/create": Endpoint("create_partition", (COLLECTION, PARTITION), beside=_partition_id),
     "partitions/drop": Endpoint("drop_partition", (COLLECTION, PARTITION), beside=_partition_id),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agents.proxy.index import describe_index
@@ -13,11 +14,12 @@ from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_table import META_PREFIX, MetaView
+from state.meta.query_distribution import QueryDistributionStore
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
-from state.meta.shard_owners import ShardOwners
+from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle, parse_ts
@@ -44,7 +46,8 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         ticks = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw_ticks.items()}
         now_ms = parse_ts(now)[0]
         board = StatusBoard(redis, ns)
-        owners = await ShardOwners(redis, ns).owners()
+        owner_groups = await ShardOwners(redis, ns).groups()
+        distribution = await QueryDistributionStore(redis, ns).get()
         reports = {role: await board.read(role) for role in LEASED_ROLES}  # each role's documents, read once
         querynodes = reports["querynode"]
         return {
@@ -69,10 +72,12 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             "indexnodes": {nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in reports["indexnode"].items()},
             # per loaded collection: its replicas, each shard's leader (GetReplicas's answer)
             "replicas": {
-                desc.info.collection_name: [r.model_dump() for r in replicas(desc, owners, querynodes)]
+                desc.info.collection_name: [r.model_dump() for r in replicas(desc, owner_groups, querynodes)]
                 for cid in view.loads
                 if (desc := view.describe(cid)) is not None
             },
+            # the query coordinator's replica groups and each group's pchannel leaders (target)
+            "distribution": distribution.model_dump(),
             "loads": {
                 c.collection_name: None
                 if view.loads.get(c.collection_id) is None
@@ -83,9 +88,9 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             # after a loss (docs/architecture.md, leases and fencing), and the data nodes' claims
             "leases": {role: {nid: doc.get("lease") for nid, doc in docs.items()} for role, docs in reports.items()},
             "datanode_claims": await _claims(redis, ns, reports.get("datanode", {})),
-            "pchannel_owners": {
-                p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))
-            },
+            # replica group 0's claims (every loaded collection), then every group's
+            "pchannel_owners": _owner_ids(owner_groups.get(0, {})),
+            "pchannel_owners_by_group": {g: _owner_ids(owners) for g, owners in owner_groups.items()},
             "proxies": {
                 pid: {
                     "pchan_stats": doc.get("pchan_stats", {}),
@@ -242,3 +247,8 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
                     },
                 }
     return dict(sorted(out.items()))
+
+
+def _owner_ids(owners: Mapping[str, ShardOwner]) -> dict[str, int]:
+    """pchannel -> the node id that claimed it, in pchannel order."""
+    return {p: o.node_id for p, o in sorted(owners.items(), key=lambda kv: pchannel_partition(kv[0]))}

@@ -201,6 +201,12 @@ class OspreyConfig(BaseModel):
     index_scan_interval_s: float = Field(
         1.0, gt=0, description="how often the index coordinator looks for segments to index and tasks to assign"
     )
+    querycoord_interval_s: float = Field(
+        0.5,
+        gt=0,
+        description="how often the query coordinator looks at the live query nodes and the loads (a DDL "
+        "makes it look at once)",
+    )
     index_file_grace_s: float = Field(
         60.0,
         ge=0,
@@ -259,6 +265,12 @@ class OspreyConfig(BaseModel):
         ge=0,
         description="s3:// only: bytes the node cache keeps at most; least recently used files no loaded segment "
         "needs go first",
+    )
+    replica_failover_s: float = Field(
+        5.0,
+        gt=0,
+        description="a query node that does not answer a search within this long is given up for another "
+        "replica's (when the collection has one)",
     )
     shard_owners_ttl_s: float = Field(
         1.0, gt=0, description="how long a proxy trusts its copy of the pchannel -> query node map"

@@ -103,10 +103,12 @@ class ShowPartitions(_ReadEvent):
 
 # -- load and release (Milvus's LoadCollection & co., kept in the meta: LoadInfo)
 class LoadCollection(DdlEvent):
-    """Serve every partition of the collection (those created later too)."""
+    """Serve every partition of the collection (those created later too) with ``replica_number``
+    replicas (a loaded collection keeps its number until released, as in Milvus)."""
 
     kind: Literal["LoadCollection"] = "LoadCollection"
     collection_name: str
+    replica_number: int = Field(1, ge=1)
 
 
 class ReleaseCollection(DdlEvent):
@@ -122,6 +124,7 @@ class LoadPartitions(DdlEvent):
     kind: Literal["LoadPartitions"] = "LoadPartitions"
     collection_name: str
     partition_names: list[str] = Field(min_length=1)
+    replica_number: int = Field(1, ge=1)
 
 
 class ReleasePartitions(DdlEvent):

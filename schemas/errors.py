@@ -144,6 +144,21 @@ class PartitionNotFound(OspreyError):
     code = 200
 
 
+class ResourceGroupNodeNotEnough(OspreyError):
+    """A load asks for more replicas than there are live query nodes (merr
+    ErrResourceGroupNodeNotEnough; Osprey has one resource group, Milvus's default)."""
+
+    code = 304
+
+    def __init__(self, current: int, expected: int) -> None:
+        super().__init__(
+            "failed to spawn replica for collection: resource group node not enough"
+            f"[rg=__default_resource_group][currentNodeNum={current}][expectedNodeNum={expected}]",
+            field="replica_number",
+            rule=f"at most the live query nodes ({current})",
+        )
+
+
 class PartitionNotLoaded(OspreyError):
     code = 201
 

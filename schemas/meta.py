@@ -51,11 +51,13 @@ class LoadInfo(_Record):
     """A collection's load state in the meta (absent: not loaded). ``partition_ids`` None: the
     whole collection, partitions created later included; else just these. ``loaded_ts`` is the
     timestamp of the write that set it: query nodes rebuild what they serve of the collection
-    whenever it changes, and report it back with their progress."""
+    whenever it changes, and report it back with their progress. ``replica_number`` replicas
+    serve it, each in its own replica group of query nodes."""
 
     collection_id: int
     partition_ids: list[int] | None = None
     loaded_ts: int
+    replica_number: int = 1  # replicas serving it: replica groups 0 .. N-1 (schemas/distribution.py)
 
     def covers(self, partition_id: int) -> bool:
         return self.partition_ids is None or partition_id in self.partition_ids

@@ -58,37 +58,42 @@ def served_vchannels(
 
 def replicas(
     desc: CollectionDescription,
-    owners: Mapping[str, ShardOwner],
+    groups: Mapping[int, Mapping[str, ShardOwner]],
     reports: Mapping[int, dict[str, Any]],
 ) -> list[ReplicaInfo]:
-    """GetReplicas of a loaded collection (CollectionNotLoaded otherwise): Osprey serves each load
-    with one replica, the query nodes that own the collection's pchannels; a shard's leader is
-    the owner of its pchannel once its delegator serves the current load (``served_vchannels``)."""
+    """GetReplicas of a loaded collection (CollectionNotLoaded otherwise): one replica per replica
+    group serving the load (groups 0 .. ``replica_number``-1, ``schemas/distribution.py``), its id
+    the load version plus the group's index (a new load makes new replicas, as Milvus's querycoord
+    does); a shard's leader is the node that claimed its pchannel in that group, once its
+    delegator serves the current load (``served_vchannels``)."""
     info, load = desc.info, desc.load
     if load is None:
         raise CollectionNotLoaded(f"collection not loaded[collection={info.collection_name}]")
-    served = served_vchannels(info, load, owners, reports)
-    shards = []
-    for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
-        owner = owners.get(pchannel)
-        if owner is None or vchannel not in served:
-            continue
-        shards.append(
-            ShardReplica(
-                vchannel=vchannel, leader_id=owner.node_id, leader_address=owner.address, node_ids=[owner.node_id]
+    partition_ids = [p.partition_id for p in desc.partitions if load.covers(p.partition_id)]
+    out = []
+    for group in range(load.replica_number):
+        owners = groups.get(group, {})
+        served = served_vchannels(info, load, owners, reports)
+        shards = []
+        for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
+            owner = owners.get(pchannel)
+            if owner is None or vchannel not in served:
+                continue
+            shards.append(
+                ShardReplica(
+                    vchannel=vchannel, leader_id=owner.node_id, leader_address=owner.address, node_ids=[owner.node_id]
+                )
+            )
+        out.append(
+            ReplicaInfo(
+                replica_id=load.loaded_ts + group,
+                collection_id=info.collection_id,
+                partition_ids=partition_ids,
+                shards=shards,
+                node_ids=sorted({s.leader_id for s in shards}),
             )
         )
-    partition_ids = [p.partition_id for p in desc.partitions if load.covers(p.partition_id)]
-    nodes = sorted({s.leader_id for s in shards})
-    return [
-        ReplicaInfo(
-            replica_id=load.loaded_ts,
-            collection_id=info.collection_id,
-            partition_ids=partition_ids,
-            shards=shards,
-            node_ids=nodes,
-        )
-    ]
+    return out
 
 
 def refresh_progress(

@@ -41,7 +41,13 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
-from schemas.errors import CollectionNotLoaded, InvalidParameter, PartitionNotFound, RequestTimeout
+from schemas.errors import (
+    CollectionNotLoaded,
+    InvalidParameter,
+    PartitionNotFound,
+    RequestTimeout,
+    ResourceGroupNodeNotEnough,
+)
 from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
@@ -274,7 +280,15 @@ class Proxy(Service):
 
     async def load(self, kind: type[ddl.DdlEvent], collection_name: str, **fields: Any) -> LoadInfo | None:
         """LoadCollection, ReleaseCollection, LoadPartitions or ReleasePartitions: the load state
-        the meta holds after it (query nodes follow it: :meth:`loading_progress`)."""
+        the meta holds after it (query nodes follow it: :meth:`loading_progress`). A load's
+        ``replica_number`` must be an integer >= 1 and at most the live query nodes
+        (ResourceGroupNodeNotEnough: each replica is served by other nodes)."""
+        if "replica_number" in fields:
+            number = fields["replica_number"]
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise InvalidParameter("replica_number", "must be an integer >= 1", number)
+            if number > 1 and (live := len(await self.registry.alive(QUERYNODE_ROLE))) < number:
+                raise ResourceGroupNodeNotEnough(live, number)
         reply = await self.submit(kind, collection_name=collection_name, **fields)
         assert isinstance(reply, ddl.LoadReply)
         return reply.load
@@ -298,9 +312,9 @@ class Proxy(Service):
         """GetReplicas: the replicas serving the collection (by name or alias, or by id when the
         name is empty), each shard with its leader (``agents/proxy/load.py``, ``replicas``)."""
         desc = await (self.cache.get(collection_name) if collection_name else self.cache.get_by_id(collection_id))
-        owners = await self.shard_owners.owners()
+        groups = await self.shard_owners.groups()
         reports = await self.status_board.read(QUERYNODE_ROLE)
-        return replicas(desc, owners, reports)
+        return replicas(desc, groups, reports)
 
     async def loaded_collections(self, collection_names: Sequence[str] = ()) -> list[LoadProgress]:
         """ShowCollections InMemory: the progress of every loaded collection, or of these (each must

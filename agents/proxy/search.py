@@ -126,54 +126,97 @@ class DqRouter:
         self.shard_owners = shard_owners
         self.direct = direct
         self.proxy_id = proxy_id
-        self._owners: dict[str, ShardOwner] = {}
+        self._owners: dict[int, dict[str, ShardOwner]] = {}  # replica group -> pchannel -> owner
         self._owners_at = float("-inf")
         self._collectors: dict[int, _Collector] = {}
+        self._outstanding: dict[str, int] = {}  # query node address -> requests sent, not answered
+        self._turn = 0  # breaks ties between equally busy replicas in turn
+        self.failovers = 0
 
     @property
     def origin(self) -> str:
         return f"proxy-{self.proxy_id}"
 
-    async def run(self, request: SearchRequest | QueryRequest, info: CollectionInfo) -> list[Result]:
+    async def run(self, request: SearchRequest | QueryRequest, info: CollectionInfo, replicas: int = 1) -> list[Result]:
+        """One result per vchannel of ``info``; ``replicas``: the replica groups that serve the
+        collection (0 .. replicas-1, ``schemas/distribution.py``)."""
         deadline = time.monotonic() + request.timeout_ms / 1000 + ROUTER_SLACK_S
         if self.config.dq_path == "topic":
             results = await self._via_topic(request, info, deadline)
         else:
-            results = await self._direct(request, info, deadline)
+            results = await self._direct(request, info, deadline, max(1, replicas))
         return [results[v] for v in info.vchannels]
 
     # -- direct path
 
-    async def _owner_map(self, refresh: bool) -> dict[str, ShardOwner]:
+    async def _owner_map(self, refresh: bool) -> dict[int, dict[str, ShardOwner]]:
         if refresh or time.monotonic() - self._owners_at > self.config.shard_owners_ttl_s:
-            self._owners = await self.shard_owners.owners()
+            self._owners = await self.shard_owners.groups()
             self._owners_at = time.monotonic()
         return self._owners
 
+    def _pick(
+        self, owners: dict[int, dict[str, ShardOwner]], pchannel: str, replicas: int, tried: set[str]
+    ) -> ShardOwner | None:
+        """The leader of ``pchannel`` in the replica with the fewest outstanding requests, among
+        the first ``replicas`` groups and those not ``tried`` by this request yet (ties in turn)."""
+        candidates = [
+            owner
+            for group in range(replicas)
+            if (owner := owners.get(group, {}).get(pchannel)) is not None and owner.address not in tried
+        ]
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        self._turn += 1
+        n = len(candidates)
+        return min(
+            enumerate(candidates),
+            key=lambda ic: (self._outstanding.get(ic[1].address, 0), (ic[0] - self._turn) % n),
+        )[1]
+
     async def _direct(
-        self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float
+        self, request: SearchRequest | QueryRequest, info: CollectionInfo, deadline: float, replicas: int
     ) -> dict[str, Result]:
+        """Each vchannel asked of one replica's leader; a leader that fails, does not answer within
+        ``replica_failover_s`` while another replica could, or answers ``moved`` is not asked for
+        that vchannel again by this request while another replica's leader is left (failover)."""
         pending = list(info.vchannels)
         results: dict[str, Result] = {}
+        tried: dict[str, set[str]] = {v: set() for v in info.vchannels}  # vchannel -> addresses that failed it
         refresh = False
         last_error = ""
         while pending:
             owners = await self._owner_map(refresh)
-            groups: dict[str, list[str]] = {}
+            by_address: dict[str, list[str]] = {}
+            alternatives = False
             for vchannel in pending:
-                owner = owners.get(info.pchannels[info.vchannels.index(vchannel)])
+                pchannel = info.pchannels[info.vchannels.index(vchannel)]
+                owner = self._pick(owners, pchannel, replicas, tried[vchannel])
+                if owner is None and tried[vchannel]:  # every replica tried: all of them again
+                    tried[vchannel].clear()
+                    owner = self._pick(owners, pchannel, replicas, tried[vchannel])
                 if owner is not None:
-                    groups.setdefault(owner.address, []).append(vchannel)
+                    by_address.setdefault(owner.address, []).append(vchannel)
+                    alternatives = alternatives or self._pick(owners, pchannel, replicas, {owner.address}) is not None
+            attempt_deadline = (
+                min(deadline, time.monotonic() + self.config.replica_failover_s) if alternatives else deadline
+            )
+            addresses = list(by_address)
             calls = [
-                self._call(address, _addressed(request, vchannels, info), deadline)
-                for address, vchannels in groups.items()
+                self._call(address, _addressed(request, by_address[address], info), attempt_deadline)
+                for address in addresses
             ]
             outcomes = (
                 await asyncio.gather(*calls, return_exceptions=True) if len(calls) != 1 else [await _caught(calls[0])]
             )
-            for outcome in outcomes:
+            for address, outcome in zip(addresses, outcomes, strict=True):
                 if isinstance(outcome, OspreyError):
                     last_error = outcome.reason
+                    for vchannel in by_address[address]:
+                        tried[vchannel].add(address)
+                    self.failovers += 1
                     continue
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -182,6 +225,7 @@ class DqRouter:
                         raise from_error_status(result)
                     if result.moved:
                         last_error = result.reason  # not (or no longer) its owner: ask the new one
+                        tried[result.vchannel].add(address)
                         continue
                     results[result.vchannel] = result
             pending = [v for v in info.vchannels if v not in results]
@@ -192,13 +236,21 @@ class DqRouter:
                         f"{info.collection_name} in time; last error: {last_error or 'none serves them'}"
                     )
                 refresh = True
-                await asyncio.sleep(RETRY_PAUSE_S)
+                if all(
+                    self._pick(owners, info.pchannels[info.vchannels.index(v)], replicas, tried[v]) is None
+                    for v in pending
+                ):
+                    await asyncio.sleep(RETRY_PAUSE_S)  # no replica left to fail over to: wait for a new owner
         return results
 
     async def _call(self, address: str, request: SearchRequest | QueryRequest, deadline: float) -> list[Result]:
-        client = await self.direct.get(address)
-        batch = await client.call(request, max(0.001, deadline - time.monotonic()))
-        return list(batch.results)
+        self._outstanding[address] = self._outstanding.get(address, 0) + 1
+        try:
+            client = await self.direct.get(address)
+            batch = await client.call(request, max(0.001, deadline - time.monotonic()))
+            return list(batch.results)
+        finally:
+            self._outstanding[address] -= 1
 
     # -- topic path
 
@@ -214,7 +266,7 @@ class DqRouter:
         self._collectors[request.request_id] = collector
         pchannel_of = dict(zip(info.vchannels, info.pchannels, strict=False))
         try:
-            asked = await self._owner_map(refresh=True)
+            asked = (await self._owner_map(refresh=True)).get(0, {})
             await self._publish(request)
             while not collector.done.is_set():
                 left = deadline - time.monotonic()
@@ -229,7 +281,7 @@ class DqRouter:
                     async with asyncio.timeout(min(left, TOPIC_OWNER_CHECK_S)):
                         await collector.done.wait()
                 except TimeoutError:
-                    owners = await self._owner_map(refresh=True)
+                    owners = (await self._owner_map(refresh=True)).get(0, {})
                     moved = [
                         v
                         for v in sorted(collector.expected - set(collector.results))
@@ -256,7 +308,13 @@ class DqRouter:
                 collector.add(result)
 
     def health(self) -> dict[str, Any]:
-        return {"path": self.config.dq_path, "waiting": len(self._collectors), "owners": len(self._owners)}
+        return {
+            "path": self.config.dq_path,
+            "waiting": len(self._collectors),
+            "owners": sum(len(g) for g in self._owners.values()),
+            "replica_groups": len(self._owners),
+            "failovers": self.failovers,
+        }
 
 
 def _addressed(
@@ -364,7 +422,9 @@ class _ReadTask(Task[Any]):
             return prepare(request, await self.host.cache.refresh())
 
     async def execute(self) -> None:
-        self.results = await self.host.dq_router.run(self.prepared.request, self.prepared.info)
+        load = (await self.host.cache.view()).loads.get(self.prepared.info.collection_id)
+        replicas = 1 if load is None else load.replica_number
+        self.results = await self.host.dq_router.run(self.prepared.request, self.prepared.info, replicas)
         _raise_errors(self.results)
 
 

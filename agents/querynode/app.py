@@ -1,32 +1,40 @@
-"""The querynode Faust app: the ``dml`` agent (delegators and workers of the partitions the
-consumer group assigns), the ``segment-events`` reader (flushed segments to load), the direct and
-topic request servers, and the status timer.
+"""The query node process: delegators and workers of the pchannels the query distribution makes
+it lead, the ``segment-events`` and ``index-events`` readers, the meta watcher, the direct and
+topic request servers, and the status loop. Plain asyncio (``__main__.py``), no consumer group.
 
-Several querynode processes share one consumer group, so they split the dml partitions and
-rebalance when one joins or leaves. Offsets are never committed (``osprey_commit_offsets``, see
-``streams/transport.py``): a partition a process gets is recovered from the meta store (its
-flushed segments, loaded sealed) and consumed from its pchannel checkpoint (``node.py``).
+**Which pchannels.** The query coordinator (``agents/querycoord/coordinator.py``, in the rootcoord)
+places the live query nodes in replica groups and gives every pchannel a leader in each group
+(``schemas/distribution.py``). The node registers its lease at start (that is how the coordinator
+sees it) and follows the distribution every ``FOLLOW_INTERVAL_S`` (:meth:`QueryNodeRuntime.follow_once`):
 
-The agent, the assignment signal and the status timer are wired by ``agents/dml_app.py`` (as for
-the data node). The meta watcher (``meta_watch.py``) follows ``dd-reply`` and has the node serve
-what is loaded (load, release). The segment-events reader starts at the topic's end before any
-partition is recovered. A segment flushed before that is in the meta store when a recovery reads
-it (the data node records the meta before it publishes the event); one flushed after it arrives as
-an event. Either way it is loaded once (the node loads each segment id once).
+- a (group, pchannel) it is the target leader of is recovered from the meta store (flushed
+  segments loaded sealed, consumption from the pchannel checkpoint, ``node.py``), consumed up to
+  the log end seen when it was ready, and only then **claimed** in ``ShardOwners``: proxies route
+  by the claims, so the claim is the switch of a handoff;
+- a (group, pchannel) it serves but no longer targets is served until another node claimed it
+  (then dropped with its delegators), or dropped at once when its group is gone.
+
+It consumes ``dml`` with an :class:`~streams.assigned.AssignedConsumer`: the partitions it leads in
+any group, each from the offset its cursor wants (``agents/dml_cursor.py``). Offsets are never
+committed. Of the collections loaded on a pchannel it serves those with a replica in one of the
+groups it leads the pchannel in (``PChannelState.serves``).
+
+The segment-events reader starts at the topic's end before any pchannel is recovered. A segment
+flushed before that is in the meta store when a recovery reads it (the data node records the meta
+before it publishes the event); one flushed after it arrives as an event. Either way it is loaded
+once (the node loads each segment id once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from typing import Any
 
-import faust
-from faust.types import TP
 from redis.exceptions import RedisError
 
-from agents.dml_app import STATUS_INTERVAL_S, make_dml_app
 from agents.interpreter import HugePagesGauge
 from agents.lease_keeper import LeaseKeeper
 from agents.querynode.loader import SegmentLoader
@@ -37,18 +45,20 @@ from agents.querynode.worker import Worker
 from agents.segment_events import IndexEventsReader, SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
+from schemas.distribution import QueryDistribution
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_cache import MetaCache
+from state.meta.query_distribution import QueryDistributionStore
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
 from state.meta.segment_meta import SegmentMeta
-from state.meta.shard_owners import ShardOwners
+from state.meta.shard_owners import ShardOwner, ShardOwners
 from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
 from state.objectstore import open_object_store
-from state.segcore.segment_files import warm_arrow
+from streams.assigned import AssignedConsumer
 from streams.channels import pchannel_partition
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
@@ -56,14 +66,17 @@ from streams.topics import Topics, ensure_topics
 log = logging.getLogger(__name__)
 
 ROLE = "querynode"
-DROP_TAKEN_PAUSE_S = 0.2  # first pause when the shard owners cannot be read after a new lease
-DROP_TAKEN_PAUSE_MAX_S = 2.0
+STATUS_INTERVAL_S = 1.0
+FOLLOW_INTERVAL_S = 0.2  # how often the node reads the distribution and the claims
+FOLLOW_ERROR_PAUSE_MAX_S = 2.0  # Redis away: the pause between attempts grows to this
+
+GroupChannel = tuple[int, str]  # (replica group, pchannel)
 
 
 class QueryNodeRuntime(Service):
-    """The process's clients, node and servers; ``start`` is idempotent, ``stop`` undoes it. The
-    node registers in the node registry (which is what "ready" means to ``./osprey up``) after its
-    first partition assignment, so a ready querynode serves the pchannels it owns."""
+    """The process's clients, node, consumer and servers; ``start`` is idempotent, ``stop`` undoes
+    it. The node registers in the node registry at start (``./osprey up`` calls that ready) and
+    then follows the query distribution (module doc)."""
 
     service_name = "querynode"
 
@@ -72,9 +85,14 @@ class QueryNodeRuntime(Service):
         self.config = config
         self.topics = Topics.of(config)
         self.node: QueryNode | None = None
-        self._assignment: set[int] | None = None
         self._lease: LeaseKeeper | None = None
         self._owners_checked = True  # False from a lease loss until the claims were looked at again
+        self._serving: set[GroupChannel] = set()  # claimed by this node: proxies route here
+        self._catching_up: dict[GroupChannel, int] = {}  # targeted, recovered: the end offset to reach
+        self._follow = asyncio.Lock()
+        self.distribution = QueryDistribution()
+        self.follows = 0
+        self.follow_error = ""
         self.huge_pages = HugePagesGauge()  # the segments' graphs in huge pages (agents/interpreter.py)
 
     async def ready(self) -> QueryNode:
@@ -84,7 +102,7 @@ class QueryNodeRuntime(Service):
         return self.node
 
     async def on_start(self) -> None:
-        # What is alive before the node exists (modules, classes, the Faust app: ~100k objects)
+        # What is alive before the node exists (modules, classes: ~100k objects)
         # lives as long as the process: frozen, no full collection walks it again (one took 40-65
         # ms of a batched search's wall time on two busy cores). Frozen before any segment or
         # delegator exists, so nothing a release could free is kept alive by it.
@@ -140,10 +158,35 @@ class QueryNodeRuntime(Service):
         self.on_close(self.topic_server.stop, "topic server")
         self.owners = ShardOwners(self.redis, ns)
         self.status = StatusBoard(self.redis, ns)
+        self.owners = ShardOwners(self.redis, ns)
+        self.distributions = QueryDistributionStore(self.redis, ns)
+        self.status = StatusBoard(self.redis, ns)
         self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
-        self.on_close(self._release_all, "shard ownership")
-        if self._assignment is not None:  # the group assigned partitions before we were ready
-            await self._apply_assignment(node, self._assignment)
+        self.consumer = AssignedConsumer(
+            config.kafka,
+            self.topics.dml,
+            node.apply,
+            fetch_wait_ms=config.consumer_fetch_wait_ms,
+            fetch_idle_wait_ms=config.consumer_fetch_idle_ms,
+            max_partition_fetch_bytes=config.consumer_max_fetch_bytes,
+            seek_target=self._seek_target,
+        )
+        await self.consumer.start()
+        self.on_close(self.consumer.stop, "dml consumer")
+        self.on_close(self._release_all, "shard ownership")  # closed after the lease (reverse order)
+        self._lease = LeaseKeeper(
+            self.registry,
+            ROLE,
+            node.node_id,
+            {"address": self.direct.address},
+            on_lost=self._lost,
+            on_rejoined=self._rejoined,
+        )
+        await self._lease.start()
+        self.on_close(self._lease.stop, "node lease")
+        node.owner_check = self
+        self.spawn(self._follow_loop(), "querynode-follow")
+        self.spawn(self._status_loop(), "querynode-status")
 
     async def _forget_node(self) -> None:
         if self.node is not None:
@@ -151,38 +194,113 @@ class QueryNodeRuntime(Service):
         self.node = None
         self._lease = None
 
-    async def on_assigned(self, partitions: set[int]) -> dict[int, int]:
-        """The consumer group's new assignment of dml partitions; returns partition -> offset to
-        seek to for the ones newly owned (recovered from their checkpoints)."""
-        self._assignment = set(partitions)
-        node = await self.ready()
-        return await self._apply_assignment(node, self._assignment)
+    # ------------------------------------------------------------------ following the distribution
 
-    async def _apply_assignment(self, node: QueryNode, partitions: set[int]) -> dict[int, int]:
-        added, removed = node.assign(partitions)
-        starts = {}
-        for pchannel in added:
-            starts[pchannel_partition(pchannel)] = await node.recover(pchannel)
-        await self.owners.release(removed, node.node_id)
-        await self.owners.claim(sorted(node.pchannels), node.node_id, self.direct.address)
-        log.info("querynode %d: pchannels +%s -%s", node.node_id, added, removed)
-        if self._lease is None:  # registered (live, "ready") once it knows what it serves
-            self._lease = LeaseKeeper(
-                self.registry,
-                ROLE,
-                node.node_id,
-                {"address": self.direct.address},
-                on_lost=self._lost,
-                on_rejoined=self._rejoined,
+    async def _follow_loop(self) -> None:
+        pause_s = FOLLOW_INTERVAL_S
+        while True:
+            try:
+                await self.follow_once()
+                self.follow_error = ""
+                pause_s = FOLLOW_INTERVAL_S
+            except (RedisError, OSError) as err:  # Redis away: keep serving what is claimed
+                self.follow_error = repr(err)
+                log.warning("querynode: distribution unreadable (%r); trying again", err)
+                pause_s = min(2 * pause_s, FOLLOW_ERROR_PAUSE_MAX_S)
+            await asyncio.sleep(pause_s)
+
+    async def follow_once(self) -> None:
+        """Take up, claim, keep and drop (group, pchannel)s as the distribution and the claims say
+        (module doc). One at a time."""
+        async with self._follow:
+            node = self.node
+            if node is None:
+                return
+            self.follows += 1
+            distribution = await self.distributions.get()
+            claims = await self.owners.groups()
+            self.distribution = distribution
+            me = node.node_id
+            targets = {(g, p) for g, ps in distribution.led_by(me).items() for p in ps}
+            dropped = set()
+            for g, p in self._serving - targets:
+                claim = claims.get(g, {}).get(p)
+                group_gone = g >= len(distribution.groups) or p not in distribution.groups[g].leaders
+                if group_gone or (claim is not None and claim.node_id != me):
+                    dropped.add((g, p))  # its new leader serves it (or nobody should)
+            self._serving -= dropped
+            for g, p in dropped:
+                await self.owners.release([p], me, g)
+            held = targets | self._serving
+            groups: dict[str, set[int]] = {}
+            for g, p in held:
+                groups.setdefault(p, set()).add(g)
+            before = {p: state.groups for p, state in node.pchannels.items()}
+            added, removed = node.assign(
+                {pchannel_partition(p) for p in groups}, {p: frozenset(gs) for p, gs in groups.items()}
             )
-            await self._lease.start()
-            self.on_close(self._lease.stop, "node lease")
-            node.owner_check = self
+            changed = [p for p, gs in groups.items() if p in before and before[p] != frozenset(gs)]
+            if added or removed or changed:
+                log.info(
+                    "querynode %d: distribution %d: pchannels +%s -%s, groups changed on %s",
+                    me,
+                    distribution.version,
+                    added,
+                    removed,
+                    changed,
+                )
+            if changed:
+                await node.reconcile()  # delegators of the collections now served here, or no longer
+            for pchannel in added:
+                await node.recover(pchannel)
+            if added or removed:
+                self.consumer.assign(self._starts(node))
+            self._catching_up = {k: v for k, v in self._catching_up.items() if k in targets}
+            await self._claim_caught_up(node, targets - self._serving, claims)
+
+    def _starts(self, node: QueryNode) -> dict[int, int]:
+        """partition -> the offset its cursor wants next, for every pchannel held."""
+        starts = {}
+        for pchannel, state in node.pchannels.items():
+            starts[pchannel_partition(pchannel)] = state.cursor.next_offset
         return starts
+
+    async def _claim_caught_up(
+        self, node: QueryNode, wanted: set[GroupChannel], claims: dict[int, dict[str, ShardOwner]]
+    ) -> None:
+        """Claim each wanted (group, pchannel) once its pchannel is recovered, built and consumed
+        up to the log end seen when it first was (the old leader's answers reach that far)."""
+        me = node.node_id
+        for g, p in sorted(self._serving):  # a claim overwritten by a node that lost its lease
+            claim = claims.get(g, {}).get(p)
+            if claim is None or claim.node_id != me:
+                await self.owners.claim([p], me, self.direct.address, g)
+        fresh = [k for k in sorted(wanted) if k not in self._catching_up and node.settled(k[1])]
+        if fresh:
+            ends = await self.consumer.end_offsets({pchannel_partition(p) for _, p in fresh})
+            for g, p in fresh:
+                self._catching_up[(g, p)] = ends[pchannel_partition(p)]
+        for key, end in sorted(self._catching_up.items()):
+            g, p = key
+            if node.settled(p) and node.pchannels[p].cursor.next_offset >= end:
+                await self.owners.claim([p], me, self.direct.address, g)
+                self._serving.add(key)
+                del self._catching_up[key]
+                log.info("querynode %d: leads %s in replica group %d", me, p, g)
+
+    async def _seek_target(self, partition: int, offset: int) -> int:
+        """The records before the log start were deleted behind a checkpoint while this node
+        lagged: recover the pchannel again (a new offset) instead of seeking below it."""
+        node = await self.ready()
+        if offset < await self.consumer.log_start(partition):
+            return await node.recover_again(node.pchannel_of(partition))
+        return offset
+
+    # ------------------------------------------------------------------ the lease
 
     def certain(self) -> bool:
         """The node's ``OwnerCheck``: it may answer for its shards while its lease is certainly held
-        and, after a loss, once the pchannels others claimed meanwhile were dropped. After a pause
+        and, after a loss, once the claims others made meanwhile were looked at. After a pause
         past the lease its shards may belong to another node already."""
         return self._lease is not None and self._owners_checked and self._lease.held_for_certain()
 
@@ -194,41 +312,39 @@ class QueryNodeRuntime(Service):
         self._owners_checked = False  # until _drop_taken has looked: answer "not the owner"
 
     def _rejoined(self, _lease: Lease) -> None:
-        """A new lease after a loss: drop the pchannels another node claimed meanwhile (the group
-        gave them away while this node was paused; its next assignment says so too)."""
+        """A new lease after a loss: drop the (group, pchannel)s another node claimed meanwhile
+        (the coordinator gave them away while this node was paused)."""
         self.spawn(self._drop_taken(), "querynode-drop-taken")
 
     async def _drop_taken(self) -> None:
-        pause_s = DROP_TAKEN_PAUSE_S
-        while (node := self.node) is not None:
+        pause_s = FOLLOW_INTERVAL_S
+        while self.node is not None:
             try:
-                owners = await self.owners.owners()
+                await self.follow_once()
             except (RedisError, OSError) as err:  # Redis away: keep answering "not the owner"
                 log.warning("querynode: shard owners unreadable after a new lease (%r); retrying", err)
                 await asyncio.sleep(pause_s)
-                pause_s = min(2 * pause_s, DROP_TAKEN_PAUSE_MAX_S)
+                pause_s = min(2 * pause_s, FOLLOW_ERROR_PAUSE_MAX_S)
                 continue
-            taken = {p for p in node.pchannels if (o := owners.get(p)) is not None and o.node_id != node.node_id}
-            if taken:
-                keep = {pchannel_partition(p) for p in node.pchannels if p not in taken}
-                node.assign(keep)
-                self._assignment = keep
-                log.warning(
-                    "querynode %d: %s claimed by other nodes while it had no lease: dropped",
-                    node.node_id,
-                    sorted(taken),
-                )
             self._owners_checked = True
             return
 
-    async def recover_again(self, partition: int) -> int:
-        node = await self.ready()
-        return await node.recover_again(node.pchannel_of(partition))
-
     async def _release_all(self) -> None:
         if self.node is not None:
-            await self.owners.release(list(self.node.pchannels), self.node.node_id)
+            for g, p in sorted(self._serving):
+                await self.owners.release([p], self.node.node_id, g)
+            self._serving.clear()
             await self.status.remove(ROLE, self.node.node_id)
+
+    # ------------------------------------------------------------------ status
+
+    async def _status_loop(self) -> None:
+        while True:
+            try:
+                await self.publish_status()
+            except Exception as err:  # status is best effort
+                log.warning("querynode: status not published (%r)", err)
+            await asyncio.sleep(STATUS_INTERVAL_S)
 
     async def publish_status(self) -> None:
         if self.node is not None:
@@ -244,6 +360,12 @@ class QueryNodeRuntime(Service):
             **super().health(),
             **self.node.health(),
             "address": self.direct.address,
+            "replica_groups": sorted({g for g, _ in self._serving}),
+            "leads": sorted(f"{g}/{p}" for g, p in self._serving),
+            "catching_up": sorted(f"{g}/{p}" for g, p in self._catching_up),
+            "distribution_version": self.distribution.version,
+            "follow_error": self.follow_error,
+            "dml_consumer": self.consumer.health(),
             "huge_pages_kb": self.huge_pages.kb,
             "direct_served": self.direct.served,
             "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
@@ -260,15 +382,12 @@ class QueryNodeRuntime(Service):
         }
 
 
-def create_app(config: OspreyConfig) -> faust.App:
-    """The querynode app for ``config``."""
-    warm_arrow()  # before the first sealed segment's load, not during it
+async def run(config: OspreyConfig, stop: asyncio.Event) -> None:
+    """Run a query node until ``stop`` is set."""
     runtime = QueryNodeRuntime(config)
-
-    async def seek_target(app: faust.App, tp: TP, offset: int) -> int:
-        """The records before the log start were deleted behind a checkpoint while this node
-        lagged: recover the pchannel again (a new offset) instead of seeking below it."""
-        log_start = (await app.consumer.earliest_offsets(tp)).get(tp, 0)
-        return await runtime.recover_again(tp.partition) if offset < log_start else offset
-
-    return make_dml_app(config, ROLE, runtime, seek_target)
+    await runtime.start()
+    try:
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await runtime.stop()

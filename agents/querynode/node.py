@@ -111,6 +111,17 @@ class PChannelState:
     cursor_tsafe: int = 0  # the last tick at or before the cursor's position (tsafe is the highest ever)
     building: set[int] = field(default_factory=set)  # collections whose delegators are being (re)built
     deferred: list[SegmentInfo] = field(default_factory=list)  # flushed meanwhile: loaded after the build
+    # the replica groups this node leads the pchannel in (schemas/distribution.py); it serves the
+    # collections loaded with more replicas than the smallest of them (group 0: every one)
+    groups: frozenset[int] = frozenset({0})
+    # the groups reached below those it was recovered with: collections created loaded before
+    # that were not consumed here, so theirs are built from the checkpoint like any load's
+    widened: bool = False
+
+    def serves(self, load: LoadInfo) -> bool:
+        """Whether a collection loaded as ``load`` is served here (a replica of it is in a group of
+        this pchannel's)."""
+        return bool(self.groups) and load.replica_number > min(self.groups)
 
     @property
     def position(self) -> int:
@@ -201,10 +212,15 @@ class QueryNode:
     def pchannel_of(self, partition: int) -> str:
         return pchannel_name(self.dml_topic, partition)
 
-    def assign(self, partitions: set[int]) -> tuple[list[str], list[str]]:
-        """The consumer group's new assignment: keep the pchannels still ours, drop the others with
+    def assign(
+        self, partitions: set[int], groups: dict[str, frozenset[int]] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """The pchannels this node leads from now on: keep the ones still led, drop the others with
         their delegators and segments, start the new ones empty (recovering, when there is a
-        loader: call :meth:`recover` for each). Returns (added, removed)."""
+        loader: call :meth:`recover` for each). ``groups``: pchannel -> the replica groups it is led
+        in (default group 0; a kept pchannel's change takes :meth:`reconcile`). Returns (added,
+        removed)."""
+        groups = groups or {}
         wanted = {self.pchannel_of(p) for p in partitions}
         removed = [p for p in self.pchannels if p not in wanted]
         for name in removed:
@@ -213,7 +229,14 @@ class QueryNode:
                 delegator.release_segments(list(delegator.distribution()))
         added = sorted(p for p in wanted if p not in self.pchannels)
         for name in added:
-            self.pchannels[name] = PChannelState(name, recovering=self.loader is not None)
+            state = PChannelState(name, recovering=self.loader is not None)
+            state.groups = groups.get(name, state.groups)
+            self.pchannels[name] = state
+        for name, state in self.pchannels.items():
+            if name not in added and name in groups:
+                if groups[name] and (not state.groups or min(groups[name]) < min(state.groups)):
+                    state.widened = True
+                state.groups = groups[name]
         return added, removed
 
     async def recover(self, pchannel: str) -> int:
@@ -228,7 +251,7 @@ class QueryNode:
         loaded = [
             (info, load)
             for info in _collections_on(view, pchannel)
-            if (load := view.loads.get(info.collection_id)) is not None
+            if (load := view.loads.get(info.collection_id)) is not None and state.serves(load)
         ]
         vchannels = [v for info, _ in loaded for v in _vchannels_on(info, pchannel)]
         # one read of the meta for the whole pchannel: every collection starts at the same checkpoint
@@ -330,8 +353,13 @@ class QueryNode:
         return start, ts
 
     async def on_meta_changed(self) -> None:
-        """The meta changed (a DDL reply was seen): release what is no longer loaded and build
-        what is newly loaded, or loaded with other partitions (a new load version). One at a time."""
+        """The meta changed (a DDL reply was seen): release what is no longer loaded (or no longer
+        served in this node's replica groups) and build what is newly loaded or served, or loaded
+        with other partitions (a new load version). One at a time."""
+        await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """:meth:`on_meta_changed`, also after a pchannel's replica groups changed (``assign``)."""
         async with self._reconcile:
             view = await self.cache.refresh()
             self._sync_index_metrics(view)
@@ -342,6 +370,8 @@ class QueryNode:
                 for vchannel, delegator in list(state.delegators.items()):
                     cid = delegator.collection.collection_id
                     load = view.loads.get(cid)
+                    if load is not None and not state.serves(load):
+                        load = None  # its replicas are in other groups now: released here
                     stale = load is not None and delegator.load_version != load.loaded_ts
                     if cid in infos and load is not None and stale and delegator.restrict(load):
                         continue  # fewer partitions: narrowed in place, no replay needed
@@ -350,12 +380,12 @@ class QueryNode:
                         delegator.release_segments(list(delegator.distribution()))
                 for cid, info in infos.items():
                     load = view.loads.get(cid)
-                    if load is None or cid in state.building:
+                    if load is None or cid in state.building or not state.serves(load):
                         continue
                     serving = _vchannels_on(info, state.pchannel)
                     if all(v in state.delegators for v in serving):
                         continue
-                    if self.loader is None or load.loaded_ts == info.created_ts:
+                    if self.loader is None or (load.loaded_ts == info.created_ts and not state.widened):
                         # created loaded and never released: no row of it precedes its creation, and
                         # an insert of a collection the cache did not know refreshed it (_delegator),
                         # so delegators made now, at the current position, miss nothing
@@ -376,6 +406,11 @@ class QueryNode:
         self.pchannels[pchannel] = PChannelState(pchannel, recovering=self.loader is not None)
         log.warning("querynode: %s fell behind the dml log start: recovering it again", pchannel)
         return await self.recover(pchannel)
+
+    def settled(self, pchannel: str) -> bool:
+        """Whether ``pchannel`` is held, recovered and no collection on it is being built."""
+        state = self.pchannels.get(pchannel)
+        return state is not None and not state.recovering and not state.building
 
     def start_offset(self, partition: int) -> int | None:
         """Where the consumer of ``partition`` must be (None: not owned or still recovering)."""
@@ -620,9 +655,9 @@ class QueryNode:
         if info is None or vchannel not in info.vchannels:
             return None
         load = (await self.cache.view()).loads.get(collection_id)
-        if load is None or collection_id in state.building:
+        if load is None or collection_id in state.building or not state.serves(load):
             return None
-        if self.loader is not None and load.loaded_ts != info.created_ts:
+        if self.loader is not None and (load.loaded_ts != info.created_ts or state.widened):
             # loaded after a release: its flushed segments precede this point, so only _build
             # (the reconcile, or a recovery) makes its delegators, from the pchannel checkpoint; a
             # record skipped here is replayed then. Made here, it would serve none of them.
@@ -673,6 +708,10 @@ class QueryNode:
         for vchannel in wanted:
             pchannel = prepared.info.pchannels[prepared.info.vchannels.index(vchannel)]
             state = self.pchannels.get(pchannel) if owner else None
+            if state is not None and min(state.groups, default=1) > 0:  # group 0 serves every load
+                load = (await self.cache.view()).loads.get(prepared.info.collection_id)
+                if load is not None and not state.serves(load):
+                    state = None  # led here for replicas of other collections only
             if state is None:
                 if answer_unowned:
                     moved = self._error(

@@ -1,6 +1,7 @@
 """The rootcoord Faust app: the DDL agent consuming ``dd`` in order, the meta GC timer, the
 time-tick agent (proxy-tt reports in, TimeTick events into every dml partition; ``timetick.py``),
-the segment sealer (``sealer.py``) and the index coordinator (``agents/indexcoord``).
+the segment sealer (``sealer.py``), the index coordinator (``agents/indexcoord``) and the query
+coordinator (``agents/querycoord``).
 
 The agent processes one event at a time (concurrency 1); ``RootCoordRuntime`` holds the clients
 and the core, starts before the first event, and registers the node in the registry.
@@ -17,6 +18,7 @@ import faust
 from agents.indexcoord.coordinator import IndexCoordinator
 from agents.lease_keeper import LeaseKeeper
 from agents.process import make_app
+from agents.querycoord.coordinator import QueryCoordinator
 from agents.rootcoord.core import RootCoord
 from agents.rootcoord.object_gc import ObjectGarbageCollector
 from agents.rootcoord.sealer import SegmentSealer
@@ -27,6 +29,7 @@ from schemas.config import OspreyConfig
 from state.meta.database import DatabaseRecords
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.idalloc import IdAllocator
+from state.meta.query_distribution import QueryDistributionStore
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
 from state.meta.segment_alloc import SegmentAssigner
@@ -34,6 +37,7 @@ from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
 from state.objectstore import open_object_store
+from streams.channels import pchannel_name
 from streams.kafka import end_offset, make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -57,6 +61,7 @@ class RootCoordRuntime(Service):
         self.sealer: SegmentSealer | None = None
         self.indexcoord: IndexCoordinator | None = None
         self.object_gc: ObjectGarbageCollector | None = None
+        self.querycoord: QueryCoordinator | None = None
 
     async def ready(self) -> RootCoord:
         """The core, once the runtime has started (recovered from its checkpoint)."""
@@ -74,6 +79,8 @@ class RootCoordRuntime(Service):
             doc["indexcoord"] = self.indexcoord.health()
         if self.object_gc is not None:
             doc["object_gc"] = self.object_gc.health()
+        if self.querycoord is not None:
+            doc["querycoord"] = self.querycoord.health()
         return doc
 
     async def on_start(self) -> None:
@@ -134,6 +141,16 @@ class RootCoordRuntime(Service):
         self.on_close(object_gc.stop, "object gc")
         self.object_gc = object_gc
         self.indexcoord = indexcoord
+        querycoord = QueryCoordinator(
+            QueryDistributionStore(redis, ns),
+            registry,
+            loads=lambda: core.view.loads,
+            pchannels=[pchannel_name(self.topics.dml, p) for p in range(config.dml_partitions)],
+            interval_s=config.querycoord_interval_s,
+        )
+        await querycoord.start()
+        self.on_close(querycoord.stop, "query coordinator")
+        self.querycoord = querycoord
         self.core = core
 
     async def _forget(self) -> None:
@@ -142,6 +159,7 @@ class RootCoordRuntime(Service):
         self.sealer = None
         self.indexcoord = None
         self.object_gc = None
+        self.querycoord = None
 
 
 def create_app(config: OspreyConfig) -> faust.App:
@@ -156,6 +174,8 @@ def create_app(config: OspreyConfig) -> faust.App:
         core = await runtime.ready()
         async for event in stream.events():
             await core.handle(event.message.offset, event.value)
+            if runtime.querycoord is not None:
+                runtime.querycoord.kick()  # a load or a release may change the replica groups
 
     # Reports from earliest (no committed offset yet) are fine: a dead proxy's are dropped by
     # liveness, a live proxy's old ones are superseded by its newer ones (ticks never go back).

@@ -162,14 +162,7 @@ COMMON: dict[str, Rule] = {
 
 COLLECTION = {"collection_name": served(SERVICER)}
 LOAD_OPTIONS: dict[str, Rule] = {
-    "replica_number": inert(
-        "one replica is what every load of Osprey's makes",
-        accepts=_equals(1),
-        accepted="0 or 1: one replica",
-        asks="replicas (replica_number above 1)",
-        example=1,
-        refused_example=2,
-    ),
+    "replica_number": served(SERVICER),
     "resource_groups": refused("resource groups"),
     "refresh": inert(
         "a refresh makes Milvus load segments added since the load (bulk imports); Osprey's query nodes "

@@ -349,7 +349,9 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     @rpc
     async def LoadCollection(self, request: milvus_pb2.LoadCollectionRequest, context: Any) -> Message:
         convert.check_database(request.db_name)
-        await self.client.load_collection(request.collection_name, wait=False)
+        await self.client.load_collection(
+            request.collection_name, wait=False, replica_number=request.replica_number or 1
+        )
         return convert.ok_status()
 
     @rpc
@@ -368,7 +370,12 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 [],
                 milvus_text="failed to load partitions due to no partition specified",
             )
-        await self.client.load_partitions(request.collection_name, list(request.partition_names), wait=False)
+        await self.client.load_partitions(
+            request.collection_name,
+            list(request.partition_names),
+            wait=False,
+            replica_number=request.replica_number or 1,
+        )
         return convert.ok_status()
 
     @rpc

@@ -323,42 +323,55 @@ def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
     if load is not None and load.partition_ids is not None and part.partition_id in load.partition_ids:
         remaining = [p for p in load.partition_ids if p != part.partition_id]
         if remaining:
-            change.additions.append(_load_record(cid, remaining))
+            change.additions.append(_load_record(cid, remaining, load.replica_number))
         else:
             change.removals.append(keys.load_key(cid))
     return change
 
 
 # -- load and release
-def _load_record(collection_id: int, partition_ids: list[int] | None) -> Addition:
+def _load_record(collection_id: int, partition_ids: list[int] | None, replica_number: int = 1) -> Addition:
     """The LoadInfo write; its ``loaded_ts`` is the write's timestamp (a new load version)."""
 
     def record(ts: int) -> tuple[str, str]:
-        load = LoadInfo(collection_id=collection_id, partition_ids=partition_ids, loaded_ts=ts)
+        load = LoadInfo(
+            collection_id=collection_id, partition_ids=partition_ids, loaded_ts=ts, replica_number=replica_number
+        )
         return keys.load_key(collection_id), load.model_dump_json()
 
     return record
 
 
-def _load_change(e: ddl.DdlEvent, view: MetaView, cid: int, partition_ids: list[int] | None, load: bool) -> Plan:
-    """Set the collection's load state to ``partition_ids`` (None: whole) or, with ``load`` False,
-    to not loaded; no write when that is the state already."""
+def _load_change(
+    e: ddl.DdlEvent, view: MetaView, cid: int, partition_ids: list[int] | None, load: bool, replica_number: int = 1
+) -> Plan:
+    """Set the collection's load state to ``partition_ids`` (None: whole) with ``replica_number``
+    replicas or, with ``load`` False, to not loaded; no write when that is the state already. A
+    loaded collection keeps its replica number: another is refused until it is released (Milvus)."""
     current = view.loads.get(cid)
     if not load:
         if current is None:
             return Plan(make_reply=_reply(e, collection_id=cid, load=None))
         return Plan(removals=[keys.load_key(cid)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+    if current is not None and current.replica_number != replica_number:
+        raise InvalidParameter(
+            "replica_number",
+            f"must be {current.replica_number}, the loaded collection's (release it first to change it)",
+            replica_number,
+            milvus_text=f"collection with different replica number {current.replica_number} existed, "
+            "release this collection first before changing its replica number",
+        )
     if current is not None and current.partition_ids == partition_ids:
         return Plan(make_reply=_reply(e, collection_id=cid, load=current))
     reply_type = ddl.LoadReply
     return Plan(
-        additions=[_load_record(cid, partition_ids)],
+        additions=[_load_record(cid, partition_ids, replica_number)],
         make_reply=lambda ts: reply_type(
             request_id=e.request_id,
             proxy_id=e.proxy_id,
             ts=ts,
             collection_id=cid,
-            load=LoadInfo(collection_id=cid, partition_ids=partition_ids, loaded_ts=ts),
+            load=LoadInfo(collection_id=cid, partition_ids=partition_ids, loaded_ts=ts, replica_number=replica_number),
             invalidate=[cid],
         ),
     )
@@ -381,9 +394,9 @@ def _load_partitions(e: ddl.LoadPartitions, view: MetaView) -> Plan:
     wanted = _partition_ids(view, info, e.partition_names)
     current = view.loads.get(cid)
     if current is not None and current.partition_ids is None:
-        return _load_change(e, view, cid, None, load=True)  # loaded whole: stays so
+        return _load_change(e, view, cid, None, load=True, replica_number=e.replica_number)  # loaded whole: stays so
     loaded = set() if current is None else set(current.partition_ids or ())
-    return _load_change(e, view, cid, sorted(loaded | set(wanted)), load=True)
+    return _load_change(e, view, cid, sorted(loaded | set(wanted)), load=True, replica_number=e.replica_number)
 
 
 def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
@@ -399,7 +412,7 @@ def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
         return _load_change(e, view, cid, None, load=False)
     if set(remaining) == loaded and current.partition_ids is not None:
         return Plan(make_reply=_reply(e, collection_id=cid, load=current))
-    return _load_change(e, view, cid, remaining, load=True)
+    return _load_change(e, view, cid, remaining, load=True, replica_number=current.replica_number)
 
 
 # -- aliases
@@ -608,7 +621,7 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
             return Plan(make_reply=_reply(event, partitions=view.partitions_of(info.collection_id)))
         case ddl.LoadCollection():
             info = _resolve(view, "collection_name", event.collection_name)
-            return _load_change(event, view, info.collection_id, None, load=True)
+            return _load_change(event, view, info.collection_id, None, load=True, replica_number=event.replica_number)
         case ddl.ReleaseCollection():
             info = _resolve(view, "collection_name", event.collection_name)
             return _load_change(event, view, info.collection_id, None, load=False)

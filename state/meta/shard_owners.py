@@ -1,10 +1,12 @@
-"""Which query node delegates each pchannel, and where its direct search server listens.
+"""Which query node delegates each pchannel in each replica group, and where its direct search
+server listens.
 
-One Redis hash ``<namespace>:querynode:pchannels``: pchannel -> JSON ``{"node_id", "address"}``.
-A query node claims the dml partitions the consumer group gave it and releases them (only if
-still its own) when they are taken away or it stops. Entries of a node that died stay until the
-group hands its partitions to another node, which overwrites them; readers check liveness in
-the node registry and treat an unreachable owner as a transient failure.
+One Redis hash ``<namespace>:querynode:pchannels``: ``<group>/<pchannel>`` -> JSON ``{"node_id",
+"address"}``. A query node claims a (group, pchannel) once it has recovered the pchannel the query
+distribution (``schemas/distribution.py``) made it the leader of, and releases it (only if still
+its own) when another node claimed it or it stops. A claim is the switch of a handoff: the old
+leader serves until the new one claims. Entries of a node that died stay until the new leader
+claims them; readers check liveness and treat an unreachable owner as a transient failure.
 """
 
 from __future__ import annotations
@@ -41,31 +43,44 @@ class ShardOwner:
     address: str  # host:port of the node's direct search server
 
 
+def _field(group: int, pchannel: str) -> str:
+    return f"{group}/{pchannel}"
+
+
 class ShardOwners:
     def __init__(self, redis: aioredis.Redis, namespace: str) -> None:
         self._redis = redis
         self.key = f"{namespace}:querynode:pchannels"
         self._release = redis.register_script(_RELEASE_LUA)
 
-    async def claim(self, pchannels: Iterable[str], node_id: int, address: str) -> None:
+    async def claim(self, pchannels: Iterable[str], node_id: int, address: str, group: int = 0) -> None:
+        """``node_id`` leads ``pchannels`` in replica group ``group`` from now on."""
         value = json.dumps({"node_id": node_id, "address": address})
-        mapping: dict[FieldT, EncodableT] = {p: value for p in pchannels}
+        mapping: dict[FieldT, EncodableT] = {_field(group, p): value for p in pchannels}
         if mapping:
             await self._redis.hset(self.key, mapping=mapping)
 
-    async def release(self, pchannels: Iterable[str], node_id: int) -> int:
-        """Drop the claims of ``node_id`` on ``pchannels`` (others' claims stay); the number dropped."""
-        names = list(pchannels)
+    async def release(self, pchannels: Iterable[str], node_id: int, group: int = 0) -> int:
+        """Drop the claims of ``node_id`` on ``pchannels`` in ``group`` (others' claims stay); the
+        number dropped."""
+        names = [_field(group, p) for p in pchannels]
         if not names:
             return 0
         return int(await self._release(keys=[self.key], args=[node_id, *names]))
 
-    async def owners(self) -> dict[str, ShardOwner]:
-        """pchannel -> its claimed owner."""
+    async def groups(self) -> dict[int, dict[str, ShardOwner]]:
+        """replica group -> pchannel -> its claimed owner."""
         raw = await self._redis.hgetall(self.key)
-        out: dict[str, ShardOwner] = {}
-        for pchannel, value in raw.items():
+        out: dict[int, dict[str, ShardOwner]] = {}
+        for key, value in raw.items():
+            name = key.decode() if isinstance(key, bytes) else key
+            group, _, pchannel = name.partition("/")
+            if not group.isdigit() or not pchannel:
+                continue  # not a claim this version writes
             doc = json.loads(value)
-            name = pchannel.decode() if isinstance(pchannel, bytes) else pchannel
-            out[name] = ShardOwner(int(doc["node_id"]), str(doc["address"]))
-        return out
+            out.setdefault(int(group), {})[pchannel] = ShardOwner(int(doc["node_id"]), str(doc["address"]))
+        return dict(sorted(out.items()))
+
+    async def owners(self, group: int = 0) -> dict[str, ShardOwner]:
+        """pchannel -> its claimed owner in replica group ``group``."""
+        return (await self.groups()).get(group, {})

@@ -1,0 +1,235 @@
+"""Replicas against real query node processes: a collection loaded with ``replica_number`` 2 is
+served by two replica groups of nodes, searches go on through a kill -9 of one node (the proxy
+fails over to the other replica), a third node joining under load takes pchannels over without
+a search missing a row or returning one twice, and a collection is released and loaded again
+with another replica number while searches run.
+
+Every read is Strong, so it must see every acknowledged insert. A read that fails is retried and
+counted; a read that succeeds is never retried, so a partial or duplicated answer fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from frontends.inprocess import InProcessClient
+from schemas.config import OspreyConfig
+from schemas.errors import (
+    CollectionNotLoaded,
+    InvalidParameter,
+    RequestTimeout,
+    ResourceGroupNodeNotEnough,
+    ServiceUnavailable,
+)
+from schemas.meta import ReplicaInfo
+from state.meta.query_distribution import QueryDistributionStore
+from state.meta.status_board import StatusBoard
+from tests.eventually import eventually
+from tests.integration.test_querynode_recovery import (
+    DIM,
+    NQ,
+    TOP_K,
+    QueryNodes,
+    assert_rows,
+    brute_force,
+    insert,
+    new_collection,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SEARCH_TIMEOUT_S = 10.0  # per search: the proxy fails over within replica_failover_s of it
+RETRY_PAUSE_S = 0.1
+REPLICAS_BUDGET_S = 60.0  # a load with two replicas: both groups claimed and serving
+FAILED_SEARCH_BUDGET = 0  # searches that fail while the other replica is up: none
+
+
+@pytest.fixture
+async def querynodes(module_config: OspreyConfig) -> AsyncIterator[QueryNodes]:
+    nodes = QueryNodes(module_config)
+    try:
+        yield nodes
+    finally:
+        await nodes.stop_all()
+
+
+def complete(replicas: list[ReplicaInfo], shards: int) -> bool:
+    """Every replica leads every shard, and no node is in two replicas."""
+    nodes = [set(r.node_ids) for r in replicas]
+    disjoint = sum(len(n) for n in nodes) == len(set().union(*nodes)) if nodes else True
+    return disjoint and all(len(r.shards) == shards for r in replicas)
+
+
+async def wait_replicas(client: InProcessClient, coll: str, number: int, shards: int) -> list[ReplicaInfo]:
+    replicas: list[ReplicaInfo] = []
+
+    async def check() -> bool:
+        nonlocal replicas
+        replicas = await client.describe_replica(coll)
+        return len(replicas) == number and complete(replicas, shards)
+
+    await eventually(f"{number} replicas of {coll} serving all {shards} shards", check, timeout_s=REPLICAS_BUDGET_S)
+    return replicas
+
+
+class Searcher:
+    """Strong searches one after the other until stopped: each answer must be ``hit_ids`` exactly;
+    a failed search is retried and counted (``failed``), a wrong one recorded (``wrong``)."""
+
+    def __init__(self, client: InProcessClient, coll: str, queries: np.ndarray, hit_ids: list[list[int]]) -> None:
+        self.client, self.coll, self.queries, self.hit_ids = client, coll, queries, hit_ids
+        self.ok = self.failed = 0
+        self.wrong: list[str] = []
+        self.errors: list[str] = []
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                hits = await self.client.search(
+                    self.coll, self.queries, limit=TOP_K, consistency_level="Strong", timeout=SEARCH_TIMEOUT_S
+                )
+            except (ServiceUnavailable, RequestTimeout, CollectionNotLoaded) as err:
+                self.failed += 1
+                self.errors.append(f"{type(err).__name__}: {err}")
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            self.ok += 1
+            got = [[h["id"] for h in q] for q in hits]
+            if got != self.hit_ids:
+                self.wrong.append(f"search {self.ok}: hits differ from the exact reference")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task
+        print(f"searches: {self.ok} exact, {self.failed} failed and retried")
+        assert not self.wrong, f"{len(self.wrong)} of {self.ok} answers were wrong: {self.wrong[:3]}"
+
+
+def answered_more(searchers: list[Searcher], more: int) -> Any:
+    """A check for :func:`eventually`: ``more`` searches answered from now on."""
+    start = sum(s.ok for s in searchers)
+
+    async def check() -> bool:
+        return sum(s.ok for s in searchers) >= start + more
+
+    return check
+
+
+async def served_by(client: InProcessClient, config: OspreyConfig) -> dict[int, int]:
+    """query node id -> requests its direct server answered (from its status document)."""
+    docs = await StatusBoard(client.proxy.redis, config.cluster).read("querynode")
+    return {nid: int(doc.get("direct_served", 0)) for nid, doc in docs.items()}
+
+
+async def loaded_with_data(client: InProcessClient, rows: int, seed: int) -> tuple[str, dict[str, Any]]:
+    coll = await new_collection(client)
+    data = await insert(client, coll, 0, rows, seed=seed)
+    return coll, data
+
+
+async def test_two_replicas_survive_a_kill9_mid_search(
+    module_config: OspreyConfig, client: InProcessClient, rootcoord: Any, querynodes: QueryNodes
+) -> None:
+    a = await querynodes.start("a")
+    b = await querynodes.start("b")
+    coll, data = await loaded_with_data(client, 5_000, seed=1)
+    await assert_rows(client, coll, set(range(5_000)))
+
+    # a loaded collection keeps its replica number (Milvus): release first
+    with pytest.raises(InvalidParameter, match="different replica number 1 existed"):
+        await client.load_collection(coll, replica_number=2)
+    with pytest.raises(ResourceGroupNodeNotEnough, match=r"currentNodeNum=2\]\[expectedNodeNum=3\]"):
+        await client.load_collection(coll, replica_number=3)
+    await client.release_collection(coll)
+    await client.load_collection(coll, replica_number=2)
+    replicas = await wait_replicas(client, coll, 2, module_config.dml_partitions)
+    assert {n for r in replicas for n in r.node_ids} == set(await client.proxy.registry.alive("querynode"))
+    assert len({r.replica_id for r in replicas}) == 2
+
+    queries = np.random.default_rng(99).standard_normal((NQ, DIM)).astype(np.float32)
+    exact = brute_force(data["embedding"], data["id"], queries)
+    before = await served_by(client, module_config)
+    searchers = [Searcher(client, coll, queries, exact) for _ in range(3)]
+
+    async def both_replicas_answered() -> bool:
+        now = await served_by(client, module_config)
+        return all(now.get(n, 0) > before.get(n, 0) for n in now) and len(now) == 2
+
+    await eventually("searches answered by both replicas", both_replicas_answered)
+    after_kill = answered_more(searchers, 30)
+    b.kill()  # kill -9 while three searches are out
+    await eventually("searches answered after the kill", after_kill)
+    for searcher in searchers:
+        await searcher.stop()
+    assert sum(s.failed for s in searchers) <= FAILED_SEARCH_BUDGET, [e for s in searchers for e in s.errors][:5]
+
+    # Strong reads see every acknowledged write through the surviving replica
+    await insert(client, coll, 5_000, 6_000, seed=2)
+    await assert_rows(client, coll, set(range(6_000)))
+    # the coordinator folds the groups to the live node once b's lease expired; b comes back
+    distributions = QueryDistributionStore(client.proxy.redis, module_config.cluster)
+
+    async def one_group() -> bool:
+        return len((await distributions.get()).groups) == 1
+
+    await eventually("one replica group after the kill", one_group)
+    await querynodes.start("b")
+    await wait_replicas(client, coll, 2, module_config.dml_partitions)
+    await assert_rows(client, coll, set(range(6_000)))
+    assert a.running()
+
+
+async def test_a_third_node_joins_under_load(
+    module_config: OspreyConfig, client: InProcessClient, rootcoord: Any, querynodes: QueryNodes
+) -> None:
+    await querynodes.start("x")
+    await querynodes.start("y")
+    coll, data = await loaded_with_data(client, 4_000, seed=3)
+    await client.release_collection(coll)
+    await client.load_collection(coll, replica_number=2)
+    await wait_replicas(client, coll, 2, module_config.dml_partitions)
+    queries = np.random.default_rng(5).standard_normal((NQ, DIM)).astype(np.float32)
+    exact = brute_force(data["embedding"], data["id"], queries)
+    searchers = [Searcher(client, coll, queries, exact) for _ in range(2)]
+    z = await querynodes.start("z")
+    registry = client.proxy.registry
+
+    async def z_leads() -> bool:
+        alive = await registry.alive("querynode")
+        z_id = next((nid for nid, info in alive.items() if info.get("pid") == z.pid()), None)
+        replicas = await client.describe_replica(coll)
+        return z_id is not None and any(z_id in r.node_ids for r in replicas) and complete(replicas, 4)
+
+    await eventually("the third node leads shards of a replica", z_leads)
+    await eventually("searches go on after the move", answered_more(searchers, 10))
+    for searcher in searchers:
+        await searcher.stop()
+    assert sum(s.failed for s in searchers) == 0, [e for s in searchers for e in s.errors][:5]
+    await assert_rows(client, coll, set(range(4_000)))
+
+
+async def test_release_and_reload_with_another_replica_number(
+    module_config: OspreyConfig, client: InProcessClient, rootcoord: Any, querynodes: QueryNodes
+) -> None:
+    await querynodes.start("p")
+    await querynodes.start("q")
+    coll, data = await loaded_with_data(client, 3_000, seed=7)
+    await assert_rows(client, coll, set(range(3_000)))
+    queries = np.random.default_rng(11).standard_normal((NQ, DIM)).astype(np.float32)
+    exact = brute_force(data["embedding"], data["id"], queries)
+    searcher = Searcher(client, coll, queries, exact)
+    for number in (2, 1, 2):
+        await client.release_collection(coll)  # searches meanwhile: "not loaded", retried
+        await client.load_collection(coll, replica_number=number)
+        await wait_replicas(client, coll, number, module_config.dml_partitions)
+        await eventually(f"searches answered with {number} replicas", answered_more([searcher], 5))
+    await searcher.stop()
+    assert searcher.ok > 0
+    await assert_rows(client, coll, set(range(3_000)))
