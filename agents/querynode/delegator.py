@@ -273,6 +273,11 @@ class ShardDelegator:
         """Every delete consumed below pchannel ``offset`` is in a delete log (the buffer may evict it)."""
         self.deletes.mark_durable(offset)
 
+    def skip_segments(self, segment_ids: set[int]) -> None:
+        """Inserts of these segments are not applied: their rows are served by other sealed
+        segments (compaction sources whose result this delegator serves)."""
+        self._sealed.update(segment_ids)
+
     def is_sealed(self, segment_id: int) -> bool:
         return segment_id in self._sealed
 

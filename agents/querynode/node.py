@@ -111,6 +111,9 @@ class PChannelState:
     cursor_tsafe: int = 0  # the last tick at or before the cursor's position (tsafe is the highest ever)
     building: set[int] = field(default_factory=set)  # collections whose delegators are being (re)built
     deferred: list[SegmentInfo] = field(default_factory=list)  # flushed meanwhile: loaded after the build
+    # (collection id, vchannel, segment id) dropped while recovering: dropped once recovered
+    deferred_drops: list[tuple[int, str, int]] = field(default_factory=list)
+    draining: bool = False  # deferred segments are being loaded: later events wait behind them
     # the replica groups this node leads the pchannel in (schemas/distribution.py); it serves the
     # collections loaded with more replicas than the smallest of them (group 0: every one)
     groups: frozenset[int] = frozenset({0})
@@ -266,6 +269,7 @@ class QueryNode:
             state.tsafe = max(state.tsafe, ts)
             state.cursor_tsafe = ts
             state.recovering = False
+            await self._catch_up_segments(state)
         log.info(
             "querynode: %s recovered: %d sealed segments (%d rows), replaying from offset %d",
             pchannel,
@@ -274,6 +278,35 @@ class QueryNode:
             start,
         )
         return start
+
+    async def _catch_up_segments(self, state: PChannelState) -> None:
+        """The segment events that came while ``state`` recovered (its view of the meta was read
+        before them): flushed segments loaded (a compaction result swaps its sources out), dropped
+        ones dropped. Loading each id once and dropping an absent one are no-ops, so an event the
+        view already reflected changes nothing."""
+        await self._drain(state, None)
+        drops, state.deferred_drops = state.deferred_drops, []
+        for collection_id, vchannel, segment_id in drops:  # a dropped segment never comes back
+            delegator = state.delegators.get(vchannel)
+            if delegator is not None and delegator.collection.collection_id == collection_id:
+                delegator.drop_segment(segment_id)
+        await self._attach_pending()
+
+    async def _drain(self, state: PChannelState, collection_id: int | None) -> None:
+        """Load the deferred segments of ``collection_id`` (None: all) in the order their events
+        came. Events that come meanwhile are deferred behind them (``draining``), so a compaction
+        result is never loaded before its sources and then overtaken by them."""
+        state.draining = True
+        try:
+            while True:
+                mine = [r for r in state.deferred if collection_id is None or r.collection_id == collection_id]
+                if not mine:
+                    return
+                state.deferred = [r for r in state.deferred if r not in mine]
+                for record in mine:
+                    await self._load_sealed(record, draining=True)
+        finally:
+            state.draining = False
 
     async def _build(
         self,
@@ -306,6 +339,7 @@ class QueryNode:
             for vchannel in vchannels:
                 delegator = self._new_delegator(vchannel, info, load)
                 delegator.start_at(start - 1, ts)
+                delegator.skip_segments(view.compacted)  # their rows are in a result (Recovery doc)
                 fresh[vchannel] = delegator
             wanted = [r for r in segments if r.vchannel in fresh and load.covers(r.partition_id)]
             loading = asyncio.Semaphore(SEGMENT_LOAD_CONCURRENCY)
@@ -345,10 +379,9 @@ class QueryNode:
             )
         finally:
             state.building.discard(cid)
-        deferred = [r for r in state.deferred if r.collection_id == cid]
-        state.deferred = [r for r in state.deferred if r.collection_id != cid]
-        for record in deferred:
-            await self._load_sealed(record)
+        if state.recovering:
+            return start, ts  # recover() loads what was deferred once the whole pchannel is built
+        await self._drain(state, cid)
         await self._attach_pending()
         return start, ts
 
@@ -440,6 +473,9 @@ class QueryNode:
         if isinstance(event, SegmentDropped):
             if event.compacted_into:
                 return  # replaced by a compaction result: swapped out when the result is loaded
+            if state.recovering:  # its view of the meta may predate the drop
+                state.deferred_drops.append((event.collection_id, event.vchannel, event.segment_id))
+                return
             delegator = await self._delegator(state, event.collection_id, event.vchannel)
             if delegator is not None:
                 delegator.drop_segment(event.segment_id)
@@ -462,7 +498,7 @@ class QueryNode:
         )
         await self._load_sealed(record)
 
-    async def _load_sealed(self, record: SegmentInfo) -> bool:
+    async def _load_sealed(self, record: SegmentInfo, draining: bool = False) -> bool:
         """Load ``record``'s segment and hand it to its delegator (once per segment id, however many
         times it is asked for, concurrently or not); True if this call added it."""
         sid = record.segment_id
@@ -473,7 +509,7 @@ class QueryNode:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._loads[sid] = done
         try:
-            added = await self._load_once(record)
+            added = await self._load_once(record, draining)
             done.set_result(added)
             return added
         except BaseException as err:
@@ -483,7 +519,7 @@ class QueryNode:
         finally:
             del self._loads[sid]
 
-    async def _load_once(self, record: SegmentInfo) -> bool:
+    async def _load_once(self, record: SegmentInfo, draining: bool = False) -> bool:
         assert self.loader is not None
         info = await self.cache.collection(record.collection_id)
         if info is None or record.vchannel not in info.vchannels:
@@ -491,8 +527,8 @@ class QueryNode:
         state = self.pchannels.get(info.pchannels[info.vchannels.index(record.vchannel)])
         if state is None:
             return False
-        if record.collection_id in state.building:
-            state.deferred.append(record)  # loaded once the build is done
+        if state.recovering or record.collection_id in state.building or (state.draining and not draining):
+            state.deferred.append(record)  # loaded once the build (or the pchannel's recovery) is done
             return False
         delegator = await self._delegator(state, record.collection_id, record.vchannel)
         if delegator is None or delegator.is_sealed(record.segment_id) or not delegator.covers(record.partition_id):
@@ -649,7 +685,7 @@ class QueryNode:
         delegator = state.delegators.get(vchannel)
         if delegator is not None:
             return delegator
-        if collection_id in state.building:
+        if collection_id in state.building or state.recovering:
             return None
         info = await self.cache.collection(collection_id)
         if info is None or vchannel not in info.vchannels:

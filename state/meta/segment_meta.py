@@ -59,11 +59,15 @@ FLUSHED_STATES = (SegmentState.FLUSHED, SegmentState.INDEXED)  # states whose ro
 @dataclass
 class Recovery:
     """What a query node gaining a pchannel reads at one meta timestamp: the flushed segments and
-    the delete logs of its vchannels, and the pchannel checkpoint."""
+    the delete logs of its vchannels, and the pchannel checkpoint. ``compacted``: the ids of its
+    vchannels' segments a compaction replaced (dropped, their live rows in a flushed segment): the
+    checkpoint may precede their inserts (it is the oldest of the pchannel's vchannels), and a
+    replay must skip them as it skips a flushed segment's."""
 
     segments: list[SegmentInfo]
     checkpoint: ChannelCheckpoint | None
     deltas: list[DeltaLogInfo] = field(default_factory=list)
+    compacted: set[int] = field(default_factory=set)
 
 
 class SegmentMeta:
@@ -244,9 +248,12 @@ class SegmentMeta:
         read_ts = ts or await self.store.last_write_ts()
         if read_ts == 0:
             return Recovery([], None)
-        segments, checkpoint = await self.recovery_view(pchannel, wanted, read_ts)
+        every = [s for s in await self.segments(ts=read_ts) if s.vchannel in wanted]
+        segments = [s for s in every if s.state in FLUSHED_STATES]
+        compacted = {s.segment_id for s in every if s.state is SegmentState.DROPPED and s.compacted_into}
+        checkpoint = await self.pchannel_checkpoint(pchannel, read_ts)
         deltas = [d for d in await self.deltas(ts=read_ts) if d.vchannel in wanted]
-        return Recovery(segments, checkpoint, deltas)
+        return Recovery(segments, checkpoint, deltas, compacted)
 
     async def recovery_view(
         self, pchannel: str, vchannels: Iterable[str], ts: int = 0

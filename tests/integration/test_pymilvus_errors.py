@@ -251,11 +251,12 @@ def test_other_databases_are_refused(grpc_config: OspreyConfig, milvus: MilvusCl
     assert "database not found[database=analytics]" in err.message
 
 
-def test_more_replicas_and_partial_loads_are_refused(milvus: MilvusClient) -> None:
+def test_more_replicas_than_nodes_and_partial_loads_are_refused(milvus: MilvusClient) -> None:
     name = loaded(milvus)
     milvus.release_collection(name)
-    err = refused(lambda: milvus.load_collection(name, replica_number=2))
-    assert err.code == 1100 and "replica_number" in err.message and NOT_YET in err.message
+    err = refused(lambda: milvus.load_collection(name, replica_number=2))  # one query node runs
+    assert err.code == 304 and "resource group node not enough" in err.message
+    assert "[currentNodeNum=1][expectedNodeNum=2]" in err.message
     err = refused(lambda: milvus.load_collection(name, load_fields=["id", "vector"]))
     assert "load_fields" in err.message
     assert milvus.get_load_state(name)["state"].name == "NotLoad"  # nothing changed

@@ -243,3 +243,20 @@ async def test_a_guard_must_be_under_the_namespace(redis: aioredis.Redis, cluste
     meta = make_meta(redis, cluster_name)
     with pytest.raises(InvalidParameter, match="guards"):
         await meta.save_checkpoints([cp(V0, 1)], [("elsewhere:key", "1:1")])
+
+
+async def test_a_recovery_names_the_segments_a_compaction_replaced(redis: aioredis.Redis, cluster_name: str) -> None:
+    meta = make_meta(redis, cluster_name)
+    s1, s2, other = sealed(1), sealed(2), sealed(3, collection_id=9, vchannel=V_OTHER)
+    for info in (s1, s2, other):
+        await meta.record_sealed(info)
+        await meta.record_flushed(flushed(info), [])
+    result = flushed(sealed(4)).model_copy(update={"compacted_from": [1, 2]})
+    dropped = [flushed(s).model_copy(update={"state": SegmentState.DROPPED, "compacted_into": 4}) for s in (s1, s2)]
+    before = await meta.store.last_write_ts()
+    await meta.record_compaction(result, dropped)
+    now = await meta.recovery(P, [V0])
+    assert [s.segment_id for s in now.segments] == [4] and now.compacted == {1, 2}
+    earlier = await meta.recovery(P, [V0], ts=before)  # the view a node read before the compaction
+    assert sorted(s.segment_id for s in earlier.segments) == [1, 2] and earlier.compacted == set()
+    assert (await meta.recovery(P, [V_OTHER])).compacted == set()

@@ -182,6 +182,32 @@ async def test_partitions_load_and_release_one_by_one() -> None:
     assert meta.view.loads[info.collection_id].partition_ids == [ids["p1"]]  # the rest stays loaded
 
 
+async def test_a_loaded_collection_keeps_its_replica_number_until_released() -> None:
+    from schemas.errors import InvalidParameter
+
+    meta = Meta()
+    await meta.run(ddl.CreateCollection, collection_name="r", collection_schema=SCHEMA, load=False)
+    await meta.run(ddl.CreatePartition, collection_name="r", partition_name="p1")
+    info = meta.view.collection_by_name("r")
+    assert info is not None
+    cid = info.collection_id
+    await meta.run(ddl.LoadPartitions, collection_name="r", partition_names=["p1", "_default"], replica_number=2)
+    assert meta.view.loads[cid].replica_number == 2
+    with pytest.raises(InvalidParameter, match="collection with different replica number 2 existed") as refused:
+        await meta.run(ddl.LoadCollection, collection_name="r")  # 1 replica asked of a 2-replica load
+    assert refused.value.field == "replica_number"
+    assert meta.view.loads[cid].replica_number == 2  # nothing written
+    await meta.run(ddl.ReleasePartitions, collection_name="r", partition_names=["p1"])  # the rest keeps 2
+    assert meta.view.loads[cid].replica_number == 2
+    await meta.run(ddl.CreatePartition, collection_name="r", partition_name="p2")
+    await meta.run(ddl.LoadPartitions, collection_name="r", partition_names=["p2"], replica_number=2)
+    await meta.run(ddl.DropPartition, collection_name="r", partition_name="p2")  # leaves the load: still 2
+    assert meta.view.loads[cid].replica_number == 2
+    await meta.run(ddl.ReleaseCollection, collection_name="r")
+    await meta.run(ddl.LoadCollection, collection_name="r", replica_number=3)  # released: another number
+    assert meta.view.loads[cid].replica_number == 3 and meta.view.loads[cid].partition_ids is None
+
+
 # -- Milvus 2.6's error texts (../shared/milvus_compat.md, item 6): each starts the reason
 MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, object], type[OspreyError], str]] = [
     (
