@@ -198,12 +198,14 @@ def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
         ("collection", "drop"): lambda c: c.drop_collection(args.name),
         ("collection", "flush"): lambda c: c.flush(args.name),
         ("collection", "compact"): lambda c: c.compact(args.name),
-        ("collection", "load"): lambda c: c.load_collection(args.name),
+        ("collection", "load"): lambda c: c.load_collection(args.name, replica_number=args.replicas),
         ("collection", "release"): lambda c: c.release_collection(args.name),
         ("collection", "load-state"): lambda c: c.get_load_state(args.name),
         ("collection", "stats"): lambda c: c.get_collection_stats(args.name),
         ("collection", "flush-state"): lambda c: c.get_flush_state(args.name, args.segment),
-        ("partition", "load"): lambda c: c.load_partitions(args.collection, args.partition),
+        ("partition", "load"): lambda c: c.load_partitions(
+            args.collection, args.partition, replica_number=args.replicas
+        ),
         ("partition", "release"): lambda c: c.release_partitions(args.collection, args.partition),
         ("partition", "create"): lambda c: c.create_partition(args.collection, args.partition),
         ("partition", "drop"): lambda c: c.drop_partition(args.collection, args.partition),
@@ -294,7 +296,15 @@ def _parser() -> argparse.ArgumentParser:
             as_of(q)
     as_of(col.add_parser("list"))
     for op in ("load", "release"):
-        col.add_parser(op, help=f"{op} a collection (the query nodes serve it / stop serving it)").add_argument("name")
+        q = col.add_parser(op, help=f"{op} a collection (the query nodes serve it / stop serving it)")
+        q.add_argument("name")
+        if op == "load":
+            q.add_argument(
+                "--replicas",
+                type=int,
+                default=1,
+                help="replicas, each on other query nodes (at most the live ones; kept until released)",
+            )
     col.add_parser(
         "compact", help="rewrite flushed segments without their deleted rows, merge small ones; wait until done"
     ).add_argument("name")
@@ -316,6 +326,8 @@ def _parser() -> argparse.ArgumentParser:
         q = part.add_parser(op, help=f"{op} partitions of a collection")
         q.add_argument("collection")
         q.add_argument("partition", nargs="+")
+        if op == "load":
+            q.add_argument("--replicas", type=int, default=1, help="replicas (as collection load --replicas)")
 
     al = sub.add_parser("alias", help="aliases").add_subparsers(dest="op", required=True)
     for op in ("create", "alter"):

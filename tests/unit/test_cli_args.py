@@ -182,6 +182,9 @@ def test_collection_load_and_release_take_a_name() -> None:
     for op in ("load", "release"):
         args = _parser().parse_args(["collection", op, "docs"])
         assert (args.command, args.op, args.name) == ("collection", op, "docs")
+    assert _parser().parse_args(["collection", "load", "docs"]).replicas == 1
+    assert _parser().parse_args(["collection", "load", "docs", "--replicas", "2"]).replicas == 2
+    assert _parser().parse_args(["partition", "load", "docs", "p1", "--replicas", "3"]).replicas == 3
 
 
 def test_index_create_takes_a_field_type_metric_and_params() -> None:
