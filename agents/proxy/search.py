@@ -53,6 +53,7 @@ __all__ = ["DqRouter", "QueryTask", "SearchTask", "parse_level", "query_vectors"
 
 RETRY_PAUSE_S = 0.05  # pause before asking again for a shard whose owner is unknown or moving
 ROUTER_SLACK_S = 1.0  # the proxy waits this much longer than a delegator may wait for tsafe
+SUSPECT_FAILOVERS = 5  # a node that failed a request is asked last for this many replica_failover_s
 TOPIC_OWNER_CHECK_S = 0.5  # topic path: how often a waiting request checks for shards that changed owner
 
 Result = SearchResult | QueryResult
@@ -130,6 +131,8 @@ class DqRouter:
         self._owners_at = float("-inf")
         self._collectors: dict[int, _Collector] = {}
         self._outstanding: dict[str, int] = {}  # query node address -> requests sent, not answered
+        # query node address -> until when (monotonic s) it is asked last: it failed or did not answer
+        self._suspect: dict[str, float] = {}
         self._turn = 0  # breaks ties between equally busy replicas in turn
         self.failovers = 0
 
@@ -159,7 +162,9 @@ class DqRouter:
         self, owners: dict[int, dict[str, ShardOwner]], pchannel: str, replicas: int, tried: set[str]
     ) -> ShardOwner | None:
         """The leader of ``pchannel`` in the replica with the fewest outstanding requests, among
-        the first ``replicas`` groups and those not ``tried`` by this request yet (ties in turn)."""
+        the first ``replicas`` groups and those not ``tried`` by this request yet (ties in turn);
+        a leader that failed a request lately (``SUSPECT_FAILOVERS`` times ``replica_failover_s``)
+        comes after the others."""
         candidates = [
             owner
             for group in range(replicas)
@@ -171,9 +176,14 @@ class DqRouter:
             return candidates[0]
         self._turn += 1
         n = len(candidates)
+        now = time.monotonic()
         return min(
             enumerate(candidates),
-            key=lambda ic: (self._outstanding.get(ic[1].address, 0), (ic[0] - self._turn) % n),
+            key=lambda ic: (
+                self._suspect.get(ic[1].address, 0.0) > now,
+                self._outstanding.get(ic[1].address, 0),
+                (ic[0] - self._turn) % n,
+            ),
         )[1]
 
     async def _direct(
@@ -217,9 +227,11 @@ class DqRouter:
                     for vchannel in by_address[address]:
                         tried[vchannel].add(address)
                     self.failovers += 1
+                    self._suspect[address] = time.monotonic() + SUSPECT_FAILOVERS * self.config.replica_failover_s
                     continue
                 if isinstance(outcome, BaseException):
                     raise outcome
+                self._suspect.pop(address, None)
                 for result in outcome:
                     if not result.vchannel:  # the whole request was refused
                         raise from_error_status(result)

@@ -11,6 +11,9 @@ counted; a read that succeeds is never retried, so a partial or duplicated answe
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -233,3 +236,39 @@ async def test_release_and_reload_with_another_replica_number(
     await searcher.stop()
     assert searcher.ok > 0
     await assert_rows(client, coll, set(range(3_000)))
+
+
+FAILOVER_S = 1.0  # the test proxy's replica_failover_s: a silent node is given up after this
+
+
+async def test_a_silent_node_is_given_up_for_the_other_replica(
+    module_config: OspreyConfig, rootcoord: Any, querynodes: QueryNodes
+) -> None:
+    """SIGSTOP one of two replicas' nodes: its searches are asked of the other replica after
+    ``replica_failover_s``, and later searches go there first (the proxy keeps it suspect)."""
+    config = module_config.model_copy(update={"replica_failover_s": FAILOVER_S})
+    async with InProcessClient(config) as client:
+        await querynodes.start("s")
+        silent = await querynodes.start("t")
+        coll, data = await loaded_with_data(client, 2_000, seed=13)
+        await client.release_collection(coll)
+        await client.load_collection(coll, replica_number=2)
+        await wait_replicas(client, coll, 2, module_config.dml_partitions)
+        queries = np.random.default_rng(17).standard_normal((NQ, DIM)).astype(np.float32)
+        exact = brute_force(data["embedding"], data["id"], queries)
+        pid = silent.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            took = []
+            for _ in range(20):
+                started = time.monotonic()
+                hits = await client.search(coll, queries, limit=TOP_K, consistency_level="Strong", timeout=30)
+                took.append(time.monotonic() - started)
+                assert [[h["id"] for h in q] for q in hits] == exact
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        slow = [t for t in took if t >= FAILOVER_S]
+        print(f"searches with a silent replica: {[round(t, 2) for t in took]}")
+        # the first search may wait out the silent node; the proxy asks it last from then on
+        assert len(slow) <= 1, took

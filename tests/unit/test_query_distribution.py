@@ -5,6 +5,7 @@ of a replica per shard (agents/proxy/search.py)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agents.proxy.search import DqRouter
@@ -77,7 +78,7 @@ def router() -> Any:
 
 def test_the_proxy_picks_the_least_busy_replica_and_skips_the_ones_tried() -> None:
     r = router()
-    r._outstanding, r._turn = {}, 0
+    r._outstanding, r._turn, r._suspect = {}, 0, {}
     owners = {0: {"p": ShardOwner(1, "a:1")}, 1: {"p": ShardOwner(2, "b:1")}, 2: {"p": ShardOwner(3, "c:1")}}
     picked = {r._pick(owners, "p", 2, set()).node_id for _ in range(4)}
     assert picked == {1, 2}  # idle replicas take turns; group 2 is not one of the collection's two
@@ -87,3 +88,7 @@ def test_the_proxy_picks_the_least_busy_replica_and_skips_the_ones_tried() -> No
     assert r._pick(owners, "p", 2, {"a:1", "b:1"}) is None
     assert r._pick(owners, "p", 1, set()).node_id == 1  # one replica: group 0 only
     assert r._pick(owners, "q", 2, set()) is None  # nobody claimed it
+    r._outstanding = {}
+    r._suspect = {"a:1": time.monotonic() + 60}  # failed a request lately: asked last
+    assert {r._pick(owners, "p", 2, set()).node_id for _ in range(4)} == {2}
+    assert r._pick(owners, "p", 2, {"b:1"}).node_id == 1  # still asked when it is the only one left
