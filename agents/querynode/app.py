@@ -33,6 +33,7 @@ import gc
 import logging
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from agents.interpreter import HugePagesGauge
@@ -203,9 +204,13 @@ class QueryNodeRuntime(Service):
                 await self.follow_once()
                 self.follow_error = ""
                 pause_s = FOLLOW_INTERVAL_S
-            except (RedisError, OSError) as err:  # Redis away: keep serving what is claimed
+            except (RedisError, OSError, KafkaError) as err:  # Redis or the broker away: keep serving
                 self.follow_error = repr(err)
-                log.warning("querynode: distribution unreadable (%r); trying again", err)
+                log.warning("querynode: distribution not followed (%r); trying again", err)
+                pause_s = min(2 * pause_s, FOLLOW_ERROR_PAUSE_MAX_S)
+            except Exception as err:  # a recovery that failed (an object unreadable): tried again
+                self.follow_error = repr(err)
+                log.exception("querynode: following the distribution failed; trying again")
                 pause_s = min(2 * pause_s, FOLLOW_ERROR_PAUSE_MAX_S)
             await asyncio.sleep(pause_s)
 
@@ -251,9 +256,11 @@ class QueryNodeRuntime(Service):
                 )
             if changed:
                 await node.reconcile()  # delegators of the collections now served here, or no longer
-            for pchannel in added:
+            # the new pchannels, and any whose recovery failed before (the loop retries it)
+            recovering = [p for p, state in node.pchannels.items() if state.recovering]
+            for pchannel in recovering:
                 await node.recover(pchannel)
-            if added or removed:
+            if added or removed or recovering:
                 self.consumer.assign(self._starts(node))
             self._catching_up = {k: v for k, v in self._catching_up.items() if k in targets}
             await self._claim_caught_up(node, targets - self._serving, claims)

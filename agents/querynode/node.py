@@ -284,7 +284,7 @@ class QueryNode:
         before them): flushed segments loaded (a compaction result swaps its sources out), dropped
         ones dropped. Loading each id once and dropping an absent one are no-ops, so an event the
         view already reflected changes nothing."""
-        await self._drain(state, None)
+        await self._drain(state)
         drops, state.deferred_drops = state.deferred_drops, []
         for collection_id, vchannel, segment_id in drops:  # a dropped segment never comes back
             delegator = state.delegators.get(vchannel)
@@ -292,14 +292,17 @@ class QueryNode:
                 delegator.drop_segment(segment_id)
         await self._attach_pending()
 
-    async def _drain(self, state: PChannelState, collection_id: int | None) -> None:
-        """Load the deferred segments of ``collection_id`` (None: all) in the order their events
-        came. Events that come meanwhile are deferred behind them (``draining``), so a compaction
-        result is never loaded before its sources and then overtaken by them."""
+    async def _drain(self, state: PChannelState) -> None:
+        """Load the deferred segments (but those of collections still being built: their build
+        drains them) in the order their events came. Events that come meanwhile are deferred
+        behind them (``draining``), so a compaction result is never loaded before its sources and
+        then overtaken by them. A drain under way takes what is deferred meanwhile too."""
+        if state.draining:
+            return
         state.draining = True
         try:
             while True:
-                mine = [r for r in state.deferred if collection_id is None or r.collection_id == collection_id]
+                mine = [r for r in state.deferred if r.collection_id not in state.building]
                 if not mine:
                     return
                 state.deferred = [r for r in state.deferred if r not in mine]
@@ -381,7 +384,7 @@ class QueryNode:
             state.building.discard(cid)
         if state.recovering:
             return start, ts  # recover() loads what was deferred once the whole pchannel is built
-        await self._drain(state, cid)
+        await self._drain(state)
         await self._attach_pending()
         return start, ts
 
