@@ -17,6 +17,7 @@ what the data nodes flushed (``refresh_progress``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.errors import CollectionNotFound, CollectionNotLoaded, PartitionNotLoaded
@@ -36,6 +37,25 @@ from state.meta.shard_owners import ShardOwner
 
 FLUSHED_STATES = (SegmentState.FLUSHED, SegmentState.INDEXED)
 SEALED_KIND = "sealed"  # a query node's report of a segment it serves from its flushed files
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The shard claims of each replica group (``ShardOwners.groups``) and how many groups the
+    query coordinator keeps (``schemas/distribution.py``)."""
+
+    groups: Mapping[int, Mapping[str, ShardOwner]] = field(default_factory=dict)
+    count: int = 1
+
+    @classmethod
+    def of(cls, owners: Mapping[str, ShardOwner]) -> Claims:
+        """One replica group's claims."""
+        return cls({0: owners})
+
+    def serving(self, load: LoadInfo) -> list[Mapping[str, ShardOwner]]:
+        """The claims of the groups that serve ``load``: one per replica, as many as there are
+        groups for (a group folded after its nodes died is not waited for)."""
+        return [self.groups.get(g, {}) for g in range(max(1, min(load.replica_number, self.count)))]
 
 
 def served_vchannels(
@@ -130,13 +150,14 @@ def refresh_progress(
 def loading_progress(
     info: CollectionInfo,
     load: LoadInfo | None,
-    owners: Mapping[str, ShardOwner],
+    claims: Claims,
     reports: Mapping[int, dict[str, Any]],
     partitions: Sequence[PartitionInfo] | None = None,
     segments: Sequence[SegmentInfo] = (),
 ) -> LoadProgress:
     """The progress of ``info``'s current ``load`` (of ``partitions`` of it, if given) from the
-    owners of its pchannels and the query nodes' status reports (node id -> status document).
+    owners of its pchannels and the query nodes' status reports (node id -> status document): of
+    the replica least far along (Milvus reports a collection Loaded once every replica is).
 
     A query node serves a whole load version per vchannel, so a partition the load covers is as
     far as the collection; one it does not cover is NotLoad, progress 0. Several partitions: the
@@ -152,7 +173,7 @@ def loading_progress(
     }
     if load is None:
         return LoadProgress(**base, state=LoadState.NOT_LOAD, progress=0, vchannels_ready=0)
-    served = served_vchannels(info, load, owners, reports)
+    served = min((served_vchannels(info, load, owners, reports) for owners in claims.serving(load)), key=len)
     ready = len(served)
     progress = 100 * ready // max(1, total)
     state = LoadState.LOADED if ready == total else LoadState.LOADING
@@ -179,7 +200,7 @@ def loading_progress(
 
 def loaded_collections(
     view: MetaView,
-    owners: Mapping[str, ShardOwner],
+    claims: Claims,
     reports: Mapping[int, dict[str, Any]],
     segments: Sequence[SegmentInfo],
     names: Sequence[str] = (),
@@ -199,13 +220,13 @@ def loaded_collections(
     else:
         infos = [view.collections[cid] for cid in sorted(view.loads) if cid in view.collections]
     return [
-        loading_progress(info, view.loads[info.collection_id], owners, reports, segments=segments) for info in infos
+        loading_progress(info, view.loads[info.collection_id], claims, reports, segments=segments) for info in infos
     ]
 
 
 def loaded_partitions(
     desc: CollectionDescription,
-    owners: Mapping[str, ShardOwner],
+    claims: Claims,
     reports: Mapping[int, dict[str, Any]],
     segments: Sequence[SegmentInfo],
     names: Sequence[str] = (),
@@ -225,7 +246,7 @@ def loaded_partitions(
             wanted.append(part)
     else:
         wanted = [p for p in desc.partitions if load is not None and load.covers(p.partition_id)]
-    return [loading_progress(desc.info, load, owners, reports, [p], segments) for p in wanted]
+    return [loading_progress(desc.info, load, claims, reports, [p], segments) for p in wanted]
 
 
 def collection_stats(

@@ -29,7 +29,14 @@ from agents.proxy.health import HEALTH_PROBE_TIMEOUT_S, REQUIRED_ROLES, HealthPr
 from agents.proxy.index import describe_index
 from agents.proxy.ingest import IngestTask, open_target
 from agents.proxy.insert import PK_ID_BATCH, InsertTask
-from agents.proxy.load import collection_stats, loaded_collections, loaded_partitions, loading_progress, replicas
+from agents.proxy.load import (
+    Claims,
+    collection_stats,
+    loaded_collections,
+    loaded_partitions,
+    loading_progress,
+    replicas,
+)
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
 from agents.proxy.search import DqRouter, QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
@@ -70,6 +77,7 @@ from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
+from state.meta.query_distribution import QueryDistributionStore
 from state.meta.quiet_proxies import QuietProxies
 from state.meta.redis_client import connect
 from state.meta.registry import Lease, NodeRegistry
@@ -200,6 +208,7 @@ class Proxy(Service):
         self._ticking = self.spawn(self._tick_loop(), "proxy-time-tick")
         # the DQ side: searches and queries run in parallel, routed to the shards' delegators
         self.shard_owners = ShardOwners(self.redis, ns)
+        self.distributions = QueryDistributionStore(self.redis, ns)
         self.direct = DirectPool()
         self.on_close(self.direct.close, "direct pool")
         self.dq_queue = DqTaskQueue(self.ids, self.tso)
@@ -303,10 +312,15 @@ class Proxy(Service):
         for name in partition_names or ():
             pid = desc.partition_id(name, collection_name)
             partitions.append(next(p for p in desc.partitions if p.partition_id == pid))
-        owners = await self.shard_owners.owners()
+        claims = await self._claims()
         reports = await self.status_board.read(QUERYNODE_ROLE)
         segments = await self.segment_meta.segments(desc.info.collection_id)
-        return loading_progress(desc.info, desc.load, owners, reports, partitions, segments)
+        return loading_progress(desc.info, desc.load, claims, reports, partitions, segments)
+
+    async def _claims(self) -> Claims:
+        """Every replica group's shard claims, and how many groups the query coordinator keeps."""
+        groups = await self.shard_owners.groups()
+        return Claims(groups, len((await self.distributions.get()).groups))
 
     async def replicas(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
         """GetReplicas: the replicas serving the collection (by name or alias, or by id when the
@@ -322,19 +336,19 @@ class Proxy(Service):
         view = await self.cache.view()
         if any(view.resolve(n) is None for n in collection_names):
             view = await self.cache.refresh()  # created through another proxy since the view was read
-        owners = await self.shard_owners.owners()
+        claims = await self._claims()
         reports = await self.status_board.read(QUERYNODE_ROLE)
         segments = await self.segment_meta.segments()
-        return loaded_collections(view, owners, reports, segments, collection_names)
+        return loaded_collections(view, claims, reports, segments, collection_names)
 
     async def loaded_partitions(self, collection_name: str, partition_names: Sequence[str] = ()) -> list[LoadProgress]:
         """ShowPartitions InMemory: one progress per loaded partition of the collection, or per
         partition named (each must exist and be loaded)."""
         desc = await self.cache.get(collection_name)
-        owners = await self.shard_owners.owners()
+        claims = await self._claims()
         reports = await self.status_board.read(QUERYNODE_ROLE)
         segments = await self.segment_meta.segments(desc.info.collection_id)
-        return loaded_partitions(desc, owners, reports, segments, partition_names, collection_name)
+        return loaded_partitions(desc, claims, reports, segments, partition_names, collection_name)
 
     async def wait_loaded(self, collection_name: str, timeout_s: float) -> LoadProgress:
         """Poll :meth:`loading_progress` until the collection is Loaded; RequestTimeout after

@@ -11,7 +11,7 @@ import pytest
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from agents.proxy.health import HealthProbe, health_check, health_reasons
-from agents.proxy.load import loaded_collections, loaded_partitions, loading_progress, refresh_progress
+from agents.proxy.load import Claims, loaded_collections, loaded_partitions, loading_progress, refresh_progress
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.service import COMPACTION_STATE_NUMBER, _check_collection_id
 from frontends.rest import ENDPOINTS, Body
@@ -87,22 +87,39 @@ def flushed(sid: int, partition_id: int = P_HOT, state: SegmentState = SegmentSt
 
 def test_collection_progress_counts_vchannels_at_the_load_version() -> None:
     load = LoadInfo(collection_id=9, loaded_ts=LOAD_TS)
-    half = loading_progress(INFO, load, OWNERS, report({VCHANNELS[0]: LOAD_TS, VCHANNELS[1]: LOAD_TS - 1}))
+    half = loading_progress(INFO, load, Claims.of(OWNERS), report({VCHANNELS[0]: LOAD_TS, VCHANNELS[1]: LOAD_TS - 1}))
     assert (half.state, half.progress, half.vchannels_ready) == (LoadState.LOADING, 50, 1)
-    full = loading_progress(INFO, load, OWNERS, report(dict.fromkeys(VCHANNELS, LOAD_TS)))
+    full = loading_progress(INFO, load, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)))
     assert (full.state, full.progress, full.partition_names) == (LoadState.LOADED, 100, [])
-    none = loading_progress(INFO, None, OWNERS, report(dict.fromkeys(VCHANNELS, LOAD_TS)))
+    none = loading_progress(INFO, None, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)))
     assert (none.state, none.progress, none.refresh_progress) == (LoadState.NOT_LOAD, 0, 0)
+
+
+def test_a_load_with_replicas_is_loaded_once_every_replica_serves_it() -> None:
+    load = LoadInfo(collection_id=9, loaded_ts=LOAD_TS, replica_number=2)
+    second = {p: ShardOwner(node_id=2, address="b:1") for p in PCHANNELS}
+    reports = report(dict.fromkeys(VCHANNELS, LOAD_TS))  # node 1 serves all; node 2 reports nothing yet
+    claims = Claims({0: OWNERS, 1: second}, count=2)
+    assert loading_progress(INFO, load, claims, reports).state is LoadState.LOADING
+    reports[2] = report(dict.fromkeys(VCHANNELS, LOAD_TS))[1]
+    assert loading_progress(INFO, load, claims, reports).state is LoadState.LOADED
+    # a group folded after its nodes died is not waited for; one replica is enough for one
+    del reports[2]
+    assert loading_progress(INFO, load, Claims({0: OWNERS, 1: second}, count=1), reports).progress == 100
+    one = LoadInfo(collection_id=9, loaded_ts=LOAD_TS)
+    assert loading_progress(INFO, one, claims, reports).state is LoadState.LOADED
 
 
 def test_partition_progress_is_the_collection_s_where_the_load_covers_it() -> None:
     load = LoadInfo(collection_id=9, partition_ids=[P_HOT], loaded_ts=LOAD_TS)
     reports = report({VCHANNELS[0]: LOAD_TS})  # one of two vchannels served
-    hot = loading_progress(INFO, load, OWNERS, reports, [PARTS[1]])
+    hot = loading_progress(INFO, load, Claims.of(OWNERS), reports, [PARTS[1]])
     assert (hot.state, hot.progress, hot.partition_names) == (LoadState.LOADING, 50, ["hot"])
-    cold = loading_progress(INFO, load, OWNERS, reports, [PARTS[2]])
+    cold = loading_progress(INFO, load, Claims.of(OWNERS), reports, [PARTS[2]])
     assert (cold.state, cold.progress) == (LoadState.NOT_LOAD, 0)
-    both = loading_progress(INFO, load, OWNERS, report(dict.fromkeys(VCHANNELS, LOAD_TS)), [PARTS[1], PARTS[2]])
+    both = loading_progress(
+        INFO, load, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)), [PARTS[1], PARTS[2]]
+    )
     assert (both.state, both.progress) == (LoadState.NOT_LOAD, 50)  # the mean; cold makes it NotLoad
 
 
@@ -115,9 +132,11 @@ def test_refresh_progress_is_the_share_of_flushed_segments_served_sealed() -> No
         flushed(104, state=SegmentState.DROPPED),  # gone: not counted
     ]
     served = dict.fromkeys(VCHANNELS, LOAD_TS)
-    one = loading_progress(INFO, load, OWNERS, report(served, {VCHANNELS[0]: [101]}), segments=segments)
+    one = loading_progress(INFO, load, Claims.of(OWNERS), report(served, {VCHANNELS[0]: [101]}), segments=segments)
     assert one.refresh_progress == 50
-    both = loading_progress(INFO, load, OWNERS, report(served, {VCHANNELS[0]: [101, 102]}), segments=segments)
+    both = loading_progress(
+        INFO, load, Claims.of(OWNERS), report(served, {VCHANNELS[0]: [101, 102]}), segments=segments
+    )
     assert both.refresh_progress == 100
     assert refresh_progress(9, lambda pid: True, {}, []) == 100  # nothing flushed: nothing to load
 
@@ -129,25 +148,25 @@ def test_loaded_collections_lists_loaded_ones_and_checks_names() -> None:
         names={"c": 9, "d": 10},
         loads={9: LoadInfo(collection_id=9, loaded_ts=LOAD_TS)},
     )
-    listed = loaded_collections(view, OWNERS, report(dict.fromkeys(VCHANNELS, LOAD_TS)), [])
+    listed = loaded_collections(view, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)), [])
     assert [(p.collection_name, p.progress) for p in listed] == [("c", 100)]
     with pytest.raises(CollectionNotLoaded, match=r"collection not loaded\[collection=d\]"):
-        loaded_collections(view, OWNERS, {}, [], ["d"])
+        loaded_collections(view, Claims.of(OWNERS), {}, [], ["d"])
     with pytest.raises(CollectionNotFound):
-        loaded_collections(view, OWNERS, {}, [], ["nope"])
+        loaded_collections(view, Claims.of(OWNERS), {}, [], ["nope"])
 
 
 def test_loaded_partitions_lists_covered_ones_and_checks_names() -> None:
     desc = CollectionDescription(
         info=INFO, partitions=PARTS, aliases=[], load=LoadInfo(collection_id=9, partition_ids=[P_HOT], loaded_ts=1)
     )
-    assert [p.partition_names for p in loaded_partitions(desc, OWNERS, {}, [])] == [["hot"]]
+    assert [p.partition_names for p in loaded_partitions(desc, Claims.of(OWNERS), {}, [])] == [["hot"]]
     with pytest.raises(PartitionNotLoaded, match=r"partition=cold"):
-        loaded_partitions(desc, OWNERS, {}, [], ["cold"])
+        loaded_partitions(desc, Claims.of(OWNERS), {}, [], ["cold"])
     with pytest.raises(PartitionNotFound, match=r"partition=gone"):
-        loaded_partitions(desc, OWNERS, {}, [], ["gone"])
+        loaded_partitions(desc, Claims.of(OWNERS), {}, [], ["gone"])
     released = desc.model_copy(update={"load": None})
-    assert loaded_partitions(released, OWNERS, {}, []) == []
+    assert loaded_partitions(released, Claims.of(OWNERS), {}, []) == []
 
 
 # ---------------------------------------------------------------------------- compaction state
