@@ -137,6 +137,19 @@ async def loaded_with_data(client: InProcessClient, rows: int, seed: int) -> tup
     return coll, data
 
 
+async def with_two_replicas(
+    client: InProcessClient, config: OspreyConfig, rows: int, seed: int
+) -> tuple[str, np.ndarray, list[list[int]]]:
+    """A collection of ``rows`` rows released and loaded again with two replicas, once both serve
+    every shard; its name, queries and their exact top-k PKs."""
+    coll, data = await loaded_with_data(client, rows, seed=seed)
+    await client.release_collection(coll)
+    await client.load_collection(coll, replica_number=2)
+    await wait_replicas(client, coll, 2, config.dml_partitions)
+    queries = np.random.default_rng(seed + 1).standard_normal((NQ, DIM)).astype(np.float32)
+    return coll, queries, brute_force(data["embedding"], data["id"], queries)
+
+
 async def test_two_replicas_survive_a_kill9_mid_search(
     module_config: OspreyConfig, client: InProcessClient, rootcoord: Any, querynodes: QueryNodes
 ) -> None:
@@ -194,12 +207,7 @@ async def test_a_third_node_joins_under_load(
 ) -> None:
     await querynodes.start("x")
     await querynodes.start("y")
-    coll, data = await loaded_with_data(client, 4_000, seed=3)
-    await client.release_collection(coll)
-    await client.load_collection(coll, replica_number=2)
-    await wait_replicas(client, coll, 2, module_config.dml_partitions)
-    queries = np.random.default_rng(5).standard_normal((NQ, DIM)).astype(np.float32)
-    exact = brute_force(data["embedding"], data["id"], queries)
+    coll, queries, exact = await with_two_replicas(client, module_config, 4_000, seed=3)
     searchers = [Searcher(client, coll, queries, exact) for _ in range(2)]
     z = await querynodes.start("z")
     registry = client.proxy.registry
@@ -208,7 +216,8 @@ async def test_a_third_node_joins_under_load(
         alive = await registry.alive("querynode")
         z_id = next((nid for nid, info in alive.items() if info.get("pid") == z.pid()), None)
         replicas = await client.describe_replica(coll)
-        return z_id is not None and any(z_id in r.node_ids for r in replicas) and complete(replicas, 4)
+        complete_now = complete(replicas, module_config.dml_partitions)
+        return z_id is not None and any(z_id in r.node_ids for r in replicas) and complete_now
 
     await eventually("the third node leads shards of a replica", z_leads)
     await eventually("searches go on after the move", answered_more(searchers, 10))
@@ -250,12 +259,7 @@ async def test_a_silent_node_is_given_up_for_the_other_replica(
     async with InProcessClient(config) as client:
         await querynodes.start("s")
         silent = await querynodes.start("t")
-        coll, data = await loaded_with_data(client, 2_000, seed=13)
-        await client.release_collection(coll)
-        await client.load_collection(coll, replica_number=2)
-        await wait_replicas(client, coll, 2, module_config.dml_partitions)
-        queries = np.random.default_rng(17).standard_normal((NQ, DIM)).astype(np.float32)
-        exact = brute_force(data["embedding"], data["id"], queries)
+        coll, queries, exact = await with_two_replicas(client, config, 2_000, seed=13)
         pid = silent.pid()
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
