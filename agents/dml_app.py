@@ -1,9 +1,10 @@
-"""The Faust app of a process that keeps state from ``dml`` (the query node, the data node).
+"""The Faust app of a process that keeps state from ``dml`` in a consumer group (the data node; the
+query nodes follow the query distribution instead, ``agents/querynode/app.py``).
 
-Both consume every dml partition the consumer group gives them, never commit offsets (their
-checkpoints live in the meta store, ``streams/transport.py``), apply records through a node whose
+It consumes every dml partition the consumer group gives it, never commits offsets (its
+checkpoints live in the meta store, ``streams/transport.py``), applies records through a node whose
 :class:`agents.dml_cursor.DmlCursor` may ask for a seek, publish their status every
-``STATUS_INTERVAL_S`` and stop their runtime on shutdown. :func:`make_dml_app` wires that once;
+``STATUS_INTERVAL_S`` and stops its runtime on shutdown. :func:`make_dml_app` wires that once;
 the runtime brings the node and what differs.
 
 No seek is done from the assignment callback: a seek racing Faust's fetcher (which resumes on its
@@ -14,7 +15,6 @@ seek from the agent instead, at the first record that comes from elsewhere.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import faust
@@ -29,8 +29,6 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 STATUS_INTERVAL_S = 1.0
-
-SeekTarget = Callable[[faust.App, TP, int], Awaitable[int]]
 
 
 class DmlNode(Protocol):
@@ -49,12 +47,9 @@ class DmlRuntime(Protocol):
     async def stop(self) -> None: ...
 
 
-def make_dml_app(
-    config: OspreyConfig, role: str, runtime: DmlRuntime, seek_target: SeekTarget | None = None
-) -> faust.App:
+def make_dml_app(config: OspreyConfig, role: str, runtime: DmlRuntime) -> faust.App:
     """The app of ``role``: the ``dml`` agent, the assignment signal, the status timer, the
-    shutdown. ``seek_target(app, tp, offset)`` may replace the offset the node asked to seek to (the
-    query node recovers again when it is below the log start)."""
+    shutdown."""
     app = make_app(config, role)
     app.osprey_commit_offsets = False  # type: ignore[attr-defined]  # see module doc
     topics = Topics.of(config)
@@ -72,8 +67,6 @@ def make_dml_app(
 
     async def seek_to(tp: TP, offset: int) -> None:
         try:
-            if seek_target is not None:
-                offset = await seek_target(app, tp, offset)
             await app.consumer.seek_wait({tp: offset})
         except (TimeoutError, IllegalStateError, ServiceUnavailable) as err:  # taken away meanwhile
             log.info("%s: no seek of %s (%r)", role, tp, err)

@@ -19,6 +19,7 @@ caller of ``start`` or ``stop`` is never swallowed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
@@ -129,3 +130,42 @@ class Service:
             log.warning("%s: closing %s took over %g s; left behind", self.service_name, what, self.close_timeout_s)
         except Exception:  # stopping goes on through every resource
             log.exception("%s: error while closing %s", self.service_name, what)
+
+
+class ScanningService(Service):
+    """A service whose work is a scan (the index and query coordinators): :meth:`scan_once` runs
+    once :meth:`start_scans` is called, then every ``scan_interval_s`` and at once after
+    :meth:`kick`. A scan that raises (Redis or the broker away) is logged, shown as ``last_error``,
+    and tried again after ``scan_error_pause_s``."""
+
+    scan_error_pause_s = 1.0
+
+    def __init__(self, scan_interval_s: float) -> None:
+        super().__init__()
+        self.scan_interval_s = scan_interval_s
+        self.last_error = ""
+        self._wake = asyncio.Event()
+
+    async def scan_once(self) -> Any:
+        raise NotImplementedError
+
+    def kick(self) -> None:
+        """Something changed: scan now."""
+        self._wake.set()
+
+    def start_scans(self) -> None:
+        self.spawn(self._scans(), self.service_name)
+
+    async def _scans(self) -> None:
+        while True:
+            try:
+                await self.scan_once()
+                self.last_error = ""
+            except Exception as exc:  # Redis or the broker away: try again
+                self.last_error = repr(exc)
+                log.exception("%s: scan failed; trying again", self.service_name)
+                await asyncio.sleep(self.scan_error_pause_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.scan_interval_s):
+                    await self._wake.wait()
+            self._wake.clear()

@@ -12,9 +12,9 @@ when that costs no latency). Everything else is Faust's own driver.
 It is registered through the ``faust.transports`` entry point in pyproject.toml.
 
 An app whose ``osprey_commit_offsets`` attribute is False never commits consumer offsets: the
-query node keeps its state in memory and must consume a newly assigned partition from its first
-record (committed offsets would skip the rows it has to rebuild; if Faust resumes a partition
-elsewhere, the node notices the gap and rewinds it: agents/querynode/node.py). Faust's
+data node keeps its buffers in memory and must consume a newly assigned partition from its
+checkpoint (committed offsets would skip the rows it has to rebuild; if Faust resumes a partition
+elsewhere, the node notices the gap and rewinds it: agents/dml_cursor.py). Faust's
 read-offset filter is off for such an app (``ReadOffsets``): it dropped replayed records.
 """
 
@@ -51,8 +51,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 class ReadOffsets(defaultdict[TP, int | None]):
     """Faust's per-partition "offset last delivered", by which its consumer drops every later
     record below it (``Consumer.getmany``), made to read as None, so nothing is dropped. Used by an
-    app that does not commit (the query node), which orders and deduplicates records by offset
-    itself (``QueryNode.apply``). The filter dropped the records a rewind or a rebalance replays
+    app that does not commit (the data node), which orders and deduplicates records by offset
+    itself (``agents/dml_cursor.py``). The filter dropped the records a rewind or a rebalance replays
     whenever a record fetched before it was delivered after it, which set the read offset past
     them (issue 9; docs/decisions.md)."""
 

@@ -24,7 +24,6 @@ If a node died between its record and its event, the scan publishes the event fo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -33,7 +32,7 @@ from aiokafka import AIOKafkaProducer
 
 from agents.indexcoord.scheduling import ScanPlan, plan_scan
 from agents.segment_events import IndexEventsReader, SegmentEventsReader
-from agents.service import Service
+from agents.service import ScanningService
 from schemas.config import OspreyConfig
 from schemas.index import (
     AnyIndexEvent,
@@ -67,10 +66,11 @@ ERROR_PAUSE_S = 2.0
 BUILD_ID_BATCH = 100
 
 
-class IndexCoordinator(Service):
+class IndexCoordinator(ScanningService):
     """Seed 004's IndexCoord (module doc)."""
 
     service_name = "index coordinator"
+    scan_error_pause_s = ERROR_PAUSE_S
 
     def __init__(
         self,
@@ -82,7 +82,7 @@ class IndexCoordinator(Service):
         registry: NodeRegistry,
         objects: ObjectStore,
     ) -> None:
-        super().__init__()
+        super().__init__(config.index_scan_interval_s)
         self.config = config
         self.topics = Topics.of(config)
         self.store = store
@@ -93,7 +93,6 @@ class IndexCoordinator(Service):
         self.segment_meta = SegmentMeta(store)
         self.build_ids = IdAllocator(redis, config.cluster, "index-build", batch=BUILD_ID_BATCH)
         self.root = objects
-        self._wake = asyncio.Event()
         self.scans = 0
         self.counts: dict[str, int] = {
             "created": 0,
@@ -106,7 +105,6 @@ class IndexCoordinator(Service):
             "conflicts": 0,
         }
         self.waiting = 0
-        self.last_error = ""
 
     async def on_start(self) -> None:
         segments = SegmentEventsReader(self.config, self._on_segment_event, from_start=False)
@@ -115,11 +113,7 @@ class IndexCoordinator(Service):
         outcomes = IndexEventsReader(self.config, self._on_index_event, from_start=False)
         await outcomes.start()
         self.on_close(outcomes.stop, "index-events reader")
-        self.spawn(self._run(), "index coordinator")
-
-    def kick(self) -> None:
-        """Something changed (an index DDL, a segment, a build): scan now."""
-        self._wake.set()
+        self.start_scans()  # and at once after kick(): an index DDL, a segment, a build
 
     async def _on_segment_event(self, event: AnySegmentEvent) -> None:
         if not isinstance(event, SegmentSealed):
@@ -131,20 +125,6 @@ class IndexCoordinator(Service):
             if task is not None and task.version == event.task.version and not task.announced:
                 await self._write(task, announced=True)
         self.kick()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.scan_once()
-                self.last_error = ""
-            except Exception as exc:  # Redis or the broker away: try again
-                self.last_error = repr(exc)
-                log.exception("index coordinator: scan failed; trying again")
-                await asyncio.sleep(ERROR_PAUSE_S)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.index_scan_interval_s):
-                    await self._wake.wait()
-            self._wake.clear()
 
     async def scan_once(self) -> ScanPlan:
         """One scan (module doc); returns what it planned (each write may still lose its CAS)."""

@@ -209,7 +209,9 @@ class DqRouter:
                     owner = self._pick(owners, pchannel, replicas, tried[vchannel])
                 if owner is not None:
                     by_address.setdefault(owner.address, []).append(vchannel)
-                    alternatives = alternatives or self._pick(owners, pchannel, replicas, {owner.address}) is not None
+                    alternatives = alternatives or (
+                        replicas > 1 and self._pick(owners, pchannel, replicas, {owner.address}) is not None
+                    )
             attempt_deadline = (
                 min(deadline, time.monotonic() + self.config.replica_failover_s) if alternatives else deadline
             )

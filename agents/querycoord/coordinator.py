@@ -16,14 +16,12 @@ answers its searches.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agents.querycoord.placement import place_leaders, place_replicas
-from agents.service import Service
+from agents.service import ScanningService
 from schemas.distribution import QueryDistribution, ReplicaGroup
 from schemas.meta import LoadInfo
 from state.meta.query_distribution import QueryDistributionStore
@@ -34,7 +32,6 @@ __all__ = ["QUERYNODE_ROLE", "QueryCoordinator", "group_count", "plan_distributi
 log = logging.getLogger(__name__)
 
 QUERYNODE_ROLE = "querynode"
-ERROR_PAUSE_S = 1.0
 
 
 def group_count(loads: Mapping[int, LoadInfo]) -> int:
@@ -66,7 +63,7 @@ def plan_distribution(
     return QueryDistribution(version=previous.version + 1, groups=placed)
 
 
-class QueryCoordinator(Service):
+class QueryCoordinator(ScanningService):
     """Keeps the query distribution (module doc). ``loads`` gives the current loads (the
     rootcoord's meta view); ``pchannels`` every dml pchannel."""
 
@@ -80,38 +77,17 @@ class QueryCoordinator(Service):
         pchannels: Sequence[str],
         interval_s: float,
     ) -> None:
-        super().__init__()
+        super().__init__(interval_s)
         self.store = store
         self.registry = registry
         self.loads = loads
         self.pchannels = list(pchannels)
-        self.interval_s = interval_s
-        self._wake = asyncio.Event()
         self.distribution = QueryDistribution()
         self.scans = 0
         self.writes = 0
-        self.last_error = ""
 
     async def on_start(self) -> None:
-        self.spawn(self._run(), "query coordinator")
-
-    def kick(self) -> None:
-        """Something changed (a load, a release): look now."""
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.scan_once()
-                self.last_error = ""
-            except Exception as exc:  # Redis away: try again
-                self.last_error = repr(exc)
-                log.exception("query coordinator: scan failed; trying again")
-                await asyncio.sleep(ERROR_PAUSE_S)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval_s):
-                    await self._wake.wait()
-            self._wake.clear()
+        self.start_scans()  # and at once after kick(): a load, a release
 
     async def scan_once(self) -> QueryDistribution:
         """Read the nodes and the stored distribution, write the new one if it changed."""

@@ -267,10 +267,7 @@ class QueryNodeRuntime(Service):
 
     def _starts(self, node: QueryNode) -> dict[int, int]:
         """partition -> the offset its cursor wants next, for every pchannel held."""
-        starts = {}
-        for pchannel, state in node.pchannels.items():
-            starts[pchannel_partition(pchannel)] = state.cursor.next_offset
-        return starts
+        return {pchannel_partition(p): state.cursor.next_offset for p, state in node.pchannels.items()}
 
     async def _claim_caught_up(
         self, node: QueryNode, wanted: set[GroupChannel], claims: dict[int, dict[str, ShardOwner]]
