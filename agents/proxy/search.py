@@ -25,7 +25,6 @@ from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
 from schemas.config import OspreyConfig
-from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -39,6 +38,7 @@ from schemas.errors import (
 from schemas.hits import Hits
 from schemas.meta import CollectionInfo
 from state.meta.shard_owners import ShardOwner, ShardOwners
+from state.readpath.columns import values_of
 from state.readpath.consistency import guarantee_ts
 from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
 from state.readpath.reduce import check_paging, merge_query_results, page_of, reduce_search_results, rounded
@@ -355,13 +355,6 @@ def _raise_errors(results: Sequence[Result]) -> None:
             raise from_error_status(result)
 
 
-def _values(column: Column) -> Any:
-    """Output values of a result column: numpy for numbers and vectors, str / parsed JSON otherwise."""
-    if column.dtype is DataType.JSON:
-        return [json.loads(t) for t in column.texts or []]
-    return column.array() if column.data is not None else list(column.texts or [])
-
-
 def _inline_dynamic(row: dict[str, Any], keys: list[str] | None) -> dict[str, Any]:
     """``row`` with its ``$meta`` document replaced by the asked dynamic keys inline (all of them
     for None), as Milvus returns dynamic fields; static fields win over same-named keys."""
@@ -527,7 +520,7 @@ class SearchTask(_ReadTask):
             for result in self.results:
                 assert isinstance(result, SearchResult)
                 part = hits_of(result)
-                columns = {c.name: _values(c) for c in result.fields}
+                columns = {c.name: values_of(c) for c in result.fields}
                 row = 0
                 for q in range(part.nq):
                     for slot in range(int(part.counts[q])):
@@ -624,7 +617,7 @@ class QueryTask(_ReadTask):
         if self.count_only:
             self.result = [{COUNT_STAR: sum(r.count for r in self.results if isinstance(r, QueryResult))}]
             return
-        parts = [{c.name: _values(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
+        parts = [{c.name: values_of(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
         names = self.prepared.output_fields
         parts = [p for p in parts if p]
         if not parts:
