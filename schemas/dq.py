@@ -92,7 +92,16 @@ class _Result(_Event):
     reason: str = ""
     field: str = Field("", description="on an error about one request field: the field")
     rule: str = Field("", description="on an error about one request field: the rule it broke")
-    moved: bool = Field(False, description="this node does not serve the vchannel: ask its current owner")
+    moved: bool = Field(
+        False,
+        description="this node cannot answer for the vchannel now (not its owner, or a worker holding part "
+        "of it is gone): ask again, its current owner",
+    )
+    resync: list[int] = Field(
+        default_factory=list,
+        description="a worker's answer to its delegator: segments whose dead timestamps it must get whole "
+        "(schemas/worker.py)",
+    )
 
     @property
     def ok(self) -> bool:

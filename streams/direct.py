@@ -13,13 +13,15 @@ import asyncio
 import contextlib
 import logging
 import struct
+from dataclasses import dataclass
 
 from schemas.codec import decode, encode
 from schemas.dq import QueryRequest, ResultBatch, SearchRequest
 from schemas.errors import ServiceUnavailable
+from schemas.worker import WorkerRequest
 from streams.tasks import cancel_and_wait
 
-__all__ = ["MAX_FRAME_BYTES", "DirectClient", "DirectPool", "read_frame", "write_frame"]
+__all__ = ["MAX_FRAME_BYTES", "DirectClient", "DirectPool", "Sent", "read_frame", "write_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,16 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
 def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
     """Queue one frame (a single write, so frames of concurrent senders never interleave)."""
     writer.write(FRAME_HEADER.pack(len(payload)) + payload)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A request :meth:`DirectClient.send` wrote: its answer's future and deadline timer."""
+
+    request_id: int
+    future: asyncio.Future[ResultBatch]
+    expiry: asyncio.TimerHandle
+    timeout_s: float
 
 
 class DirectClient:
@@ -63,7 +75,14 @@ class DirectClient:
             raise ServiceUnavailable(f"query node at {self.address} is unreachable ({err!r})") from None
         self._reading = asyncio.create_task(self._read_loop(), name=f"direct-{self.address}")
 
-    async def call(self, request: SearchRequest | QueryRequest, timeout_s: float) -> ResultBatch:
+    async def call(self, request: SearchRequest | QueryRequest | WorkerRequest, timeout_s: float) -> ResultBatch:
+        """Send ``request`` and wait for its answer (:meth:`send`, then :meth:`wait`)."""
+        return await self.wait(self.send(request, timeout_s))
+
+    def send(self, request: SearchRequest | QueryRequest | WorkerRequest, timeout_s: float) -> Sent:
+        """Write ``request``'s frame now, without yielding (so frames leave in the order of the
+        calls: delegators rely on it, schemas/worker.py); :meth:`wait` then waits for its answer
+        and must be called (it forgets the request)."""
         if self.closed or self._writer is None:
             raise ServiceUnavailable(f"connection to query node {self.address} is closed")
         loop = asyncio.get_running_loop()
@@ -71,14 +90,27 @@ class DirectClient:
         self._pending[request.request_id] = future
         # the deadline is one timer on the future (asyncio.timeout would add a context manager
         # and a reschedule per call; a step on the search path costs several times its hot figure)
-        expiry = loop.call_later(timeout_s, _expire, future)
+        sent = Sent(request.request_id, future, loop.call_later(timeout_s, _expire, future), timeout_s)
         try:
             write_frame(self._writer, encode(request))
-            await self._writer.drain()
+        except (ConnectionError, OSError) as err:
+            self._forget(sent)
+            future.cancel()
+            self._fail(err)
+            raise ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})") from None
+        return sent
+
+    async def wait(self, sent: Sent) -> ResultBatch:
+        """The answer to a request :meth:`send` wrote; ServiceUnavailable after its deadline or when
+        the connection breaks."""
+        future = sent.future
+        try:
+            if self._writer is not None:
+                await self._writer.drain()
             return await future
         except TimeoutError:
             raise ServiceUnavailable(
-                f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s"
+                f"query node {self.address} did not answer request {sent.request_id} within {sent.timeout_s:.1f} s"
             ) from None
         except (ConnectionError, OSError) as err:
             if future.done():
@@ -88,8 +120,11 @@ class DirectClient:
             self._fail(err)
             raise ServiceUnavailable(f"connection to query node {self.address} broke ({err!r})") from None
         finally:
-            expiry.cancel()
-            self._pending.pop(request.request_id, None)
+            self._forget(sent)
+
+    def _forget(self, sent: Sent) -> None:
+        sent.expiry.cancel()
+        self._pending.pop(sent.request_id, None)
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -133,6 +168,11 @@ class DirectPool:
     def __init__(self) -> None:
         self._clients: dict[str, DirectClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    def connected(self, address: str) -> DirectClient | None:
+        """The open connection to ``address``, if there is one (no I/O)."""
+        client = self._clients.get(address)
+        return client if client is not None and not client.closed else None
 
     async def get(self, address: str) -> DirectClient:
         client = self._clients.get(address)

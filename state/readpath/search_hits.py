@@ -13,13 +13,14 @@ import numpy as np
 
 from schemas.dml import Column
 from schemas.dq import SearchRequest, SearchResult
+from schemas.worker import SegmentSearch
 from state.segcore.vector_index import SearchHits, full_counts
 
 __all__ = ["hits_of", "result_full", "search_result"]
 
 
 def search_result(
-    request: SearchRequest, vchannel: str, node_id: int, hits: SearchHits, fields: list[Column]
+    request: SearchRequest | SegmentSearch, vchannel: str, node_id: int, hits: SearchHits, fields: list[Column]
 ) -> SearchResult:
     """A shard's :class:`SearchHits` as its result event (PKs and distances as raw bytes).
     Validated as any event is: pydantic's validator (Rust) takes ~4 us here, its Python
