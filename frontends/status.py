@@ -63,10 +63,18 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             # per query node: read-path latency over its last searches (the whole search, and its
             # shards' segment searches: the difference is the node's own path around the walk),
             # and its memory in transparent huge pages (KiB: its graphs, agents/interpreter.py)
+            # and the rows it holds as a worker for other nodes' delegators (segment balancing)
             "querynodes": {
-                nid: {"latency": doc.get("latency", {}), "huge_pages_kb": doc.get("huge_pages_kb")}
+                nid: {
+                    "latency": doc.get("latency", {}),
+                    "huge_pages_kb": doc.get("huge_pages_kb"),
+                    "guest_rows": doc.get("guest_segments", {}).get("rows", 0),
+                    "balancer": {k: v for k, v in doc.get("balancer", {}).items() if k != "workers"},
+                }
                 for nid, doc in querynodes.items()
             },
+            # per vchannel: each sealed segment served -> the query node holding its rows
+            "segment_placement": _placement(querynodes),
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
             "indexnodes": {nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in reports["indexnode"].items()},
@@ -116,6 +124,20 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         }
     finally:
         await redis.aclose()
+
+
+def _placement(querynodes: dict[int, dict[str, Any]]) -> dict[str, dict[int, int]]:
+    """vchannel -> sealed segment id -> the node holding its rows (its leader's worker, or the
+    node of the leader's replica group it placed it on), from the leaders' status documents."""
+    out: dict[str, dict[int, int]] = {}
+    for nid, doc in sorted(querynodes.items()):
+        for pchannel in doc.get("pchannels", {}).values():
+            for vchannel, shard in pchannel.get("vchannels", {}).items():
+                for sid, segment in shard.get("segments", {}).items():
+                    if segment.get("kind") == "sealed":
+                        node = segment.get("node")
+                        out.setdefault(vchannel, {})[int(sid)] = nid if node is None else int(node)
+    return out
 
 
 async def _claims(redis: Any, ns: str, datanodes: dict[int, dict[str, Any]]) -> dict[str, str | None]:

@@ -38,15 +38,19 @@ from redis.exceptions import RedisError
 
 from agents.interpreter import HugePagesGauge
 from agents.lease_keeper import LeaseKeeper
+from agents.querynode.balance import BALANCE_INTERVAL_S, SegmentBalancer
+from agents.querynode.guests import GuestSegments
 from agents.querynode.loader import SegmentLoader
 from agents.querynode.meta_watch import MetaWatcher
 from agents.querynode.node import QueryNode
+from agents.querynode.remote import RemoteWorkers
 from agents.querynode.servers import DirectServer, TopicServer
 from agents.querynode.worker import Worker
 from agents.segment_events import IndexEventsReader, SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
 from schemas.distribution import QueryDistribution
+from schemas.index import AnyIndexEvent
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_cache import MetaCache
@@ -131,10 +135,17 @@ class QueryNodeRuntime(Service):
             delete_buffer_bytes=config.delete_buffer_bytes,
         )
         self.node = node
+        # segment balancing inside the replica group (balance.py): this node's delegators place
+        # sealed segments on the others (peers), and hold the others' as a worker (guests)
+        self.guests = GuestSegments(node_id, self.loader, cache)
+        self.on_close(lambda: asyncio.to_thread(self.guests.close), "guest segments")
+        self.peers = RemoteWorkers(node_id)
+        self.on_close(self.peers.close, "worker connections")
+        self.balancer = SegmentBalancer(node, self.loader, self.peers)
         self.reader = SegmentEventsReader(config, node.on_segment_event, from_start=False)
         await self.reader.start()
         self.on_close(self.reader.stop, "segment-events reader")
-        self.index_reader = IndexEventsReader(config, node.on_index_event, from_start=False)
+        self.index_reader = IndexEventsReader(config, self._on_index_event, from_start=False)
         await self.index_reader.start()
         self.on_close(self.index_reader.stop, "index-events reader")
         self.meta_watcher = MetaWatcher(config, cache, node.on_meta_changed)
@@ -146,6 +157,7 @@ class QueryNodeRuntime(Service):
             config.querynode_port,
             max_inflight=config.querynode_max_inflight_requests,
             advertise_host=config.querynode_advertise_host,
+            guests=self.guests,
         )
         await self.direct.start()
         self.on_close(self.direct.stop, "direct server")
@@ -157,8 +169,6 @@ class QueryNodeRuntime(Service):
         )
         await self.topic_server.start()
         self.on_close(self.topic_server.stop, "topic server")
-        self.owners = ShardOwners(self.redis, ns)
-        self.status = StatusBoard(self.redis, ns)
         self.owners = ShardOwners(self.redis, ns)
         self.distributions = QueryDistributionStore(self.redis, ns)
         self.status = StatusBoard(self.redis, ns)
@@ -188,6 +198,12 @@ class QueryNodeRuntime(Service):
         node.owner_check = self
         self.spawn(self._follow_loop(), "querynode-follow")
         self.spawn(self._status_loop(), "querynode-status")
+        self.spawn(self._balance_loop(), "querynode-balance")
+
+    async def _on_index_event(self, event: AnyIndexEvent) -> None:
+        if self.node is not None:
+            await self.node.on_index_event(event)
+        await self.guests.on_index_event(event)
 
     async def _forget_node(self) -> None:
         if self.node is not None:
@@ -263,7 +279,34 @@ class QueryNodeRuntime(Service):
             if added or removed or recovering:
                 self.consumer.assign(self._starts(node))
             self._catching_up = {k: v for k, v in self._catching_up.items() if k in targets}
+            group = distribution.group_of(me)
+            # guest segments of leaders that left this node's group (or died) are released here
+            self.guests.keep_leaders(set() if group is None else set(distribution.groups[group].nodes))
             await self._claim_caught_up(node, targets - self._serving, claims)
+
+    async def _balance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(BALANCE_INTERVAL_S)
+            try:
+                await self.balance_once()
+            except (RedisError, OSError, KafkaError) as err:
+                log.warning("querynode: segments not balanced (%r); trying again", err)
+            except Exception:
+                log.exception("querynode: balancing segments failed; trying again")
+
+    async def balance_once(self) -> int:
+        """One round of segment balancing over this node's replica group (``balance.py``)."""
+        node = self.node
+        if node is None or not self.certain():
+            return 0
+        group = self.distribution.group_of(node.node_id)
+        if group is None:
+            return 0
+        live = await self.registry.alive(ROLE)
+        members = {n: str(live[n].get("address", "")) for n in self.distribution.groups[group].nodes if n in live}
+        members[node.node_id] = self.direct.address
+        led = {p for g, p in self._serving}
+        return await self.balancer.balance_once(members, led)
 
     def _starts(self, node: QueryNode) -> dict[int, int]:
         """partition -> the offset its cursor wants next, for every pchannel held."""
@@ -376,6 +419,8 @@ class QueryNodeRuntime(Service):
             "topic": self.topic_server.health(),
             "worker": worker["rows"],
             "worker_memory_bytes": worker["memory_bytes"],
+            "guest_segments": self.guests.health(),
+            "balancer": self.balancer.health(),
             "loaded_segments": self.loader.loaded,
             "loaded_rows": self.loader.loaded_rows,
             "indexes_loaded": self.loader.indexes_loaded,

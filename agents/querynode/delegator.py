@@ -35,16 +35,18 @@ versions of its keys in the other segments.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from agents.querynode.worker import MaskOf, QueryResult, Worker, check_window, empty_query_result
+from agents.querynode.remote import RemoteWorker
+from agents.querynode.worker import AskAgain, MaskOf, QueryResult, Worker, check_window, empty_query_result
 from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS, DeleteEvent, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
@@ -54,6 +56,7 @@ from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES, DeleteBuffe
 from state.segcore.pk_oracle import PkOracle
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import MAX_TIMESTAMP, GrowingSegment
+from state.segcore.shadow import SegmentShadow
 from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric
 from state.segcore.versions import resolve_versions
 
@@ -74,12 +77,16 @@ SEGMENT_SEALED = "sealed"
 
 @dataclass
 class SegmentEntry:
-    """One segment of the distribution: where it lives and what it holds."""
+    """One segment of the distribution: where it lives and what it holds. A sealed segment placed
+    on another node of the replica (``balance.py``) has ``remote`` (that node's worker) and
+    ``shadow`` (its keys, stamps and dead timestamps, kept here: ``state/segcore/shadow.py``)."""
 
     segment_id: int
     partition_id: int
     worker: Worker
     kind: str = SEGMENT_GROWING
+    remote: RemoteWorker | None = None
+    shadow: SegmentShadow | None = None
 
 
 class ShardDelegator:
@@ -359,7 +366,7 @@ class ShardDelegator:
         buffered = self.deletes.since(0)
         for record in durable_deletes:
             self.deletes.add(record, self._tsafe)
-        segments = [self.worker.segment(sid) for sid in sorted(self._distribution)]  # ties: segment id order
+        segments = [self.segment(sid) for sid in sorted(self._distribution)]  # ties: segment id order
         hidden = resolve_versions(segments, [*durable_deletes, *buffered])
         self.deleted_rows += hidden
         return hidden
@@ -369,6 +376,16 @@ class ShardDelegator:
         self.release_segments([segment_id])
         self._sealed.add(segment_id)
 
+    def close(self) -> None:
+        """The delegator stops serving (its pchannel moved, its collection was released or is
+        rebuilt): every segment released, and the requests waiting for its tsafe told to ask
+        again (the tsafe of a delegator no longer fed never moves)."""
+        self.release_segments(list(self._distribution))
+        waiters, self._waiters = self._waiters, []
+        for _, _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(AskAgain(f"vchannel {self.vchannel} is no longer served by this delegator"))
+
     def release_segments(self, segment_ids: Sequence[int]) -> None:
         """Drop segments from the distribution and their workers, with their identities."""
         dropped = set()
@@ -376,10 +393,73 @@ class ShardDelegator:
             entry = self._distribution.pop(segment_id, None)
             self.oracle.remove([segment_id])
             if entry is not None:
-                entry.worker.release_segments([segment_id])
+                if entry.remote is not None:  # sent by the balancer's next round (no I/O here)
+                    entry.remote.release_later(self.vchannel, self.collection.collection_id, [segment_id])
+                else:
+                    entry.worker.release_segments([segment_id])
                 dropped.add(segment_id)
         if dropped:
             self._identities = {i: s for i, s in self._identities.items() if s not in dropped}
+
+    # ------------------------------------------------------------------ placement (balance.py)
+
+    def segment(self, segment_id: int) -> GrowingSegment:
+        """The segment (for a remote one, its shadow here)."""
+        entry = self._distribution.get(segment_id)
+        if entry is not None and entry.shadow is not None:
+            return entry.shadow
+        return self.worker.segment(segment_id)
+
+    def placement(self) -> dict[int, int | None]:
+        """Sealed segment id -> the node holding its rows (None: this node's worker)."""
+        return {
+            sid: (None if e.remote is None else e.remote.node_id)
+            for sid, e in self._distribution.items()
+            if e.kind == SEGMENT_SEALED
+        }
+
+    def place_remote(self, segment_id: int, remote: RemoteWorker) -> bool:
+        """Serve sealed ``segment_id``, held here, from ``remote`` from now on (which holds its rows
+        already): its keys, stamps and dead timestamps stay here as a shadow and the local copy is
+        released, in one step. False when it is not a sealed segment held here any more."""
+        entry = self._distribution.get(segment_id)
+        if entry is None or entry.kind != SEGMENT_SEALED or entry.remote is not None:
+            return False
+        segment = self.worker.segment(segment_id)
+        assert isinstance(segment, SealedSegment)
+        shadow = SegmentShadow(segment, remote.node_id)
+        self.oracle.remove([segment_id])
+        self.oracle.add_sealed(shadow, shadow.bloom())
+        entry.remote, entry.shadow = remote, shadow
+        self.worker.release_segments([segment_id])
+        return True
+
+    def place_local(self, segment_id: int, segment: SealedSegment) -> RemoteWorker | None:
+        """Serve ``segment_id``, held by a remote worker, from ``segment`` (loaded here) from now
+        on, with the shadow's dead timestamps, in one step; returns the remote worker it left
+        (its copy is released there by the caller). None when it is not a remote segment."""
+        entry = self._distribution.get(segment_id)
+        if entry is None or entry.remote is None or entry.shadow is None:
+            return None
+        segment.set_dead(entry.shadow.dead_view())
+        self.worker.load_collection(self.collection)
+        self.worker.put_sealed(segment)
+        self.oracle.remove([segment_id])
+        self.oracle.add_sealed(segment, segment.bloom())
+        remote, entry.remote, entry.shadow = entry.remote, None, None
+        return remote
+
+    def move_remote(self, segment_id: int, remote: RemoteWorker) -> RemoteWorker | None:
+        """Serve ``segment_id`` from ``remote`` (which holds it already) instead of the remote
+        worker serving it now, in one step; the shadow stays and sends its whole state there
+        first. Returns the worker it left (None: not a remote segment)."""
+        entry = self._distribution.get(segment_id)
+        if entry is None or entry.remote is None or entry.shadow is None:
+            return None
+        old, entry.remote = entry.remote, remote
+        entry.shadow.node_id = remote.node_id
+        entry.shadow.resync()
+        return old
 
     # ------------------------------------------------------------------ tsafe
 
@@ -437,14 +517,28 @@ class ShardDelegator:
 
     # ------------------------------------------------------------------ search & query
 
-    def segments_by_worker(self, partition_ids: Sequence[int] | None) -> dict[Worker, list[int]]:
-        """Worker -> its segment ids in the distribution, restricted to ``partition_ids`` if given."""
+    def segments_by_worker(
+        self, partition_ids: Sequence[int] | None
+    ) -> tuple[dict[Worker, list[int]], dict[RemoteWorker, list[SegmentShadow]]]:
+        """(local worker -> its segment ids, remote worker -> the shadows of the segments it holds)
+        in the distribution, restricted to ``partition_ids`` if given."""
         wanted = None if partition_ids is None else set(partition_ids)
-        by_worker: dict[Worker, list[int]] = {}
+        local: dict[Worker, list[int]] = {}
+        remote: dict[RemoteWorker, list[SegmentShadow]] = {}
         for entry in self._distribution.values():
             if wanted is None or entry.partition_id in wanted:
-                by_worker.setdefault(entry.worker, []).append(entry.segment_id)
-        return by_worker
+                if entry.remote is not None and entry.shadow is not None:
+                    remote.setdefault(entry.remote, []).append(entry.shadow)
+                else:
+                    local.setdefault(entry.worker, []).append(entry.segment_id)
+        return local, remote
+
+    @staticmethod
+    def _remote_filter(mask_of: MaskOf | None, filter_expr: str | None) -> str:
+        """The filter text a remote worker compiles (it cannot run ``mask_of``, a closure)."""
+        if mask_of is not None and filter_expr is None:
+            raise InvalidParameter("filter", "a read of segments on other nodes needs the filter's text")
+        return filter_expr or ""
 
     async def search(
         self,
@@ -458,18 +552,45 @@ class ShardDelegator:
         ef: int | None = None,
         partition_ids: Sequence[int] | None = None,
         queries_checked: bool = False,
+        filter_expr: str | None = None,
     ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
         :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK.
-        ``queries_checked``: as :meth:`GrowingSegment.search`'s."""
+        ``queries_checked``: as :meth:`GrowingSegment.search`'s. ``filter_expr``: the text of the
+        filter ``mask_of`` evaluates, for segments held on other nodes (required when both)."""
         metric = normalize_metric(metric)
         top_k = check_top_k(top_k)
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        parts = [
-            worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
-            for worker, ids in self.segments_by_worker(partition_ids).items()
-        ]
+        local, remote = self.segments_by_worker(partition_ids)
+        asked = []
+        if remote:  # sent first, computed there while the local segments are searched here
+            text = self._remote_filter(mask_of, filter_expr)
+            q = np.asarray(queries, dtype=np.float32)
+            asked = [
+                (
+                    worker.search(
+                        self.vchannel,
+                        self.collection.collection_id,
+                        shadows,
+                        q.reshape(-1, q.shape[-1]),
+                        field,
+                        metric,
+                        top_k,
+                        ts,
+                        text,
+                        ef,
+                        timeout_s,
+                    )
+                )
+                for worker, shadows in remote.items()
+            ]
+        with _answers_awaited(asked):
+            parts = [
+                worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
+                for worker, ids in local.items()
+            ]
+        parts.extend(await _gather(asked))
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
             varchar = self.collection.collection_schema.primary_field.dtype is DataType.VARCHAR
@@ -487,16 +608,28 @@ class ShardDelegator:
         limit: int | None = None,
         offset: int = 0,
         partition_ids: Sequence[int] | None = None,
+        filter_expr: str | None = None,
     ) -> QueryResult:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``, in PK
-        order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`."""
+        order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`.
+        ``filter_expr``: as :meth:`search`'s."""
         window = check_window(offset, limit)
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        parts = [
-            worker.query(ids, ts, mask_of, output_fields, window, 0)
-            for worker, ids in self.segments_by_worker(partition_ids).items()
-        ]
+        local, remote = self.segments_by_worker(partition_ids)
+        asked = []
+        if remote:
+            text = self._remote_filter(mask_of, filter_expr)
+            cid = self.collection.collection_id
+            asked = [
+                worker.query(self.vchannel, cid, shadows, ts, text, output_fields, window, timeout_s=timeout_s)
+                for worker, shadows in remote.items()
+            ]
+        with _answers_awaited(asked):
+            parts: list[QueryResult] = [
+                worker.query(ids, ts, mask_of, output_fields, window, 0) for worker, ids in local.items()
+            ]
+        parts.extend(r for r in await _gather(asked) if isinstance(r, dict))
         if not parts:
             return empty_query_result(self.collection.collection_schema, output_fields)
         return merge_query_results(parts, offset, limit)
@@ -507,11 +640,48 @@ class ShardDelegator:
         timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S,
         mask_of: MaskOf | None = None,
         partition_ids: Sequence[int] | None = None,
+        filter_expr: str | None = None,
     ) -> int:
-        """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``."""
+        """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``.
+        ``filter_expr``: as :meth:`search`'s."""
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
-        return sum(worker.count(ids, ts, mask_of) for worker, ids in self.segments_by_worker(partition_ids).items())
+        local, remote = self.segments_by_worker(partition_ids)
+        asked = []
+        if remote:
+            text = self._remote_filter(mask_of, filter_expr)
+            cid = self.collection.collection_id
+            asked = [
+                worker.query(self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s)
+                for worker, shadows in remote.items()
+            ]
+        with _answers_awaited(asked):
+            total = sum(worker.count(ids, ts, mask_of) for worker, ids in local.items())
+        return total + sum(r for r in await _gather(asked) if isinstance(r, int))
+
+    async def fetch_rows(
+        self, pks: np.ndarray, ts: int, names: Sequence[str], partition_ids: Sequence[int] | None
+    ) -> QueryResult:
+        """The rows holding ``pks`` visible at ``ts`` (output fields of search hits), every
+        segment's, local and remote; field -> values, unordered."""
+        local, remote = self.segments_by_worker(partition_ids)
+        cid = self.collection.collection_id
+        asked = [
+            worker.query(self.vchannel, cid, shadows, ts, "", names, pks=pks) for worker, shadows in remote.items()
+        ]
+        with _answers_awaited(asked):
+            parts: list[QueryResult] = [
+                worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), pks), names) for worker, ids in local.items()
+            ]
+        parts.extend(r for r in await _gather(asked) if isinstance(r, dict))
+        rows: dict[str, Any] = {}
+        for part in parts:
+            for name, values in part.items():
+                rows.setdefault(name, []).append(values)
+        return {
+            name: (np.concatenate(ps) if isinstance(ps[0], np.ndarray) else [v for p in ps for v in p])
+            for name, ps in rows.items()
+        }
 
     # ------------------------------------------------------------------ health
 
@@ -519,7 +689,7 @@ class ShardDelegator:
         """vchannel, tsafe, consumed position, growing segments with row counts, identities applied."""
         segments: dict[int, dict[str, Any]] = {}
         for sid, e in self._distribution.items():
-            segment = e.worker.segment(sid)
+            segment = self.segment(sid)
             segments[sid] = {
                 "partition_id": e.partition_id,
                 "kind": e.kind,
@@ -527,9 +697,11 @@ class ShardDelegator:
                 "indexed_rows": segment.indexed_rows,
                 "hidden_rows": segment.hidden_rows,
                 "forwarded_deletes": self.forwarded.get(sid, 0),
+                "node": None if e.remote is None else e.remote.node_id,
             }
             built = getattr(segment, "built_indexes", None)
-            if built:  # a sealed segment searched through an index node's build
+            # a sealed segment searched through an index node's build (a remote one's: its worker shows them)
+            if built and e.remote is None:
                 segments[sid]["built_indexes"] = {f: {"build_id": b, "version": v} for f, (b, v) in built.items()}
         return {
             "vchannel": self.vchannel,
@@ -548,6 +720,35 @@ class ShardDelegator:
             "delete_buffer": self.deletes.health(),
             "pk_oracle": self.oracle.health(),
         }
+
+
+async def _gather(asked: Sequence[Coroutine[Any, Any, Any]]) -> list[Any]:
+    """Every asked part's result; the first failure raised once all have finished (none is left
+    running with nobody to read its error)."""
+    if not asked:
+        return []
+    done = await asyncio.gather(*asked, return_exceptions=True)
+    for each in done:
+        if isinstance(each, BaseException):
+            raise each
+    return list(done)
+
+
+@contextlib.contextmanager
+def _answers_awaited(asked: Sequence[Coroutine[Any, Any, Any]]) -> Iterator[None]:
+    """Around the local part of a read whose remote parts were sent: if it fails, the remote
+    answers are still awaited in the background (their requests are forgotten, their errors read)."""
+    try:
+        yield
+    except BaseException:
+        if asked:
+            task = asyncio.ensure_future(asyncio.gather(*asked, return_exceptions=True))
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+        raise
+
+
+_BACKGROUND: set[asyncio.Future[Any]] = set()  # remote answers of failed reads, awaited in the background
 
 
 def _same_rows(a: GrowingSegment, b: GrowingSegment) -> bool:

@@ -44,6 +44,8 @@ class Loader(Protocol):
 
     async def deltas(self, collection_id: int) -> list[DeltaLogInfo]: ...
 
+    async def segment_info(self, collection_id: int, segment_id: int) -> SegmentInfo | None: ...
+
     async def read_deltas(
         self, infos: Sequence[DeltaLogInfo], schema: CollectionSchema, min_ts: int = 0
     ) -> list[DeleteRecord]: ...
@@ -101,6 +103,10 @@ class SegmentLoader:
 
     async def deltas(self, collection_id: int) -> list[DeltaLogInfo]:
         return await self.meta.deltas(collection_id)
+
+    async def segment_info(self, collection_id: int, segment_id: int) -> SegmentInfo | None:
+        """The segment's meta record (None: unknown)."""
+        return await self.meta.get(collection_id, segment_id)
 
     async def read_deltas(
         self, infos: Sequence[DeltaLogInfo], schema: CollectionSchema, min_ts: int = 0

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -47,9 +46,8 @@ from agents.dml_cursor import DmlCursor, Verdict
 from agents.late_events import dropped_as_late
 from agents.querynode.delegator import SEGMENT_SEALED, ShardDelegator
 from agents.querynode.loader import Loader
-from agents.querynode.worker import MaskOf, Worker
+from agents.querynode.worker import AskAgain, Worker, mask_of_filter
 from schemas.codec import decode
-from schemas.collection import DataType
 from schemas.dml import DML_EVENT, Column, DeleteEvent, TimeTickEvent
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
@@ -74,14 +72,13 @@ from state.meta.meta_cache import MetaCache
 from state.meta.meta_table import MetaView
 from state.meta.segment_meta import Recovery
 from state.meta.tso import TimestampOracle
+from state.readpath.columns import columns_of
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
-from state.readpath.expr import Filter
 from state.readpath.latency import LatencyWindow
 from state.readpath.search_hits import search_result
 from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES
 from state.segcore.sealed import SealedSegment
-from state.segcore.segment import GrowingSegment
 from state.segcore.vector_index import SearchHits
 from streams.channels import pchannel_name
 
@@ -130,18 +127,6 @@ class PChannelState:
     def position(self) -> int:
         """The offset of the last record applied (-1: none)."""
         return self.cursor.position
-
-
-def mask_of_filter(flt: Filter | None) -> MaskOf | None:
-    """The per-segment row mask of a compiled filter (None: every row)."""
-    if flt is None:
-        return None
-
-    def mask_of(segment: GrowingSegment) -> np.ndarray:
-        n = segment.row_count
-        return flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
-
-    return mask_of
 
 
 async def guarantee_ts_of(
@@ -195,6 +180,7 @@ class QueryNode:
         # whether this node may answer for its shards now (its lease held); None: always (tests)
         self.owner_check: OwnerCheck | None = None
         self.unowned_answers = 0  # requests answered "not the owner" because the lease was not held
+        self.worker_misses = 0  # shard reads answered "moved": the shard moved, or a worker holding part of it failed
         self._reconcile = asyncio.Lock()
         self.dml_topic = dml_topic
         self.cache = cache
@@ -229,7 +215,7 @@ class QueryNode:
         for name in removed:
             state = self.pchannels.pop(name)
             for delegator in state.delegators.values():
-                delegator.release_segments(list(delegator.distribution()))
+                delegator.close()
         added = sorted(p for p in wanted if p not in self.pchannels)
         for name in added:
             state = PChannelState(name, recovering=self.loader is not None)
@@ -334,7 +320,7 @@ class QueryNode:
             for vchannel in vchannels:
                 old = state.delegators.pop(vchannel, None)
                 if old is not None:
-                    old.release_segments(list(old.distribution()))
+                    old.close()
             view = recovery or await self.loader.recovery(state.pchannel, vchannels)
             segments, checkpoint = view.segments, view.checkpoint
             start, ts = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.ts)
@@ -367,7 +353,7 @@ class QueryNode:
                 state.recovered_deletes += sum(len(r.pks) for r in durable)
             if self.pchannels.get(state.pchannel) is not state:
                 for delegator in fresh.values():
-                    delegator.release_segments(list(delegator.distribution()))
+                    delegator.close()
                 return start, ts
             state.delegators.update(fresh)
             if recovery is None and start <= state.cursor.position:
@@ -413,7 +399,7 @@ class QueryNode:
                         continue  # fewer partitions: narrowed in place, no replay needed
                     if cid not in infos or load is None or delegator.load_version != load.loaded_ts:
                         state.delegators.pop(vchannel)
-                        delegator.release_segments(list(delegator.distribution()))
+                        delegator.close()
                 for cid, info in infos.items():
                     load = view.loads.get(cid)
                     if load is None or cid in state.building or not state.serves(load):
@@ -438,7 +424,7 @@ class QueryNode:
         if state is None:
             raise ServiceUnavailable(f"pchannel {pchannel} is not owned by query node {self.node_id}")
         for delegator in state.delegators.values():
-            delegator.release_segments(list(delegator.distribution()))
+            delegator.close()
         self.pchannels[pchannel] = PChannelState(pchannel, recovering=self.loader is not None)
         log.warning("querynode: %s fell behind the dml log start: recovering it again", pchannel)
         return await self.recover(pchannel)
@@ -611,6 +597,9 @@ class QueryNode:
                 current = {i.index_id for i in view.indexes_of(task.collection_id)}
             if task.index_id not in current:
                 self._pending_indexes.pop(sid, None)  # dropped since
+                continue
+            if delegator.placement().get(sid) is not None:
+                self._pending_indexes.pop(sid, None)  # held by another node's worker: it attaches the build
                 continue
             segment = delegator.worker.segment(sid)
             attached = getattr(segment, "built_indexes", {}).get(task.field_name)
@@ -820,12 +809,15 @@ class QueryNode:
                     prepared.ef,
                     prepared.partition_ids,
                     queries_checked=True,  # prepare() checked dim, nq and finiteness
+                    filter_expr=request.filter,
                 )
                 self.latency["shard_search"].record(time.perf_counter() - started)
-                fields = self._hit_fields(delegator, prepared, hits, guarantee)
+                fields = await self._hit_fields(delegator, prepared, hits, guarantee)
                 return search_result(request, vchannel, self.node_id, hits, fields)
             if request.count or COUNT_STAR in request.output_fields:
-                count = await delegator.count(guarantee, timeout_s, mask_of, prepared.partition_ids)
+                count = await delegator.count(
+                    guarantee, timeout_s, mask_of, prepared.partition_ids, filter_expr=request.filter
+                )
                 return QueryResult(
                     request_id=request.request_id,
                     origin=request.origin,
@@ -836,9 +828,16 @@ class QueryNode:
             # each shard returns its first offset+limit rows in PK order; the asker merges and cuts
             window = None if request.limit is None else request.offset + request.limit
             rows = await delegator.query(
-                guarantee, timeout_s, mask_of, prepared.output_fields[1:], window, 0, prepared.partition_ids
+                guarantee,
+                timeout_s,
+                mask_of,
+                prepared.output_fields[1:],
+                window,
+                0,
+                prepared.partition_ids,
+                filter_expr=request.filter,
             )
-            columns = _columns(prepared.info, rows)
+            columns = columns_of(prepared.info.collection_schema, rows)
             return QueryResult(
                 request_id=request.request_id,
                 origin=request.origin,
@@ -847,10 +846,13 @@ class QueryNode:
                 count=len(next(iter(rows.values()), [])),
                 fields=columns,
             )
+        except AskAgain as err:  # the shard moved, or part of it is being placed again: ask again
+            self.worker_misses += 1
+            return self._error(request, vchannel, err).model_copy(update={"moved": True})
         except OspreyError as err:
             return self._error(request, vchannel, err)
 
-    def _hit_fields(
+    async def _hit_fields(
         self, delegator: ShardDelegator, prepared: Prepared, hits: SearchHits, guarantee: int
     ) -> list[Column]:
         """Output field values of the real hits, in slot order (primary key excluded)."""
@@ -860,19 +862,11 @@ class QueryNode:
         valid = hits.valid_mask()
         pks = hits.pks[valid]
         if len(pks) == 0:
-            return _columns(prepared.info, {n: [] for n in names}, allow_empty=True)
+            return columns_of(prepared.info.collection_schema, {n: [] for n in names})
         wanted = np.unique(pks) if pks.dtype != object else np.array(sorted(set(pks.tolist())), dtype=object)
         ts = delegator.read_ts(guarantee)
-        rows: dict[str, Any] = {}
-        for worker, ids in delegator.segments_by_worker(prepared.partition_ids).items():
-            part = worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), wanted), names)
-            for name, values in part.items():
-                rows.setdefault(name, []).append(values)
+        merged = await delegator.fetch_rows(wanted, ts, names, prepared.partition_ids)
         pk_name = prepared.info.collection_schema.primary_field.name
-        merged = {
-            name: (np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [v for p in parts for v in p])
-            for name, parts in rows.items()
-        }
         found = merged.get(pk_name, [])
         where = {
             pk: i for i, pk in reversed(list(enumerate(found.tolist() if isinstance(found, np.ndarray) else found)))
@@ -882,7 +876,7 @@ class QueryNode:
         for name in names:
             values = merged[name]
             out[name] = values[picks] if isinstance(values, np.ndarray) else [values[i] for i in picks]
-        return _columns(prepared.info, out, allow_empty=True)
+        return columns_of(prepared.info.collection_schema, out)
 
     def _error(
         self, request: SearchRequest | QueryRequest, vchannel: str, err: OspreyError
@@ -911,6 +905,7 @@ class QueryNode:
             "indexes_pending": len(self._pending_indexes),
             "late_events": self.late_events,
             "unowned_answers": self.unowned_answers,
+            "worker_misses": self.worker_misses,
             "latency": {stage: window.summary() for stage, window in self.latency.items()},
             "pchannels": {
                 name: {
@@ -938,19 +933,3 @@ def _vchannels_on(info: CollectionInfo, pchannel: str) -> list[str]:
 def _collections_on(view: MetaView, pchannel: str) -> list[CollectionInfo]:
     """The collections with a vchannel on ``pchannel``."""
     return [info for info in view.collections.values() if pchannel in info.pchannels]
-
-
-def _columns(info: CollectionInfo, rows: dict[str, Any], allow_empty: bool = False) -> list[Column]:
-    """Query rows (field -> values as Worker.query returns them) as event columns; JSON values are
-    sent as JSON text."""
-    schema = info.collection_schema
-    columns = []
-    for name, values in rows.items():
-        f = schema.field(name)
-        assert f is not None
-        if f.dtype is DataType.JSON:
-            values = [json.dumps(v) for v in values]
-        if f.dtype is DataType.FLOAT_VECTOR and len(values) == 0:
-            values = np.empty((0, f.dim or 0), np.float32)
-        columns.append(Column.of(f.field_id or 0, name, f.dtype, values, dim=f.dim))
-    return columns

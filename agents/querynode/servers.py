@@ -21,7 +21,9 @@ from aiokafka.errors import KafkaError
 
 from agents.service import Service
 from schemas.codec import decode, encode
-from schemas.dq import DQ_REQUEST, QueryRequest, ResultBatch, SearchRequest
+from schemas.dq import DQ_REQUEST, QueryRequest, QueryResult, ResultBatch, SearchRequest, SearchResult
+from schemas.errors import OspreyError, ServiceUnavailable
+from schemas.worker import DIRECT_REQUEST, SegmentSearch, WorkerRequest
 from state.meta.tso import add_ms
 from streams.direct import read_frame, write_frame
 from streams.kafka import make_consumer
@@ -30,6 +32,7 @@ from streams.tasks import cancel_and_wait
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
+    from agents.querynode.guests import GuestSegments
     from agents.querynode.node import QueryNode
     from schemas.config import OspreyConfig
     from streams.topics import Topics
@@ -90,13 +93,24 @@ class DirectServer(Service):
     service_name = "querynode direct server"
 
     def __init__(
-        self, node: QueryNode, host: str, port: int = 0, max_inflight: int = 64, advertise_host: str = ""
+        self,
+        node: QueryNode,
+        host: str,
+        port: int = 0,
+        max_inflight: int = 64,
+        advertise_host: str = "",
+        guests: GuestSegments | None = None,
     ) -> None:
         super().__init__()
         self.node = node
+        self.guests = guests
         self.host, self.port = host, port
         self.advertise_host = advertise_host or host
         self._answers = InFlight(max_inflight)
+        # a delegator's requests (schemas/worker.py) have slots of their own: a node whose slots
+        # are all taken by searches waiting on another node's workers still answers that node's
+        # delegators (shared slots could wait on each other across two nodes until the deadlines)
+        self._worker_answers = InFlight(max_inflight)
         self._connections: set[asyncio.Task[Any]] = set()
         self.served = 0
         self.serve_s = 0.0  # total seconds from a request's frame read to its answer written
@@ -130,9 +144,10 @@ class DirectServer(Service):
             self._connections.add(me)
         try:
             try:
-                request = decode(await read_frame(reader), DQ_REQUEST)
+                request = decode(await read_frame(reader), DIRECT_REQUEST)
                 read_at = time.perf_counter()
-                await self._answers.acquire()
+                slots = self._answers if isinstance(request, SearchRequest | QueryRequest) else self._worker_answers
+                await slots.acquire()
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 writer.close()  # the peer went away
                 return
@@ -147,7 +162,7 @@ class DirectServer(Service):
                 self._read_on(reader, writer)
                 await self._answer(request, writer, read_at)
             finally:
-                self._answers.release()
+                slots.release()
         finally:
             self._connections.discard(me)
 
@@ -156,9 +171,13 @@ class DirectServer(Service):
         self._connections.add(asyncio.create_task(self._connection(reader, writer), name="direct-read"))
 
     async def _answer(
-        self, request: SearchRequest | QueryRequest, writer: asyncio.StreamWriter, read_at: float
+        self, request: SearchRequest | QueryRequest | WorkerRequest, writer: asyncio.StreamWriter, read_at: float
     ) -> None:
-        results = await self.node.serve_safely(request, answer_unowned=True)
+        results: list[SearchResult | QueryResult]
+        if isinstance(request, SearchRequest | QueryRequest):
+            results = await self.node.serve_safely(request, answer_unowned=True)
+        else:  # a delegator's request about segments held here (schemas/worker.py)
+            results = [await self._answer_worker(request)]
         if not writer.is_closing():
             write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
             self.served += 1
@@ -166,8 +185,24 @@ class DirectServer(Service):
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
 
+    async def _answer_worker(self, request: WorkerRequest) -> SearchResult | QueryResult:
+        if self.guests is None:
+            kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
+            return kind(request_id=request.request_id, code=ServiceUnavailable.code, reason="not a worker")
+        try:
+            return await self.guests.answer(request)
+        except Exception as exc:  # a bug: answered, not left to the asker's deadline
+            log.exception("querynode: worker request %s failed", request.request_id)
+            kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
+            return kind(request_id=request.request_id, code=OspreyError.code, reason=f"internal error: {exc!r}")
+
     def health(self) -> dict[str, Any]:
-        return {**super().health(), "in_flight": len(self._answers), "max_inflight": self._answers.limit}
+        return {
+            **super().health(),
+            "in_flight": len(self._answers),
+            "worker_in_flight": len(self._worker_answers),
+            "max_inflight": self._answers.limit,
+        }
 
 
 class TopicServer(Service):

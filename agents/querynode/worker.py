@@ -29,12 +29,23 @@ from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
+from state.readpath.expr import Filter
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment
 from state.segcore.vector_index import SearchHits, VectorIndex
 
-__all__ = ["IndexBuilder", "MaskOf", "QueryResult", "Worker", "check_window", "empty_query_result", "output_names"]
+__all__ = [
+    "AskAgain",
+    "IndexBuilder",
+    "MaskOf",
+    "QueryResult",
+    "Worker",
+    "check_window",
+    "empty_query_result",
+    "mask_of_filter",
+    "output_names",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +69,29 @@ MAX_SLICE_ROWS = 2_048
 FIRST_SLICE_ROWS = 64  # before a segment's first measurement
 SLICE_RATE_SMOOTHING = 0.5  # weight of the newest slice in the seconds-per-row average
 
+
+class AskAgain(ServiceUnavailable):
+    """This node cannot answer for a shard now, but another node (or this one, a moment later) can:
+    the shard moved away while the request waited, or a worker holding part of it is gone. The
+    shard's result says ``moved`` and the proxy asks its current owner again (not a wire code)."""
+
+
 MaskOf = Callable[[GrowingSegment], "np.ndarray | None"]
 """Per-segment row filter: (n,) bool mask over the segment's rows, or None for all rows."""
 
 QueryResult = dict[str, "list[Any] | np.ndarray"]
+
+
+def mask_of_filter(flt: Filter | None) -> MaskOf | None:
+    """The per-segment row mask of a compiled filter (None: every row)."""
+    if flt is None:
+        return None
+
+    def mask_of(segment: GrowingSegment) -> np.ndarray:
+        n = segment.row_count
+        return flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
+
+    return mask_of
 
 
 def output_names(schema: CollectionSchema, output_fields: Sequence[str]) -> list[str]:

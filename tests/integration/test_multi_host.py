@@ -269,13 +269,16 @@ def advertised(config: OspreyConfig, querynodes: dict[str, WorkerProcess]) -> di
 
 
 def sealed_segments(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """segment id -> its entry, for the sealed segments a query node status document shows."""
+    """segment id -> its entry, for the sealed segments whose rows a query node holds: those its
+    delegators serve from its own worker, and those it holds for another node's (balancing)."""
     out = {}
     for pchannel in doc.get("pchannels", {}).values():
         for vchannel in pchannel.get("vchannels", {}).values():
             for sid, seg in vchannel.get("segments", {}).items():
-                if seg.get("kind") == "sealed":
+                if seg.get("kind") == "sealed" and seg.get("node") is None:
                     out[int(sid)] = {**seg, "pchannel": vchannel["pchannel"]}
+    for sid, seg in doc.get("guest_segments", {}).get("segments", {}).items():
+        out[int(sid)] = seg
     return out
 
 

@@ -156,6 +156,7 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
             "indexed_rows": 0,
             "hidden_rows": 0,
             "forwarded_deletes": 0,
+            "node": None,
         },
         101: {
             "partition_id": 11,
@@ -164,6 +165,7 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
             "indexed_rows": 0,
             "hidden_rows": 0,
             "forwarded_deletes": 0,
+            "node": None,
         },
     }
     assert delegator.worker.health()["rows"] == 120
