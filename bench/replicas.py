@@ -2,7 +2,7 @@
 and two replicas, in one run, against raw hnswlib measured in the same run.
 
     .venv/bin/python -m bench.replicas                 # 100,000 x 128, 1,000 queries
-    .venv/bin/python -m bench.replicas --rows 20000    # a quicker run
+    .venv/bin/python -m bench.replicas --rows 20000 --segment-rows 5000    # a quicker run
 
 Starts a private embedded stack (broker, redis-server, rootcoord with the index and query
 coordinators, one query node, one data node, one index node) with two dml pchannels, creates a
@@ -11,7 +11,9 @@ L2) on it, then measures three layouts one after the other on the same data and 
 
 1. ``1 node``: one query node leads both shards (one replica);
 2. ``2 nodes, 1 replica``: a second query node is started; the query coordinator gives it one of
-   the two pchannels (each node leads one shard: a search fans out to both);
+   the two pchannels (each node leads one shard: a search fans out to both), and each leader
+   places half of its shard's sealed segments on the other node (segment balancing: each shard's
+   search fans out again, from its delegator to the other node's worker);
 3. ``2 replicas``: the collection is released and loaded again with ``replica_number=2``: each
    node leads both shards of its own replica, and the proxy sends each search to the least busy.
 
@@ -81,22 +83,34 @@ async def wait_for(what: str, check: Any) -> None:
         await asyncio.sleep(POLL_S)
 
 
-async def indexed_copies(client: InProcessClient) -> int:
-    """Sealed segments searched through a built index, summed over the query nodes."""
+async def segment_copies(client: InProcessClient) -> tuple[int, int]:
+    """(sealed segments searched through a built index, summed over the query nodes that hold
+    them; those of them held for another node's delegator)."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
-    return sum(
+    docs = (await board.read("querynode")).values()
+    own = sum(
         1
-        for doc in (await board.read("querynode")).values()
+        for doc in docs
         for pchannel in doc.get("pchannels", {}).values()
         for delegator in pchannel.get("vchannels", {}).values()
         for segment in delegator.get("segments", {}).values()
+        if segment.get("built_indexes") and segment.get("node") is None
+    )
+    guests = sum(
+        1
+        for doc in docs
+        for segment in doc.get("guest_segments", {}).get("segments", {}).values()
         if segment.get("built_indexes")
     )
+    return own + guests, guests
 
 
-async def wait_layout(client: InProcessClient, replicas: int, nodes_per_replica: int, segments: int) -> None:
-    """Until ``replicas`` replicas lead every shard over ``nodes_per_replica`` nodes each and every
-    sealed segment is searched through its index in each."""
+async def wait_layout(
+    client: InProcessClient, replicas: int, nodes_per_replica: int, segments: int, elsewhere: int = 0
+) -> None:
+    """Until ``replicas`` replicas lead every shard over ``nodes_per_replica`` nodes each, every
+    sealed segment is searched through its index in each, ``elsewhere`` of them on a node other
+    than their shard leader's (segment balancing)."""
 
     async def placed() -> bool:
         found = await client.describe_replica("bench")
@@ -105,7 +119,8 @@ async def wait_layout(client: InProcessClient, replicas: int, nodes_per_replica:
         )
 
     async def indexed() -> bool:
-        return await indexed_copies(client) >= replicas * segments
+        copies, guests = await segment_copies(client)
+        return copies >= replicas * segments and guests >= elsewhere
 
     await wait_for(f"{replicas} replica(s) of {nodes_per_replica} node(s)", placed)
     await wait_for("every segment searched through its index in each replica", indexed)
@@ -198,7 +213,7 @@ async def run_layouts(
         second = cluster.extra_worker("querynode", "querynode-2")
         await asyncio.to_thread(second.start)
         print(f"  {LAYOUTS[1]}")
-        await wait_layout(client, 1, 2, segments)
+        await wait_layout(client, 1, 2, segments, elsewhere=segments // 2)  # half on the other node
         out[LAYOUTS[1]] = await measure(client, w, sequential_n, clients)
 
         await client.release_collection("bench")
@@ -207,6 +222,7 @@ async def run_layouts(
         await wait_layout(client, 2, 1, segments)
         out[LAYOUTS[2]] = await measure(client, w, sequential_n, clients)
         out["segments"] = segments
+        out["segments_elsewhere_in_2_nodes_1_replica"] = segments // 2
         await asyncio.to_thread(second.stop)
     return out
 
@@ -218,6 +234,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--sequential", type=int, default=1_000, help="nq=1 searches timed per layout")
     parser.add_argument("--clients", type=int, default=4, help="concurrent search loops")
+    parser.add_argument(
+        "--segment-rows",
+        type=int,
+        default=25_000,
+        help="a segment seals at this many rows (several per shard, so two nodes of a replica share a shard's)",
+    )
     args = parser.parse_args(argv)
     cpus = os.cpu_count()
     print(f"cpus: {cpus}")
@@ -228,7 +250,11 @@ def main(argv: list[str] | None = None) -> None:
         f"raw hnswlib (M16, efC200, ef{EF}): nq=1 {ref['sequential_qps']:,.0f} QPS, nq={BATCH_NQ} "
         f"{ref['batched_qps']:,.0f} QPS, recall@10 {ref['recall_at_10']:.4f}"
     )
-    with embedded_cluster("replicas", dml_partitions=DML_PARTITIONS) as (config, cluster):
+    print(f"segments of at most {args.segment_rows:,} rows")
+    with embedded_cluster("replicas", dml_partitions=DML_PARTITIONS, segment_max_rows=args.segment_rows) as (
+        config,
+        cluster,
+    ):
         osp = asyncio.run(run_layouts(config, cluster, w, args.sequential, args.clients))
 
     figures = ("sequential", "sequential_concurrent", "batched", "batched_concurrent")

@@ -257,7 +257,17 @@ class GuestSegments:
     def health(self) -> dict[str, Any]:
         return {
             "segments": {
-                sid: {"rows": h.segment.row_count, "leaders": sorted(h.gens)} for sid, h in self._held.items()
+                sid: {
+                    "kind": "sealed",
+                    "rows": h.segment.row_count,
+                    "vchannel": h.segment.vchannel,
+                    "pchannel": h.pchannel,
+                    "leaders": sorted(h.gens),
+                    "built_indexes": {
+                        f: {"build_id": b, "version": v} for f, (b, v) in h.segment.built_indexes.items()
+                    },
+                }
+                for sid, h in self._held.items()
             },
             "rows": sum(h.segment.row_count for h in self._held.values()),
             "requests": self.requests,

@@ -39,6 +39,7 @@ DIM = 16
 TOP_K = 10
 NQ = 4
 SHARDS = 4  # = dml_partitions of the test config
+INDEX_PARAMS = {"index_type": "HNSW", "metric_type": "L2", "M": 8, "efConstruction": 64}
 MAX_ROWS = 1_000  # a segment seals at this many rows: several sealed segments per shard
 ROWS = 8_000
 SEARCH_TIMEOUT_S = 10.0
@@ -61,6 +62,7 @@ def bal_config(
         segment_quota_batch_rows=100,
         segment_seal_interval_ms=50,
         datanode_checkpoint_interval_s=0.2,
+        index_min_segment_rows=100,  # every sealed segment gets an HNSW build
     )
 
 
@@ -75,7 +77,7 @@ def starter() -> Iterator[ThreadPoolExecutor]:
 @pytest.fixture(scope="module")
 def workers(bal_config: OspreyConfig, starter: ThreadPoolExecutor) -> Iterator[dict[str, WorkerProcess]]:
     cluster = LocalCluster(bal_config, embedded=False)
-    started = {role: cluster.workers[role] for role in ("rootcoord", "datanode")}
+    started = {role: cluster.workers[role] for role in ("rootcoord", "datanode", "indexnode")}
     starter.submit(start_together, started.values()).result()
     yield started
     for worker in reversed(started.values()):
@@ -182,6 +184,20 @@ def placed_elsewhere(doc: dict[str, Any]) -> int:
     )
 
 
+def holding(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """segment id -> status, for the sealed segments whose rows a node holds (its delegators' own,
+    and those it holds for another node's)."""
+    out = {
+        int(sid): s
+        for p in doc.get("pchannels", {}).values()
+        for v in p.get("vchannels", {}).values()
+        for sid, s in v.get("segments", {}).items()
+        if s.get("kind") == "sealed" and s.get("node") is None
+    }
+    out.update({int(sid): s for sid, s in doc.get("guest_segments", {}).get("segments", {}).items()})
+    return out
+
+
 def guest_rows(doc: dict[str, Any]) -> int:
     return int(doc.get("guest_segments", {}).get("rows", 0))
 
@@ -219,11 +235,15 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
     for lo in range(0, ROWS, 2_000):
         sl = slice(lo, lo + 2_000)
         await client.insert(coll, {"id": ref.ids[sl], "k": ref.k[sl], "embedding": ref.vectors[sl]})
-    await client.flush(coll)
+    flushed = await client.flush(coll)
+    await client.create_index(coll, "embedding", INDEX_PARAMS)
+    await client.wait_for_index_building_complete(coll, timeout=SPREAD_BUDGET_S)
 
     async def spread() -> bool:
         now = await docs(client, bal_config)
-        return len(now) == 2 and all(placed_elsewhere(d) >= 1 and guest_rows(d) > 0 for d in now.values())
+        indexed = {sid for d in now.values() for sid, seg in holding(d).items() if seg.get("built_indexes")}
+        placed = all(placed_elsewhere(d) >= 1 and guest_rows(d) > 0 for d in now.values())
+        return len(now) == 2 and placed and indexed >= set(flushed.flushed_segment_ids)
 
     await eventually("each leader serves sealed segments from the other node", spread, timeout_s=SPREAD_BUDGET_S)
     board = await status(bal_config)  # ./osprey status: where each sealed segment's rows are
