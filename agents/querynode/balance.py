@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 BALANCE_INTERVAL_S = 1.0  # how often a leader looks at its segments' placement
 SUSPECT_S = 5.0  # a worker that failed a request is no target for this long
-MOVES_PER_ROUND = 4  # segments moved in one round at most (loads from the object store take time)
+MOVES_PER_ROUND = 4  # segments a shard moves to balance in one round at most (those of a gone holder: all)
 
 
 class SegmentBalancer:
@@ -61,7 +61,8 @@ class SegmentBalancer:
     async def balance_once(self, members: Mapping[int, str], led: set[str]) -> int:
         """One round: ``members`` maps the live nodes of this node's replica group (this one
         included) to their direct addresses; ``led``: the pchannels this node serves as leader.
-        Returns the segments moved."""
+        Returns the segments moved (at most ``MOVES_PER_ROUND`` to balance, and every one whose
+        holder is gone)."""
         me = self.node.node_id
         now = time.monotonic()
         targets = {
@@ -77,9 +78,7 @@ class SegmentBalancer:
             if state is None or not self.node.settled(pchannel):
                 continue
             for delegator in list(state.delegators.values()):
-                moved += await self._balance(delegator, targets, MOVES_PER_ROUND - moved)
-                if moved >= MOVES_PER_ROUND:
-                    return moved
+                moved += await self._balance(delegator, targets, MOVES_PER_ROUND)
         return moved
 
     async def _flush_releases(self, members: Mapping[int, str]) -> None:
@@ -107,21 +106,24 @@ class SegmentBalancer:
         rank = {n: i for i, n in enumerate(order)}
         by_rank = {rank[n]: n for n in order}
         wanted = place_segments(rows, frozenset(rank.values()), {s: rank[n] for s, n in placement.items() if n in rank})
-        moved = 0
-        for sid, r in sorted(wanted.items()):
+        moved = balanced = 0
+        # segments whose holder is gone first, and all of them: reads of them fail until then
+        for sid, r in sorted(wanted.items(), key=lambda kv: (placement[kv[0]] in targets, kv[0])):
             to = by_rank[r]
             if placement[sid] == to:
                 continue
+            rebalance = placement[sid] in targets
+            if rebalance and balanced >= budget:
+                break
             try:
                 if await self._move(delegator, sid, to, targets):
                     moved += 1
+                    balanced += 1 if rebalance else 0
                     self.moves += 1
             except OspreyError as err:
                 self.failures += 1
                 self.last_error = err.reason
                 log.warning("querynode: segment %d not moved to query node %d (%s)", sid, to, err.reason)
-            if moved >= budget:
-                break
         return moved
 
     async def _move(self, delegator: ShardDelegator, sid: int, to: int, targets: Mapping[int, str]) -> bool:
