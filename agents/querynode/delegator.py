@@ -30,6 +30,13 @@ timestamp a key shows at most its newest version, and none once deleted
 handoff it takes over its growing copy's dead timestamps row for row; otherwise (a load, a
 recovery) every delete that can concern it, from the buffer or the durable delete logs, and the
 versions of its keys in the other segments.
+
+Segments on other nodes (seed 002's workers; ``balance.py`` places them): an entry whose
+``remote`` is set keeps a shadow here (keys, stamps, dead timestamps: ``state/segcore/shadow.py``),
+so everything above applies to it unchanged; a read sends its requests to the remote workers
+first (with the dead timestamps that changed), searches the local segments meanwhile, then
+reduces all parts. A delegator that stops serving (:meth:`ShardDelegator.close`) tells the reads
+waiting for its tsafe to ask again.
 """
 
 from __future__ import annotations
@@ -139,6 +146,7 @@ class ShardDelegator:
         self.oracle = PkOracle()
         self.deletes = DeleteBuffer(delete_buffer_bytes)
         self.forwarded: dict[int, int] = {}  # segment id -> delete keys forwarded to it
+        self._background: set[asyncio.Future[Any]] = set()  # remote answers of failed reads (_answers_awaited)
         self.delete_events = 0
         self.deleted_rows = 0  # rows hidden by deletes
         self.superseded_rows = 0  # rows hidden by a newer version of their key
@@ -567,25 +575,12 @@ class ShardDelegator:
         if remote:  # sent first, computed there while the local segments are searched here
             text = self._remote_filter(mask_of, filter_expr)
             q = np.asarray(queries, dtype=np.float32)
+            cid, q = self.collection.collection_id, q.reshape(-1, q.shape[-1])
             asked = [
-                (
-                    worker.search(
-                        self.vchannel,
-                        self.collection.collection_id,
-                        shadows,
-                        q.reshape(-1, q.shape[-1]),
-                        field,
-                        metric,
-                        top_k,
-                        ts,
-                        text,
-                        ef,
-                        timeout_s,
-                    )
-                )
+                worker.search(self.vchannel, cid, shadows, q, field, metric, top_k, ts, text, ef, timeout_s)
                 for worker, shadows in remote.items()
             ]
-        with _answers_awaited(asked):
+        with _answers_awaited(asked, self._background):
             parts = [
                 worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
                 for worker, ids in local.items()
@@ -625,7 +620,7 @@ class ShardDelegator:
                 worker.query(self.vchannel, cid, shadows, ts, text, output_fields, window, timeout_s=timeout_s)
                 for worker, shadows in remote.items()
             ]
-        with _answers_awaited(asked):
+        with _answers_awaited(asked, self._background):
             parts: list[QueryResult] = [
                 worker.query(ids, ts, mask_of, output_fields, window, 0) for worker, ids in local.items()
             ]
@@ -655,7 +650,7 @@ class ShardDelegator:
                 worker.query(self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s)
                 for worker, shadows in remote.items()
             ]
-        with _answers_awaited(asked):
+        with _answers_awaited(asked, self._background):
             total = sum(worker.count(ids, ts, mask_of) for worker, ids in local.items())
         return total + sum(r for r in await _gather(asked) if isinstance(r, int))
 
@@ -669,7 +664,7 @@ class ShardDelegator:
         asked = [
             worker.query(self.vchannel, cid, shadows, ts, "", names, pks=pks) for worker, shadows in remote.items()
         ]
-        with _answers_awaited(asked):
+        with _answers_awaited(asked, self._background):
             parts: list[QueryResult] = [
                 worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), pks), names) for worker, ids in local.items()
             ]
@@ -735,20 +730,18 @@ async def _gather(asked: Sequence[Coroutine[Any, Any, Any]]) -> list[Any]:
 
 
 @contextlib.contextmanager
-def _answers_awaited(asked: Sequence[Coroutine[Any, Any, Any]]) -> Iterator[None]:
+def _answers_awaited(asked: Sequence[Coroutine[Any, Any, Any]], background: set[asyncio.Future[Any]]) -> Iterator[None]:
     """Around the local part of a read whose remote parts were sent: if it fails, the remote
-    answers are still awaited in the background (their requests are forgotten, their errors read)."""
+    answers are still awaited, in a task kept in ``background`` until done (their requests are
+    forgotten, their errors read)."""
     try:
         yield
     except BaseException:
         if asked:
             task = asyncio.ensure_future(asyncio.gather(*asked, return_exceptions=True))
-            _BACKGROUND.add(task)
-            task.add_done_callback(_BACKGROUND.discard)
+            background.add(task)
+            task.add_done_callback(background.discard)
         raise
-
-
-_BACKGROUND: set[asyncio.Future[Any]] = set()  # remote answers of failed reads, awaited in the background
 
 
 def _same_rows(a: GrowingSegment, b: GrowingSegment) -> bool:
