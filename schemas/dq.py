@@ -12,7 +12,7 @@ the same models (:class:`ResultBatch` answers one request with every shard's res
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from schemas.blob import Blob
 from schemas.collection import ConsistencyLevel
 from schemas.dml import Column
+from schemas.errors import OspreyError
 
 DEFAULT_TIMEOUT_MS = 10_000  # a request published without timeout_ms waits at most this long
 
@@ -102,6 +103,20 @@ class _Result(_Event):
         description="a worker's answer to its delegator: segments whose dead timestamps it must get whole "
         "(schemas/worker.py)",
     )
+
+    @classmethod
+    def failed(cls, err: OspreyError, request_id: int, origin: str, vchannel: str, node_id: int) -> Self:
+        """The result carrying ``err`` (its code, reason, and the field and rule it names)."""
+        return cls(
+            request_id=request_id,
+            origin=origin,
+            vchannel=vchannel,
+            node_id=node_id,
+            code=err.code,
+            reason=err.reason,
+            field=err.field,
+            rule=err.rule,
+        )
 
     @property
     def ok(self) -> bool:

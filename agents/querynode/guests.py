@@ -244,15 +244,7 @@ class GuestSegments:
 
     def _error(self, request: WorkerRequest, err: OspreyError) -> SearchResult | QueryResult:
         kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
-        return kind(
-            request_id=request.request_id,
-            vchannel=request.vchannel,
-            node_id=self.node_id,
-            code=err.code,
-            reason=err.reason,
-            field=err.field,
-            rule=err.rule,
-        )
+        return kind.failed(err, request.request_id, request.origin, request.vchannel, self.node_id)
 
     def health(self) -> dict[str, Any]:
         return {

@@ -882,16 +882,7 @@ class QueryNode:
         self, request: SearchRequest | QueryRequest, vchannel: str, err: OspreyError
     ) -> SearchResult | QueryResult:
         kind = SearchResult if isinstance(request, SearchRequest) else QueryResult
-        return kind(
-            request_id=request.request_id,
-            origin=request.origin,
-            vchannel=vchannel,
-            node_id=self.node_id,
-            code=err.code,
-            reason=err.reason,
-            field=err.field,
-            rule=err.rule,
-        )
+        return kind.failed(err, request.request_id, request.origin, vchannel, self.node_id)
 
     # ------------------------------------------------------------------ health
 

@@ -146,16 +146,21 @@ class RemoteWorker:
     ) -> SearchResult | QueryResult:
         return await self._begin(make, shadows, timeout_s)
 
+    def _header(self, request_id: int, vchannel: str, collection_id: int, timeout_s: float) -> dict[str, Any]:
+        """The fields every request to the worker carries."""
+        return {
+            "request_id": request_id,
+            "leader": self.peers.leader,
+            "collection_id": collection_id,
+            "vchannel": vchannel,
+            "timeout_ms": max(1, int(timeout_s * 1000)),
+        }
+
     async def load(self, vchannel: str, collection_id: int, segments: Sequence[SegmentInfo]) -> None:
         """Have the worker hold ``segments`` (loaded from the object store)."""
         await self._call(
             lambda rid: SegmentLoad(
-                request_id=rid,
-                leader=self.peers.leader,
-                collection_id=collection_id,
-                vchannel=vchannel,
-                segments=list(segments),
-                timeout_ms=int(REMOTE_LOAD_TIMEOUT_S * 1000),
+                **self._header(rid, vchannel, collection_id, REMOTE_LOAD_TIMEOUT_S), segments=list(segments)
             ),
             (),
             REMOTE_LOAD_TIMEOUT_S,
@@ -164,11 +169,7 @@ class RemoteWorker:
     async def release(self, vchannel: str, collection_id: int, segment_ids: Sequence[int]) -> None:
         await self._call(
             lambda rid: SegmentRelease(
-                request_id=rid,
-                leader=self.peers.leader,
-                collection_id=collection_id,
-                vchannel=vchannel,
-                segment_ids=list(segment_ids),
+                **self._header(rid, vchannel, collection_id, REMOTE_LOAD_TIMEOUT_S), segment_ids=list(segment_ids)
             ),
             (),
             REMOTE_LOAD_TIMEOUT_S,
@@ -194,11 +195,7 @@ class RemoteWorker:
 
         def make(rid: int) -> SegmentSearch:
             return SegmentSearch(
-                request_id=rid,
-                leader=self.peers.leader,
-                collection_id=collection_id,
-                vchannel=vchannel,
-                timeout_ms=max(1, int(timeout_s * 1000)),
+                **self._header(rid, vchannel, collection_id, timeout_s),
                 segments=[s.take_sync() for s in shadows],
                 ts=ts,
                 anns_field=field,
@@ -239,11 +236,7 @@ class RemoteWorker:
 
         def make(rid: int) -> SegmentQuery:
             return SegmentQuery(
-                request_id=rid,
-                leader=self.peers.leader,
-                collection_id=collection_id,
-                vchannel=vchannel,
-                timeout_ms=max(1, int(timeout_s * 1000)),
+                **self._header(rid, vchannel, collection_id, timeout_s),
                 segments=[s.take_sync() for s in shadows],
                 ts=ts,
                 filter=filter_expr,

@@ -186,15 +186,16 @@ class DirectServer(Service):
                 await writer.drain()
 
     async def _answer_worker(self, request: WorkerRequest) -> SearchResult | QueryResult:
+        kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
         if self.guests is None:
-            kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
-            return kind(request_id=request.request_id, code=ServiceUnavailable.code, reason="not a worker")
-        try:
-            return await self.guests.answer(request)
-        except Exception as exc:  # a bug: answered, not left to the asker's deadline
-            log.exception("querynode: worker request %s failed", request.request_id)
-            kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
-            return kind(request_id=request.request_id, code=OspreyError.code, reason=f"internal error: {exc!r}")
+            err: OspreyError = ServiceUnavailable("this query node serves no delegator's segments")
+        else:
+            try:
+                return await self.guests.answer(request)
+            except Exception as exc:  # a bug: answered, not left to the asker's deadline
+                log.exception("querynode: worker request %s failed", request.request_id)
+                err = OspreyError(f"internal error in a query node's worker: {exc!r}")
+        return kind.failed(err, request.request_id, request.origin, request.vchannel, 0)
 
     def health(self) -> dict[str, Any]:
         return {
