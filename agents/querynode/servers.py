@@ -1,7 +1,9 @@
 """The two ways requests reach a query node, both answered by :meth:`QueryNode.serve`.
 
 - :class:`DirectServer`: TCP, framed as in :mod:`streams.direct`; answers every addressed
-  vchannel (an error result for those this node does not own, so the proxy re-routes).
+  vchannel (an error result for those this node does not own, so the proxy re-routes). It also
+  answers the delegators of other nodes about the segments this node holds for them
+  (``schemas/worker.py``, :class:`~agents.querynode.guests.GuestSegments`), with slots of their own.
 - :class:`TopicServer`: follows every partition of ``dq-request`` (no consumer group: each query
   node sees each request) and publishes on ``dq-result`` one result per addressed vchannel it
   owns; vchannels owned elsewhere are answered by their owners.
@@ -112,8 +114,9 @@ class DirectServer(Service):
         # delegators (shared slots could wait on each other across two nodes until the deadlines)
         self._worker_answers = InFlight(max_inflight)
         self._connections: set[asyncio.Task[Any]] = set()
-        self.served = 0
-        self.serve_s = 0.0  # total seconds from a request's frame read to its answer written
+        self.served = 0  # the proxies' requests answered
+        self.serve_s = 0.0  # total seconds from such a request's frame read to its answer written
+        self.worker_served = 0  # other nodes' delegators' requests answered
 
     @property
     def address(self) -> str:
@@ -180,8 +183,11 @@ class DirectServer(Service):
             results = [await self._answer_worker(request)]
         if not writer.is_closing():
             write_frame(writer, encode(ResultBatch(request_id=request.request_id, results=results)))
-            self.served += 1
-            self.serve_s += time.perf_counter() - read_at
+            if isinstance(request, SearchRequest | QueryRequest):
+                self.served += 1
+                self.serve_s += time.perf_counter() - read_at
+            else:
+                self.worker_served += 1
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
 
@@ -202,6 +208,7 @@ class DirectServer(Service):
             **super().health(),
             "in_flight": len(self._answers),
             "worker_in_flight": len(self._worker_answers),
+            "worker_served": self.worker_served,
             "max_inflight": self._answers.limit,
         }
 
