@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 # thread waits for them: a search already held it). The segments are read-only meanwhile: inserts
 # run on the event loop thread, and the interim index builder takes each index's own lock.
 SEGMENT_SEARCH_THREADS = 2
+# A search of one query vector runs its segments one after the other on the calling thread: each
+# segment's part is a short walk, shorter than handing it to a thread and back (bench.segment_walks,
+# docs/benchmarks.md). From this many query vectors the segments run on the threads.
+SEGMENT_PARALLEL_MIN_NQ = 2
 BUILDER_NICE = 19  # the builder thread (and hnswlib's threads it starts) yields CPU to ingest and search
 BUILDER_IDLE_WAIT_S = 0.5  # with nothing to index, look again after this (an insert wakes it at once)
 BUILDER_ERROR_PAUSE_S = 1.0
@@ -429,7 +433,11 @@ class Worker:
             return segment.search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef, queries_checked)
 
         # several segments in parallel: hnswlib and numpy release the GIL
-        parts = [one(segments[0])] if len(segments) == 1 else list(self._search_pool().map(one, segments))
+        nq = 1 if np.ndim(queries) == 1 else len(queries)
+        if len(segments) == 1 or nq < SEGMENT_PARALLEL_MIN_NQ:
+            parts = [one(segment) for segment in segments]
+        else:
+            parts = list(self._search_pool().map(one, segments))
         # reduced even when there is one segment: a PK inserted twice is twice in its segment
         return reduce_search_results(parts, top_k, metric)
 

@@ -18,6 +18,7 @@ from state.segcore.vector_index import (
     MAX_TOP_K,
     SearchHits,
     check_top_k,
+    larger_is_better,
     normalize_metric,
     pk_sort_keys,
     scores_of,
@@ -46,6 +47,43 @@ def reduce_search_results(parts: Sequence[SearchHits], top_k: int, metric: str) 
             raise InvalidParameter(f"parts[{i}]", "all parts must have the same primary key type")
     if len(parts) == 1 and parts[0].k == top_k and (parts[0].distinct_pks or _distinct_int_pks(parts[0])):
         return parts[0]  # already the top-k, each PK once: nothing to merge (the common case)
+    if nq <= FEW_QUERIES:
+        return _reduce_few(parts, top_k, metric)
+    return _reduce_vectorized(parts, top_k, metric)
+
+
+# Up to this many queries the parts are merged query by query in Python (a dict and a sort of a
+# few dozen hits), above it by the vectorized lexsorts, whose two dozen numpy calls cost more than
+# the whole merge of one query (bench.segment_walks, docs/benchmarks.md).
+FEW_QUERIES = 4
+
+
+def _reduce_few(parts: Sequence[SearchHits], top_k: int, metric: str) -> SearchHits:
+    """:func:`reduce_search_results` query by query: per PK its best score, then (score, PK)."""
+    nq, varchar = parts[0].nq, parts[0].varchar_pks
+    flip = larger_is_better(metric)
+    out = SearchHits.empty(nq, top_k, metric, varchar)
+    counts = np.zeros(nq, np.int64)
+    for i in range(nq):
+        best: dict[Any, float] = {}
+        for part in parts:
+            n = int(part.counts[i])
+            for pk, d in zip(part.pks[i, :n].tolist(), part.distances[i, :n].tolist(), strict=True):
+                score = -d if flip else d
+                if pk not in best or score < best[pk]:
+                    best[pk] = score
+        ranked = sorted(best.items(), key=lambda item: (item[1], item[0]))[:top_k]
+        m = len(ranked)
+        if m:
+            out.pks[i, :m] = [pk for pk, _ in ranked]
+            out.distances[i, :m] = [-score if flip else score for _, score in ranked]
+        counts[i] = m
+    return SearchHits(out.pks, out.distances, counts, distinct_pks=True)
+
+
+def _reduce_vectorized(parts: Sequence[SearchHits], top_k: int, metric: str) -> SearchHits:
+    """:func:`reduce_search_results` over every query at once (module doc of the lexsorts)."""
+    nq, varchar = parts[0].nq, parts[0].varchar_pks
     pks = np.concatenate([p.pks for p in parts], axis=1)
     distances = np.concatenate([p.distances for p in parts], axis=1).astype(np.float32, copy=False)
     scores = scores_of(distances, metric)

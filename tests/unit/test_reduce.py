@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.errors import InvalidParameter
-from state.readpath.reduce import reduce_search_results
+from state.readpath.reduce import FEW_QUERIES, _reduce_few, _reduce_vectorized, reduce_search_results
 from state.segcore.vector_index import SearchHits
 
 METRICS = ("L2", "IP", "COSINE")
@@ -199,3 +199,17 @@ def test_a_part_that_vouches_for_distinct_pks_is_not_checked_again() -> None:
     assert reduce_search_results([vouched], 3, "L2") is vouched
     merged = reduce_search_results([vouched, SearchHits(pks, distances, np.array([3]))], 3, "L2")
     assert merged.pks.tolist() == [[5, 7, 9]] and merged.distinct_pks  # a reduce's output holds each PK once
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("varchar", [False, True])
+def test_the_query_by_query_merge_equals_the_vectorized_one(metric: str, varchar: bool) -> None:
+    """A few queries are merged in Python, many by the lexsorts: the same hits, slot for slot."""
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        nq, top_k = int(rng.integers(1, FEW_QUERIES + 1)), int(rng.choice([1, 3, 10]))
+        parts, _union = shard_results(rng, metric, varchar, nq, shards=int(rng.integers(1, 5)), top_k=top_k)
+        few, vectorized = _reduce_few(parts, top_k, metric), _reduce_vectorized(parts, top_k, metric)
+        assert few.counts.tolist() == vectorized.counts.tolist()
+        assert few.pks.tolist() == vectorized.pks.tolist()
+        assert few.distances.tobytes() == vectorized.distances.tobytes()
