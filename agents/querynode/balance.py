@@ -144,6 +144,7 @@ class SegmentBalancer:
             log.info("querynode %d: segment %d back from query node %d", me, sid, old.node_id)
             return True
         worker = self.peers.get(to, targets[to])
+        worker.keep(sid)  # a release of an earlier copy there, not sent yet, would drop this one
         await worker.load(vchannel, cid, [info])
         was = delegator.placement().get(sid, -1)
         if was == -1:

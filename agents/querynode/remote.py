@@ -253,6 +253,15 @@ class RemoteWorker:
         """Release these segments at the next :meth:`flush_releases` (callers without I/O)."""
         self._releases.setdefault((vchannel, collection_id), []).extend(segment_ids)
 
+    def keep(self, segment_id: int) -> None:
+        """The segment is placed here again: a release of it still queued must not be sent."""
+        for key, ids in list(self._releases.items()):
+            rest = [sid for sid in ids if sid != segment_id]
+            if rest:
+                self._releases[key] = rest
+            else:
+                del self._releases[key]
+
     def drop_releases(self) -> None:
         self._releases.clear()
 
