@@ -46,7 +46,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -541,12 +541,22 @@ class ShardDelegator:
                     local.setdefault(entry.worker, []).append(entry.segment_id)
         return local, remote
 
-    @staticmethod
-    def _remote_filter(mask_of: MaskOf | None, filter_expr: str | None) -> str:
-        """The filter text a remote worker compiles (it cannot run ``mask_of``, a closure)."""
+    def _ask_remote(
+        self,
+        remote: dict[RemoteWorker, list[SegmentShadow]],
+        mask_of: MaskOf | None,
+        filter_expr: str | None,
+        ask: Callable[[RemoteWorker, int, list[SegmentShadow], str], Coroutine[Any, Any, Any]],
+    ) -> list[Coroutine[Any, Any, Any]]:
+        """``ask(worker, collection id, shadows, filter text)`` of every remote worker (each request
+        written now: ``RemoteWorker``); the filter's text is what a worker compiles (it cannot run
+        ``mask_of``, a closure), so a read with a mask needs it."""
+        if not remote:
+            return []
         if mask_of is not None and filter_expr is None:
             raise InvalidParameter("filter", "a read of segments on other nodes needs the filter's text")
-        return filter_expr or ""
+        cid = self.collection.collection_id
+        return [ask(worker, cid, shadows, filter_expr or "") for worker, shadows in remote.items()]
 
     async def search(
         self,
@@ -571,15 +581,15 @@ class ShardDelegator:
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
-        asked = []
-        if remote:  # sent first, computed there while the local segments are searched here
-            text = self._remote_filter(mask_of, filter_expr)
-            q = np.asarray(queries, dtype=np.float32)
-            cid, q = self.collection.collection_id, q.reshape(-1, q.shape[-1])
-            asked = [
-                worker.search(self.vchannel, cid, shadows, q, field, metric, top_k, ts, text, ef, timeout_s)
-                for worker, shadows in remote.items()
-            ]
+        q = np.asarray(queries, dtype=np.float32)
+        asked = self._ask_remote(  # sent first, computed there while the local segments are searched here
+            remote,
+            mask_of,
+            filter_expr,
+            lambda worker, cid, shadows, text: worker.search(
+                self.vchannel, cid, shadows, q.reshape(-1, q.shape[-1]), field, metric, top_k, ts, text, ef, timeout_s
+            ),
+        )
         with _answers_awaited(asked, self._background):
             parts = [
                 worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
@@ -612,14 +622,14 @@ class ShardDelegator:
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
-        asked = []
-        if remote:
-            text = self._remote_filter(mask_of, filter_expr)
-            cid = self.collection.collection_id
-            asked = [
-                worker.query(self.vchannel, cid, shadows, ts, text, output_fields, window, timeout_s=timeout_s)
-                for worker, shadows in remote.items()
-            ]
+        asked = self._ask_remote(
+            remote,
+            mask_of,
+            filter_expr,
+            lambda worker, cid, shadows, text: worker.query(
+                self.vchannel, cid, shadows, ts, text, output_fields, window, timeout_s=timeout_s
+            ),
+        )
         with _answers_awaited(asked, self._background):
             parts: list[QueryResult] = [
                 worker.query(ids, ts, mask_of, output_fields, window, 0) for worker, ids in local.items()
@@ -642,14 +652,14 @@ class ShardDelegator:
         await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
-        asked = []
-        if remote:
-            text = self._remote_filter(mask_of, filter_expr)
-            cid = self.collection.collection_id
-            asked = [
-                worker.query(self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s)
-                for worker, shadows in remote.items()
-            ]
+        asked = self._ask_remote(
+            remote,
+            mask_of,
+            filter_expr,
+            lambda worker, cid, shadows, text: worker.query(
+                self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s
+            ),
+        )
         with _answers_awaited(asked, self._background):
             total = sum(worker.count(ids, ts, mask_of) for worker, ids in local.items())
         return total + sum(r for r in await _gather(asked) if isinstance(r, int))
@@ -660,10 +670,12 @@ class ShardDelegator:
         """The rows holding ``pks`` visible at ``ts`` (output fields of search hits), every
         segment's, local and remote; field -> values, unordered."""
         local, remote = self.segments_by_worker(partition_ids)
-        cid = self.collection.collection_id
-        asked = [
-            worker.query(self.vchannel, cid, shadows, ts, "", names, pks=pks) for worker, shadows in remote.items()
-        ]
+        asked = self._ask_remote(
+            remote,
+            None,
+            "",
+            lambda worker, cid, shadows, text: worker.query(self.vchannel, cid, shadows, ts, text, names, pks=pks),
+        )
         with _answers_awaited(asked, self._background):
             parts: list[QueryResult] = [
                 worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), pks), names) for worker, ids in local.items()

@@ -141,11 +141,6 @@ class RemoteWorker:
             raise error
         raise WorkerUnavailable(f"query node {self.node_id} stayed behind its delegator's dead timestamps")
 
-    async def _call(
-        self, make: Callable[[int], WorkerRequest], shadows: Sequence[SegmentShadow], timeout_s: float
-    ) -> SearchResult | QueryResult:
-        return await self._begin(make, shadows, timeout_s)
-
     def _header(self, request_id: int, vchannel: str, collection_id: int, timeout_s: float) -> dict[str, Any]:
         """The fields every request to the worker carries."""
         return {
@@ -158,7 +153,7 @@ class RemoteWorker:
 
     async def load(self, vchannel: str, collection_id: int, segments: Sequence[SegmentInfo]) -> None:
         """Have the worker hold ``segments`` (loaded from the object store)."""
-        await self._call(
+        await self._begin(
             lambda rid: SegmentLoad(
                 **self._header(rid, vchannel, collection_id, REMOTE_LOAD_TIMEOUT_S), segments=list(segments)
             ),
@@ -167,7 +162,7 @@ class RemoteWorker:
         )
 
     async def release(self, vchannel: str, collection_id: int, segment_ids: Sequence[int]) -> None:
-        await self._call(
+        await self._begin(
             lambda rid: SegmentRelease(
                 **self._header(rid, vchannel, collection_id, REMOTE_LOAD_TIMEOUT_S), segment_ids=list(segment_ids)
             ),

@@ -15,7 +15,6 @@ whatever it held before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import numpy as np
@@ -31,8 +30,6 @@ __all__ = ["SegmentShadow"]
 
 class SegmentShadow(SealedSegment):
     """Keys, stamps and dead timestamps of a sealed segment whose rows ``node_id`` holds."""
-
-    kind = "sealed"
 
     def __init__(self, segment: SealedSegment, node_id: int) -> None:
         """The shadow of ``segment`` (a loaded copy, which the caller then releases), held by
@@ -123,7 +120,4 @@ class SegmentShadow(SealedSegment):
     def column(self, name: str) -> np.ndarray:
         if name == self._pk_field.name:
             return self.pks_view()
-        self._elsewhere()
-
-    def _adopt(self, pks: Any, row_ts: Any, columns: Mapping[str, Any]) -> NoReturn:
         self._elsewhere()
