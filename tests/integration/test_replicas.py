@@ -10,7 +10,6 @@ counted; a read that succeeds is never retried, so a partial or duplicated answe
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -23,16 +22,14 @@ import pytest
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import (
-    CollectionNotLoaded,
     InvalidParameter,
-    RequestTimeout,
     ResourceGroupNodeNotEnough,
-    ServiceUnavailable,
 )
 from schemas.meta import ReplicaInfo
 from state.meta.query_distribution import QueryDistributionStore
 from state.meta.status_board import StatusBoard
 from tests.eventually import eventually
+from tests.integration.read_loop import ReadLoop, answered_more
 from tests.integration.test_querynode_recovery import (
     DIM,
     NQ,
@@ -47,7 +44,6 @@ from tests.integration.test_querynode_recovery import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEARCH_TIMEOUT_S = 10.0  # per search: the proxy fails over within replica_failover_s of it
-RETRY_PAUSE_S = 0.1
 REPLICAS_BUDGET_S = 60.0  # a load with two replicas: both groups claimed and serving
 FAILED_SEARCH_BUDGET = 0  # searches that fail while the other replica is up: none
 
@@ -80,49 +76,21 @@ async def wait_replicas(client: InProcessClient, coll: str, number: int, shards:
     return replicas
 
 
-class Searcher:
-    """Strong searches one after the other until stopped: each answer must be ``hit_ids`` exactly;
-    a failed search is retried and counted (``failed``), a wrong one recorded (``wrong``)."""
+class Searcher(ReadLoop):
+    """Strong searches one after the other until stopped: each answer must be ``hit_ids`` exactly."""
+
+    label = "searches"
 
     def __init__(self, client: InProcessClient, coll: str, queries: np.ndarray, hit_ids: list[list[int]]) -> None:
         self.client, self.coll, self.queries, self.hit_ids = client, coll, queries, hit_ids
-        self.ok = self.failed = 0
-        self.wrong: list[str] = []
-        self.errors: list[str] = []
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._run())
+        super().__init__()
 
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                hits = await self.client.search(
-                    self.coll, self.queries, limit=TOP_K, consistency_level="Strong", timeout=SEARCH_TIMEOUT_S
-                )
-            except (ServiceUnavailable, RequestTimeout, CollectionNotLoaded) as err:
-                self.failed += 1
-                self.errors.append(f"{type(err).__name__}: {err}")
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            self.ok += 1
-            got = [[h["id"] for h in q] for q in hits]
-            if got != self.hit_ids:
-                self.wrong.append(f"search {self.ok}: hits differ from the exact reference")
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._task
-        print(f"searches: {self.ok} exact, {self.failed} failed and retried")
-        assert not self.wrong, f"{len(self.wrong)} of {self.ok} answers were wrong: {self.wrong[:3]}"
-
-
-def answered_more(searchers: list[Searcher], more: int) -> Any:
-    """A check for :func:`eventually`: ``more`` searches answered from now on."""
-    start = sum(s.ok for s in searchers)
-
-    async def check() -> bool:
-        return sum(s.ok for s in searchers) >= start + more
-
-    return check
+    async def read_once(self) -> list[str]:
+        hits = await self.client.search(
+            self.coll, self.queries, limit=TOP_K, consistency_level="Strong", timeout=SEARCH_TIMEOUT_S
+        )
+        got = [[h["id"] for h in q] for q in hits]
+        return [] if got == self.hit_ids else ["hits differ from the exact reference"]
 
 
 async def served_by(client: InProcessClient, config: OspreyConfig) -> dict[int, int]:

@@ -11,7 +11,6 @@ and counted; a read that succeeds is never retried, so a partial or duplicated a
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +25,11 @@ from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from schemas.config import OspreyConfig
-from schemas.errors import CollectionNotLoaded, RequestTimeout, ServiceUnavailable
 from state.meta.status_board import StatusBoard
 from tests.conftest import make_config
 from tests.eventually import eventually
 from tests.integration.ddl_helpers import name
+from tests.integration.read_loop import ReadLoop, answered_more
 from tests.integration.test_querynode_recovery import QueryNodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -43,7 +42,6 @@ INDEX_PARAMS = {"index_type": "HNSW", "metric_type": "L2", "M": 8, "efConstructi
 MAX_ROWS = 1_000  # a segment seals at this many rows: several sealed segments per shard
 ROWS = 8_000
 SEARCH_TIMEOUT_S = 10.0
-RETRY_PAUSE_S = 0.1
 SPREAD_BUDGET_S = 60.0  # flushed segments loaded, then placed on the other node
 RECOVERY_BUDGET_S = 120.0  # a killed node's lease expires, its shards and segments are placed again
 
@@ -116,22 +114,19 @@ class Reference:
         return [[int(self.ids[i]) for i in np.lexsort((self.ids, row))[:TOP_K]] for row in d]
 
 
-class Reader:
-    """Strong searches (with an output field), filtered queries and counts, one after the other,
-    each checked against ``ref``; failures retried and counted."""
+class Reader(ReadLoop):
+    """Strong searches (with an output field), filtered queries and counts, each checked against
+    ``ref``."""
 
     def __init__(self, client: InProcessClient, coll: str, ref: Reference, seed: int) -> None:
         self.client, self.coll, self.ref = client, coll, ref
         self.queries = np.random.default_rng(seed).standard_normal((NQ, DIM)).astype(np.float32)
         self.exact = ref.top(self.queries)
         self.k3 = int((ref.k == 3).sum())
-        self.ok = self.failed = 0
-        self.wrong: list[str] = []
-        self.errors: list[str] = []
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._run())
+        super().__init__()
 
-    async def _one(self) -> None:
+    async def read_once(self) -> list[str]:
+        wrong = []
         hits = await self.client.search(
             self.coll,
             self.queries,
@@ -141,32 +136,16 @@ class Reader:
             timeout=SEARCH_TIMEOUT_S,
         )
         if [[h["id"] for h in q] for q in hits] != self.exact:
-            self.wrong.append(f"read {self.ok}: search hits differ from the exact reference")
+            wrong.append("search hits differ from the exact reference")
         if any(h["entity"]["k"] != h["id"] % 7 for q in hits for h in q):
-            self.wrong.append(f"read {self.ok}: an output field is not its row's")
+            wrong.append("an output field is not its row's")
         rows = await self.client.query(self.coll, filter="k == 3", output_fields=["k"], consistency_level="Strong")
         if len(rows) != self.k3 or len({r["id"] for r in rows}) != self.k3:
-            self.wrong.append(f"read {self.ok}: the filtered query found {len(rows)} rows, not {self.k3}")
+            wrong.append(f"the filtered query found {len(rows)} rows, not {self.k3}")
         total = await self.client.count(self.coll, consistency_level="Strong")
         if total != len(self.ref.ids):
-            self.wrong.append(f"read {self.ok}: count {total}, not {len(self.ref.ids)}")
-
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self._one()
-            except (ServiceUnavailable, RequestTimeout, CollectionNotLoaded) as err:
-                self.failed += 1
-                self.errors.append(f"{type(err).__name__}: {err}")
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            self.ok += 1
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._task
-        print(f"reads: {self.ok} exact, {self.failed} failed and retried")
-        assert not self.wrong, f"{len(self.wrong)} wrong answers: {self.wrong[:3]}"
+            wrong.append(f"count {total}, not {len(self.ref.ids)}")
+        return wrong
 
 
 async def docs(client: InProcessClient, config: OspreyConfig) -> dict[int, dict[str, Any]]:
@@ -208,15 +187,6 @@ async def node_of(client: InProcessClient, worker: WorkerProcess) -> int | None:
     return next((nid for nid, info in alive.items() if info.get("pid") == worker.pid()), None)
 
 
-async def answered_more(readers: list[Reader], more: int) -> None:
-    start = sum(r.ok for r in readers)
-
-    async def check() -> bool:
-        return sum(r.ok for r in readers) >= start + more
-
-    await eventually(f"{more} more reads answered", check, timeout_s=RECOVERY_BUDGET_S)
-
-
 async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
     bal_config: OspreyConfig, client: InProcessClient, querynodes: QueryNodes
 ) -> None:
@@ -255,12 +225,12 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
     await client.delete(coll, ids=gone.tolist())
     ref.delete(gone)
     readers = [Reader(client, coll, ref, seed) for seed in (1, 2)]
-    await answered_more(readers, 10)
+    await eventually("10 more reads answered", answered_more(readers, 10), timeout_s=RECOVERY_BUDGET_S)
     assert sum(r.failed for r in readers) == 0, [e for r in readers for e in r.errors][:5]
 
     # kill -9 of a node: its shards and the segments it held for the other are loaded elsewhere
     b.kill()
-    await answered_more(readers, 20)
+    await eventually("20 more reads answered", answered_more(readers, 20), timeout_s=RECOVERY_BUDGET_S)
     a_id = await node_of(client, a)
 
     async def all_on_a() -> bool:
@@ -268,7 +238,7 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
         return a_id is not None and a_id in now and placed_elsewhere(now[a_id]) == 0 and len(now) == 1
 
     await eventually("every segment served by the survivor", all_on_a, timeout_s=RECOVERY_BUDGET_S)
-    await answered_more(readers, 5)
+    await eventually("5 more reads answered", answered_more(readers, 5), timeout_s=RECOVERY_BUDGET_S)
     failed_before_join = sum(r.failed for r in readers)
 
     # a third node joins under load: it takes shards and segments over, no read fails
@@ -280,7 +250,7 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
         return c_id in now and guest_rows(now[c_id]) > 0 and placed_elsewhere(now.get(a_id or 0, {})) > 0
 
     await eventually("the new node holds segments", c_holds_segments, timeout_s=RECOVERY_BUDGET_S)
-    await answered_more(readers, 10)
+    await eventually("10 more reads answered", answered_more(readers, 10), timeout_s=RECOVERY_BUDGET_S)
     for reader in readers:
         await reader.stop()
     failed_in_join = sum(r.failed for r in readers) - failed_before_join
