@@ -20,7 +20,7 @@ from state.meta.tso import TimestampOracle
 from streams.topics import Topics
 
 if TYPE_CHECKING:
-    from agents.proxy.search import DqRouter
+    from agents.proxy.dq_router import DqRouter
     from agents.proxy.segment_quotas import SegmentQuotas
     from agents.proxy.timeticker import DmTaskStats
 

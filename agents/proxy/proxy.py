@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from agents.lease_keeper import LeaseKeeper
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
+from agents.proxy.dq_router import DqRouter
 from agents.proxy.fence import DmlFence
 from agents.proxy.flush import FlushTask, unflushed_before
 from agents.proxy.health import HEALTH_PROBE_TIMEOUT_S, REQUIRED_ROLES, HealthProbe, health_check
@@ -38,7 +39,7 @@ from agents.proxy.load import (
     replicas,
 )
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
-from agents.proxy.search import DqRouter, QueryTask, SearchTask
+from agents.proxy.search import QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
 from agents.proxy.upsert import UpsertTask

@@ -1,14 +1,14 @@
 """The query coordinator's distribution (agents/querycoord/coordinator.py, schemas/distribution.py):
 replica groups of the live nodes as many as the loads ask for (at most the nodes), a leader per
 pchannel in each group, sticky across scans, and what a node reads of it; and the proxy's choice
-of a replica per shard (agents/proxy/search.py)."""
+of a replica per shard (agents/proxy/dq_router.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from agents.proxy.search import DqRouter
+from agents.proxy.dq_router import DqRouter
 from agents.querycoord.coordinator import group_count, plan_distribution
 from schemas.distribution import QueryDistribution, ReplicaGroup
 from schemas.meta import LoadInfo
