@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.errors import InvalidParameter
 from state.meta.registry import Lease, NodeRegistry
 
@@ -79,11 +79,14 @@ class LeaseKeeper(Service):
         if self._on_lost is not None:
             self._on_lost()
         if not self._stopping:
-            self.spawn(self._rejoin(), f"{self.role}-lease-rejoin")
+            # RESTART: run again, it registers a lease only if the one held is still lost (_rejoin)
+            self.spawn(self._rejoin, f"{self.role}-lease-rejoin", on_crash=OnCrash.RESTART)
 
     async def _rejoin(self) -> None:
+        """Register a new lease, then tell the process. Run again after a crash (RESTART), it
+        registers only if the lease it holds is still the lost one."""
         pause_s = REJOIN_PAUSE_MIN_S
-        while not self._stopping:
+        while not self._stopping and (self.lease is None or self.lease.lost):
             try:
                 lease = await self.registry.register_process(self.role, self.node_id, **self.info)
             except (RedisError, OSError, InvalidParameter) as err:  # Redis away, or the old key not gone yet
@@ -97,9 +100,9 @@ class LeaseKeeper(Service):
             if old is not None:
                 await old.stop()  # its keepalive ended; it deletes nothing that is not its own
             log.warning("%s %d: registered a new lease after losing the last one", self.role, self.node_id)
-            if self._on_rejoined is not None:
-                self._on_rejoined(lease)
-            return
+            break
+        if not self._stopping and self.lease is not None and self._on_rejoined is not None:
+            self._on_rejoined(self.lease)
 
     async def _stop_lease(self) -> None:
         if self.lease is not None:
@@ -107,4 +110,5 @@ class LeaseKeeper(Service):
 
     def health(self) -> dict[str, Any]:
         lease = self.lease.health() if self.lease is not None else {"state": "none"}
-        return {**lease, "rejoins": self.rejoins}
+        loops = super().health()
+        return {**lease, "rejoins": self.rejoins, "dead_loops": loops["dead_loops"], "restarts": loops["restarts"]}

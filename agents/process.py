@@ -1,7 +1,13 @@
-"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker."""
+"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker.
+
+A worker's runtime (``app.osprey_runtime``, a :class:`agents.service.Service`) gets the process's
+fatal hook: a loop whose crash stops the process (``OnCrash.STOP``) shuts the worker down as a
+SIGTERM would, and the process exits with ``FATAL_EXIT_CODE``."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +17,7 @@ from faust.worker import Worker
 
 from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_any_port, wait_for_port
+from agents.service import FatalExit, Service
 from schemas.config import OspreyConfig
 
 # How long the group waits for a member that stopped heart-beating (a kill -9) before moving its
@@ -45,8 +52,17 @@ def make_app(config: OspreyConfig, role: str, **settings: Any) -> faust.App:
 
 
 def run_worker(app: faust.App, loglevel: str = "info") -> None:
-    """Run ``app`` until SIGTERM/SIGINT; blocks."""
-    Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
+    """Run ``app`` until SIGTERM/SIGINT, or until its runtime's fatal hook is called (module doc:
+    then exit with ``FATAL_EXIT_CODE``); blocks."""
+    # the worker's own SIGTERM handler runs its shutdown (on_before_shutdown stops the runtime)
+    fatal = FatalExit(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    runtime = getattr(app, "osprey_runtime", None)
+    if isinstance(runtime, Service):
+        runtime.on_fatal = fatal
+    try:
+        Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
+    finally:
+        fatal.exit_if_fatal()
 
 
 DEPENDENCY_WAIT_S = 60.0  # how long a worker waits for the broker and Redis to accept connections

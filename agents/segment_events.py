@@ -7,7 +7,9 @@ A group-less consumer of the topic's one partition, from its first record (``fro
 from its end as of start; each event is decoded and handed to ``handle`` in log order.
 :meth:`EventsReader.caught_up` waits until every event published before the reader started has
 been handled. An undecodable record is logged and skipped; a handler that fails is retried (the
-event must not be lost).
+event must not be lost). If the reading loop itself dies (the broker refused a fetch) it is
+started again (``OnCrash.RESTART``) at the first event not handled: nothing is lost or handled
+twice.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from pydantic import TypeAdapter
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.index import INDEX_EVENT, INDEX_TASK_EVENT, AnyIndexEvent, AnyIndexTaskEvent
 from schemas.segment import SEGMENT_EVENT, AnySegmentEvent
@@ -75,7 +77,8 @@ class EventsReader(Service):
             self.position = self.end_at_start
         if self.position >= self.end_at_start:
             self._caught_up.set()
-        self.spawn(self._run(consumer), self.topic)
+        # RESTART: a new loop seeks back to ``position``, the first event not handled yet
+        self.spawn(lambda: self._run(consumer), self.topic, on_crash=OnCrash.RESTART)
 
     async def caught_up(self, timeout_s: float | None = None) -> None:
         """Return once every event published before start was handled."""
@@ -83,6 +86,7 @@ class EventsReader(Service):
             await self._caught_up.wait()
 
     async def _run(self, consumer: Any) -> None:
+        consumer.seek(self.tp, self.position)  # where the last run of this loop stopped
         while True:
             batches = await consumer.getmany(self.tp, timeout_ms=FETCH_TIMEOUT_MS)
             for record in batches.get(self.tp, []):

@@ -13,6 +13,10 @@ a pchannel again when its checkpoint fell behind the log start).
 
 Offsets are never committed: the owner's state lives in memory and its checkpoints in the meta
 store. Fetches adapt their wait as Faust's workers' do (``streams/fetch_wait.py``).
+
+The owner runs the loop (:meth:`AssignedConsumer.run`, e.g. as a loop of its service) and so
+decides what a crash of it means: ``apply`` raising leaves the owner's state for that record
+half-applied, and the records fetched with it are past the consumer's position.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ SeekTarget = Callable[[int, int], Awaitable[int]]
 
 
 class AssignedConsumer:
-    """Consumes the partitions of ``topic`` it is assigned (module doc); one task."""
+    """Consumes the partitions of ``topic`` it is assigned (module doc): ``start`` connects,
+    :meth:`run` (the owner's task) hands the records over until cancelled, ``stop`` disconnects."""
 
     def __init__(
         self,
@@ -64,7 +69,6 @@ class AssignedConsumer:
             fetch_max_wait_ms=fetch_wait_ms,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
         )
-        self._task: asyncio.Task[None] | None = None
         self._assigned: set[int] = set()
         self._changed = asyncio.Event()
         self.records = 0
@@ -78,13 +82,9 @@ class AssignedConsumer:
     async def start(self) -> None:
         await self._consumer.start()
         adapt_fetch_wait(self._consumer, self._policy)
-        self._task = asyncio.create_task(self._run(), name=f"assigned consumer of {self.topic}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        """Disconnect; the owner cancels :meth:`run` first."""
         await self._consumer.stop()
 
     def assign(self, starts: Mapping[int, int]) -> None:
@@ -107,7 +107,9 @@ class AssignedConsumer:
         tp = TopicPartition(self.topic, partition)
         return int((await self._consumer.beginning_offsets([tp]))[tp])
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Fetch and hand over records until cancelled; a broker error pauses, an error of
+        ``apply`` or ``seek_target`` raises (the owner's policy decides)."""
         while True:
             if not self._assigned:
                 self._changed.clear()

@@ -87,13 +87,11 @@ class DataNodeRuntime(Service):
         flusher = SegmentFlusher(root, self.meta, SegmentAssigner(redis, ns), tso, producer, self.topics.segment_events)
         node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
         node = DataNode(node_id, self.topics.dml, MetaCache(store), flusher, config.datanode_checkpoint_interval_s)
-        self.reader = SegmentEventsReader(config, node.on_segment_event)
-        await self.reader.start()
-        self.on_close(self.reader.stop, "segment-events reader")
+        self.reader = await self.add_child(SegmentEventsReader(config, node.on_segment_event))
         await self.reader.caught_up(CATCH_UP_TIMEOUT_S)
-        self.truncator = LogTruncator(config, self.topics.dml, self.meta, owned=lambda: list(node.channels))
-        await self.truncator.start()
-        self.on_close(self.truncator.stop, "dml truncator")
+        self.truncator = await self.add_child(
+            LogTruncator(config, self.topics.dml, self.meta, owned=lambda: list(node.channels))
+        )
         self.compactor = Compactor(
             config,
             redis,
@@ -106,8 +104,7 @@ class DataNodeRuntime(Service):
             store=root,
             guards_of=lambda pchannel: state.guards if (state := node.channels.get(pchannel)) else (),
         )
-        await self.compactor.start()
-        self.on_close(self.compactor.stop, "compactor")
+        await self.add_child(self.compactor)
         self.status = StatusBoard(redis, ns)
         self.fences = ChannelFences(redis, ns, ROLE)
         self.registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
@@ -154,9 +151,7 @@ class DataNodeRuntime(Service):
         added, removed = node.assign(starts, logged_below, fences, ticks)
         log.info("datanode %d: pchannels +%s -%s, starting at %s", node.node_id, added, removed, fresh)
         if self._lease is None:  # registered anew if lost: its meta writes are fenced by claim, not lease
-            self._lease = LeaseKeeper(self.registry, ROLE, node.node_id)
-            await self._lease.start()
-            self.on_close(self._lease.stop, "node lease")
+            self._lease = await self.add_child(LeaseKeeper(self.registry, ROLE, node.node_id))
         return fresh
 
     async def publish_status(self) -> None:

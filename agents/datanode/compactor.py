@@ -44,7 +44,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.collection import DataType
 from schemas.config import OspreyConfig
 from schemas.dml import ALL_PARTITIONS
@@ -131,7 +131,9 @@ class Compactor(Service):
         self.files_removed = 0
 
     async def on_start(self) -> None:
-        self.spawn(self._run(), "compactor")
+        # RESTART: a round plans from the meta again and records each compaction in one meta
+        # write; one cut short leaves what a killed node leaves (module doc, crash safety)
+        self.spawn(self._run, "compactor", on_crash=OnCrash.RESTART)
 
     async def _run(self) -> None:
         interval = self.config.compaction_interval_s

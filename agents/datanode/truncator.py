@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from state.meta.segment_meta import SegmentMeta
 from streams.channels import pchannel_partition
@@ -80,7 +80,8 @@ class LogTruncator(Service):
         admin = AIOKafkaAdminClient(bootstrap_servers=self.config.kafka, request_timeout_ms=ADMIN_TIMEOUT_MS)
         await admin.start()
         self.on_close(admin.close, "admin client")
-        self.spawn(self._run(admin), "dml truncator")
+        # RESTART: each round reads the checkpoints again; deleting records already deleted is a no-op
+        self.spawn(lambda: self._run(admin), "dml truncator", on_crash=OnCrash.RESTART)
 
     async def _run(self, admin: AIOKafkaAdminClient) -> None:
         while True:

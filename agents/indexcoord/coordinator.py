@@ -107,12 +107,8 @@ class IndexCoordinator(ScanningService):
         self.waiting = 0
 
     async def on_start(self) -> None:
-        segments = SegmentEventsReader(self.config, self._on_segment_event, from_start=False)
-        await segments.start()
-        self.on_close(segments.stop, "segment-events reader")
-        outcomes = IndexEventsReader(self.config, self._on_index_event, from_start=False)
-        await outcomes.start()
-        self.on_close(outcomes.stop, "index-events reader")
+        await self.add_child(SegmentEventsReader(self.config, self._on_segment_event, from_start=False))
+        await self.add_child(IndexEventsReader(self.config, self._on_index_event, from_start=False))
         self.start_scans()  # and at once after kick(): an index DDL, a segment, a build
 
     async def _on_segment_event(self, event: AnySegmentEvent) -> None:

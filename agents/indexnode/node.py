@@ -37,7 +37,7 @@ from typing import Any
 from agents.interpreter import HugePagesGauge
 from agents.lease_keeper import LeaseKeeper
 from agents.segment_events import IndexTasksReader
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.index import (
     AnyIndexTaskEvent,
@@ -101,18 +101,21 @@ class IndexNode(Service):
         await self.producer.start()
         self.on_close(self.producer.stop, "producer")
         self.node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
-        reader = IndexTasksReader(config, self._on_task_event, from_start=False)
-        await reader.start()  # positioned at the end before the lease exists (module doc)
-        self.on_close(reader.stop, "index-tasks reader")
+        # positioned at the end before the lease exists (module doc)
+        await self.add_child(IndexTasksReader(config, self._on_task_event, from_start=False))
         # registered anew if lost: its results are committed by CAS on the task's revision, so a
         # build it finishes after its tasks were reassigned is refused anyway (module doc)
-        self.lease = LeaseKeeper(NodeRegistry(redis, ns, config.node_lease_ttl_s), ROLE, self.node_id)
-        await self.lease.start()
-        self.on_close(self.lease.stop, "node lease")
+        self.lease = await self.add_child(
+            LeaseKeeper(NodeRegistry(redis, ns, config.node_lease_ttl_s), ROLE, self.node_id)
+        )
         self.on_close(lambda: self.status.remove(ROLE, self.node_id), "status")
-        self.spawn(self._work(), "index builds")
-        self.spawn(self._rescan(), "assigned tasks scan")
-        self.spawn(self._publish_status(), "status")
+        # RESTART: every step of a build is checked against the task store (a CAS on its
+        # revision), and a task it dropped is queued again by the scan below
+        self.spawn(self._work, "index builds", on_crash=OnCrash.RESTART)
+        # RESTART: a scan reads the task store whole
+        self.spawn(self._rescan, "assigned tasks scan", on_crash=OnCrash.RESTART)
+        # RESTART: the status document is rewritten whole every second
+        self.spawn(self._publish_status, "status", on_crash=OnCrash.RESTART)
 
     def _enqueue(self, build_id: int, version: int) -> None:
         key = (build_id, version)

@@ -51,7 +51,7 @@ from agents.process import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S
 from agents.proxy.ingest import IngestTask
 from agents.proxy.json_rows import JsonRowsTask
 from agents.proxy.visibility import VisibilityProbe, wait_visible_through
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
 from schemas.dml_request import MAX_REQUEST_ID_CHARS, REQUEST_ID_PATTERN, DmlRequest, DmlResult
 from schemas.errors import InvalidParameter, OspreyError
@@ -199,7 +199,11 @@ class DmlRequestConsumer(Service):
         adapt_fetch_wait(self.consumer, FetchWaitPolicy(config.consumer_fetch_wait_ms, config.consumer_fetch_idle_ms))
         self.on_close(self.consumer.stop, "consumer")
         self.consumer.subscribe([self.topics.dml_request], listener=_Revoke(self))
-        self.spawn(self._run(), "dml-request")
+        # STOP: the records of a batch are applied in order and the offsets committed after them
+        # (module doc, 1); a loop that died mid-batch has fetched past records it never applied,
+        # and a new one would commit past them. The process stops, the group gives its partitions
+        # to another proxy, which starts at the committed offsets (the request log skips repeats)
+        self.spawn(self._run, "dml-request", on_crash=OnCrash.STOP)
         self.proxy.health_parts["dml_requests"] = self.health
         self.on_close(self._unregister, "status part")
 

@@ -43,7 +43,7 @@ from agents.proxy.search import QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
 from agents.proxy.upsert import UpsertTask
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
@@ -173,7 +173,9 @@ class Proxy(Service):
         await self.consumer.seek_to_end(*partitions)
         for tp in partitions:
             await self.consumer.position(tp)
-        self.spawn(self._route(), "proxy-router")
+        # RESTART: a record is routed whole (errors caught) or not taken from the consumer, so a
+        # new loop reads on from the consumer's position and misses nothing
+        self.spawn(self._route, "proxy-router", on_crash=OnCrash.RESTART)
         self.dd_queue = DdTaskQueue(self.ids, self.tso)
         await self.dd_queue.start()
         self.on_close(self.dd_queue.stop, "dd queue")
@@ -206,7 +208,9 @@ class Proxy(Service):
         self._last_now = (now, time.monotonic())
         for partition in range(config.dml_partitions):
             self.ticker.add_pchan(pchannel_name(self.topics.dml, partition), now)
-        self._ticking = self.spawn(self._tick_loop(), "proxy-time-tick")
+        # RESTART: each report is made from the in-flight statistics now; a dead ticker would hold
+        # every pchannel's tick back at this proxy's last report while its lease lives
+        self._ticking = self.spawn(self._tick_loop, "proxy-time-tick", on_crash=OnCrash.RESTART)
         # the DQ side: searches and queries run in parallel, routed to the shards' delegators
         self.shard_owners = ShardOwners(self.redis, ns)
         self.distributions = QueryDistributionStore(self.redis, ns)
@@ -221,11 +225,9 @@ class Proxy(Service):
         self.index_tasks = IndexTaskStore(self.redis, ns)
         self.databases = DatabaseRecords(self.redis, ns)
         self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
-        self.lease_keeper = LeaseKeeper(
-            self.registry, ROLE, self.proxy_id, on_lost=self.fence.lose, on_rejoined=self._rejoined
+        self.lease_keeper = await self.add_child(
+            LeaseKeeper(self.registry, ROLE, self.proxy_id, on_lost=self.fence.lose, on_rejoined=self._rejoined)
         )
-        await self.lease_keeper.start()
-        self.on_close(self.lease_keeper.stop, "node lease")
         # registered before any DML timestamp is taken: the rootcoord's contract (timetick.py)
         assert self.lease_keeper.lease is not None
         self.fence.reported(self.fence.rejoin(self.lease_keeper.lease))

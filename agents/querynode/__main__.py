@@ -14,7 +14,7 @@ def main() -> None:
     from agents.main import run_until_stopped
     from agents.querynode.app import run
 
-    run_until_stopped(config, lambda stop: run(config, stop))
+    run_until_stopped(config, lambda stop, on_fatal: run(config, stop, on_fatal))
 
 
 if __name__ == "__main__":

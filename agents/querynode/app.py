@@ -47,7 +47,7 @@ from agents.querynode.remote import RemoteWorkers
 from agents.querynode.servers import DirectServer, TopicServer
 from agents.querynode.worker import Worker
 from agents.segment_events import IndexEventsReader, SegmentEventsReader
-from agents.service import Service
+from agents.service import FatalHook, OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.distribution import QueryDistribution
 from schemas.index import AnyIndexEvent
@@ -142,15 +142,9 @@ class QueryNodeRuntime(Service):
         self.peers = RemoteWorkers(node_id)
         self.on_close(self.peers.close, "worker connections")
         self.balancer = SegmentBalancer(node, self.loader, self.peers)
-        self.reader = SegmentEventsReader(config, node.on_segment_event, from_start=False)
-        await self.reader.start()
-        self.on_close(self.reader.stop, "segment-events reader")
-        self.index_reader = IndexEventsReader(config, self._on_index_event, from_start=False)
-        await self.index_reader.start()
-        self.on_close(self.index_reader.stop, "index-events reader")
-        self.meta_watcher = MetaWatcher(config, cache, node.on_meta_changed)
-        await self.meta_watcher.start()
-        self.on_close(self.meta_watcher.stop, "meta watcher")
+        self.reader = await self.add_child(SegmentEventsReader(config, node.on_segment_event, from_start=False))
+        self.index_reader = await self.add_child(IndexEventsReader(config, self._on_index_event, from_start=False))
+        self.meta_watcher = await self.add_child(MetaWatcher(config, cache, node.on_meta_changed))
         self.direct = DirectServer(
             node,
             config.querynode_host,
@@ -159,16 +153,14 @@ class QueryNodeRuntime(Service):
             advertise_host=config.querynode_advertise_host,
             guests=self.guests,
         )
-        await self.direct.start()
-        self.on_close(self.direct.stop, "direct server")
+        await self.add_child(self.direct)
         producer = make_producer(config)
         await producer.start()
         self.on_close(producer.stop, "producer")
         self.topic_server = TopicServer(
             config, self.topics, node, producer, max_inflight=config.querynode_max_inflight_requests
         )
-        await self.topic_server.start()
-        self.on_close(self.topic_server.stop, "topic server")
+        await self.add_child(self.topic_server)
         self.owners = ShardOwners(self.redis, ns)
         self.distributions = QueryDistributionStore(self.redis, ns)
         self.status = StatusBoard(self.redis, ns)
@@ -184,21 +176,29 @@ class QueryNodeRuntime(Service):
         )
         await self.consumer.start()
         self.on_close(self.consumer.stop, "dml consumer")
+        # STOP: apply raising leaves a delegator's state for that record half-applied, and the
+        # records fetched with it are past the consumer's position; the process restarts and each
+        # pchannel it leads is recovered from its checkpoint
+        self.spawn(self.consumer.run, "querynode-dml", on_crash=OnCrash.STOP)
         self.on_close(self._release_all, "shard ownership")  # closed after the lease (reverse order)
-        self._lease = LeaseKeeper(
-            self.registry,
-            ROLE,
-            node.node_id,
-            {"address": self.direct.address},
-            on_lost=self._lost,
-            on_rejoined=self._rejoined,
+        self._lease = await self.add_child(
+            LeaseKeeper(
+                self.registry,
+                ROLE,
+                node.node_id,
+                {"address": self.direct.address},
+                on_lost=self._lost,
+                on_rejoined=self._rejoined,
+            )
         )
-        await self._lease.start()
-        self.on_close(self._lease.stop, "node lease")
         node.owner_check = self
-        self.spawn(self._follow_loop(), "querynode-follow")
-        self.spawn(self._status_loop(), "querynode-status")
-        self.spawn(self._balance_loop(), "querynode-balance")
+        # RESTART: follow_once reads the distribution and the claims again and is what this loop
+        # already retries after any error (under its lock, one at a time)
+        self.spawn(self._follow_loop, "querynode-follow", on_crash=OnCrash.RESTART)
+        # RESTART: a status document is rewritten whole every second
+        self.spawn(self._status_loop, "querynode-status", on_crash=OnCrash.RESTART)
+        # RESTART: each round plans from the live nodes and the segments placed now (balance.py)
+        self.spawn(self._balance_loop, "querynode-balance", on_crash=OnCrash.RESTART)
 
     async def _on_index_event(self, event: AnyIndexEvent) -> None:
         if self.node is not None:
@@ -361,7 +361,8 @@ class QueryNodeRuntime(Service):
     def _rejoined(self, _lease: Lease) -> None:
         """A new lease after a loss: drop the (group, pchannel)s another node claimed meanwhile
         (the coordinator gave them away while this node was paused)."""
-        self.spawn(self._drop_taken(), "querynode-drop-taken")
+        # RESTART: it runs follow_once until it went through once; running it again is safe
+        self.spawn(self._drop_taken, "querynode-drop-taken", on_crash=OnCrash.RESTART)
 
     async def _drop_taken(self) -> None:
         pause_s = FOLLOW_INTERVAL_S
@@ -431,9 +432,11 @@ class QueryNodeRuntime(Service):
         }
 
 
-async def run(config: OspreyConfig, stop: asyncio.Event) -> None:
-    """Run a query node until ``stop`` is set."""
+async def run(config: OspreyConfig, stop: asyncio.Event, on_fatal: FatalHook | None = None) -> None:
+    """Run a query node until ``stop`` is set (``on_fatal``: the process's hook for a loop whose
+    crash stops it, ``agents/service.py``)."""
     runtime = QueryNodeRuntime(config)
+    runtime.on_fatal = on_fatal
     await runtime.start()
     try:
         await stop.wait()

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas import ddl
 from schemas.config import OspreyConfig
 from state.meta.meta_cache import MetaCache
@@ -40,6 +40,7 @@ class MetaWatcher(Service):
         self.on_change = on_change
         self.tp = TopicPartition(Topics.of(config).dd_reply, 0)
         self._changed = asyncio.Event()
+        self.position = 0  # the offset of the next reply to read
         self.changes = 0
         self.reconciles = 0
 
@@ -49,11 +50,15 @@ class MetaWatcher(Service):
         self.on_close(consumer.stop, "consumer")
         consumer.assign([self.tp])
         await consumer.seek_to_end(self.tp)
-        await consumer.position(self.tp)  # resolved now: every reply after this point is seen
-        self.spawn(self._read(consumer), "meta watcher: read")
-        self.spawn(self._reconcile(), "meta watcher: reconcile")
+        # resolved now: every reply after this point is seen
+        self.position = await consumer.position(self.tp)
+        # RESTART: a new loop reads on from the first reply not handled (_read seeks there)
+        self.spawn(lambda: self._read(consumer), "meta watcher: read", on_crash=OnCrash.RESTART)
+        # RESTART: on_change reconciles with the whole meta, and a failed one is retried inside
+        self.spawn(self._reconcile, "meta watcher: reconcile", on_crash=OnCrash.RESTART)
 
     async def _read(self, consumer: Any) -> None:
+        consumer.seek(self.tp, self.position)  # where the last run of this loop stopped
         while True:
             batches = await consumer.getmany(self.tp, timeout_ms=FETCH_TIMEOUT_MS)
             for record in batches.get(self.tp, []):
@@ -61,11 +66,12 @@ class MetaWatcher(Service):
                     reply = ddl.DDL_REPLY.validate_json(record.value)
                 except Exception:
                     log.exception("meta watcher: undecodable reply at offset %d skipped", record.offset)
-                    continue
-                if reply.code == 0 and reply.invalidate:
-                    self.cache.invalidate_ids(reply.invalidate)
-                    self.changes += 1
-                    self._changed.set()
+                else:
+                    if reply.code == 0 and reply.invalidate:
+                        self.cache.invalidate_ids(reply.invalidate)
+                        self.changes += 1
+                        self._changed.set()
+                self.position = record.offset + 1
 
     async def _reconcile(self) -> None:
         while True:

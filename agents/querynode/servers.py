@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
 from schemas.dq import DQ_REQUEST, QueryRequest, QueryResult, ResultBatch, SearchRequest, SearchResult
 from schemas.errors import OspreyError, ServiceUnavailable
@@ -247,7 +247,9 @@ class TopicServer(Service):
         for tp in partitions:
             await self.consumer.position(tp)
         self.on_close(self._cancel_answers, "answers in flight")
-        self.spawn(self._read(), "querynode-dq-request")
+        # RESTART: requests are answered once each or not at all (their askers time out and ask
+        # again); a new loop reads on from the consumer's position
+        self.spawn(self._read, "querynode-dq-request", on_crash=OnCrash.RESTART)
 
     async def _cancel_answers(self) -> None:
         await cancel_and_wait(self._answers.tasks())

@@ -112,13 +112,12 @@ class RootCoordRuntime(Service):
         await DatabaseRecords(redis, ns).ensure_default(await tso.alloc())
         node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
         registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
-        lease = LeaseKeeper(registry, ROLE, node_id)  # registered anew if lost (docs/architecture.md)
-        await lease.start()
-        self.on_close(lease.stop, "node lease")
-        timetick = TimeTickAgent(config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use())
-        await timetick.start()
-        self.on_close(timetick.stop, "time tick")  # before the producer and Redis close
-        self.timetick = timetick
+        # registered anew if lost (docs/architecture.md)
+        await self.add_child(LeaseKeeper(registry, ROLE, node_id))
+        # stopped before the producer and Redis close (added after them)
+        self.timetick = await self.add_child(
+            TimeTickAgent(config, redis, tso, registry, producer, in_use=lambda: core.view.pchannels_in_use())
+        )
         sealer = SegmentSealer(
             SegmentAssigner(redis, ns),
             SegmentMeta(store),
@@ -128,18 +127,11 @@ class RootCoordRuntime(Service):
             config.segment_seal_interval_ms,
             config.segment_seal_idle_s,
         )
-        await sealer.start()
-        self.on_close(sealer.stop, "segment sealer")
-        self.sealer = sealer
+        self.sealer = await self.add_child(sealer)
         objects = open_object_store(config, "rootcoord")
         self.on_close(lambda: asyncio.to_thread(objects.close), "object store")
-        indexcoord = IndexCoordinator(config, redis, store, tso, producer, registry, objects)
-        await indexcoord.start()
-        self.on_close(indexcoord.stop, "index coordinator")
-        object_gc = ObjectGarbageCollector(config, store, indexcoord.tasks, tso, objects)
-        await object_gc.start()
-        self.on_close(object_gc.stop, "object gc")
-        self.object_gc = object_gc
+        indexcoord = await self.add_child(IndexCoordinator(config, redis, store, tso, producer, registry, objects))
+        self.object_gc = await self.add_child(ObjectGarbageCollector(config, store, indexcoord.tasks, tso, objects))
         self.indexcoord = indexcoord
         querycoord = QueryCoordinator(
             QueryDistributionStore(redis, ns),
@@ -148,9 +140,7 @@ class RootCoordRuntime(Service):
             pchannels=[pchannel_name(self.topics.dml, p) for p in range(config.dml_partitions)],
             interval_s=config.querycoord_interval_s,
         )
-        await querycoord.start()
-        self.on_close(querycoord.stop, "query coordinator")
-        self.querycoord = querycoord
+        self.querycoord = await self.add_child(querycoord)
         self.core = core
 
     async def _forget(self) -> None:

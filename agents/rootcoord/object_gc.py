@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
 from schemas.index import INDEX_DIR
@@ -119,7 +119,8 @@ class ObjectGarbageCollector(Service):
 
     async def on_start(self) -> None:
         if self.config.object_gc_interval_s > 0:
-            self.spawn(self._run(), "object gc")
+            # RESTART: each scan lists the store and reads the meta again
+            self.spawn(self._run, "object gc", on_crash=OnCrash.RESTART)
 
     async def _run(self) -> None:
         while True:

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.segment import SegmentInfo, SegmentSealed, SegmentState
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
@@ -55,7 +55,8 @@ class SegmentSealer(Service):
         self.sealed_idle = 0
 
     async def on_start(self) -> None:
-        self.spawn(self._run(), "sealer")
+        # RESTART: each round reads seal-pending again; a seal announced twice is applied once
+        self.spawn(self._run, "sealer", on_crash=OnCrash.RESTART)
 
     async def _run(self) -> None:
         while True:

@@ -48,7 +48,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
-from agents.service import Service
+from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
@@ -174,7 +174,9 @@ class TimeTickAgent(Service):
 
     async def on_start(self) -> None:
         self._stopping = False
-        self.spawn(self._run(), "rootcoord-time-tick")
+        # RESTART: a round starts from the TSO, the live proxies and the ticks published (never
+        # lower than the checkpoint), so a new loop ticks on from where the last one was
+        self.spawn(self._run, "rootcoord-time-tick", on_crash=OnCrash.RESTART)
 
     async def on_stop(self) -> None:
         self._stopping = True  # ends the loop even if a library swallows the cancellation

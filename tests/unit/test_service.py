@@ -1,17 +1,18 @@
-"""The shared lifecycle (agents/service.py) and the query node's bounded direct server."""
+"""The shared lifecycle (agents/service.py: children, loops and what a dying loop does) and the
+query node's bounded direct server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from agents.querynode.servers import DirectServer
-from agents.service import Service
+from agents.service import FATAL_EXIT_CODE, FatalExit, OnCrash, Service
 from schemas.dq import QueryRequest, QueryResult
 from schemas.errors import ServiceUnavailable
 from streams.direct import DirectClient
@@ -32,7 +33,7 @@ class Recorder(Service):
         await asyncio.sleep(0.01)  # a concurrent start must wait for this one
         for name in ("redis", "producer", "consumer"):
             self.on_close(self._closer(name), name)
-        self.spawn(self._loop(), "loop")
+        self.spawn(self._loop, "loop", on_crash=OnCrash.RESTART)
         if self.fail_start:
             raise RuntimeError("broker refused")
 
@@ -91,8 +92,8 @@ async def test_a_loop_that_dies_is_logged_and_shows_in_health(caplog: pytest.Log
         raise ValueError("bad record")
 
     with caplog.at_level(logging.ERROR):
-        service.spawn(dies(), "reader")
-        await asyncio.sleep(0.01)
+        service.spawn(dies, "reader", on_crash=OnCrash.STOP)
+        await until(lambda: bool(service.health()["dead_loops"]))
     assert service.health()["dead_loops"] == ["reader: ValueError('bad record')"]
     assert "loop reader died" in caplog.text
     await service.stop()
@@ -131,7 +132,7 @@ async def test_a_hung_close_and_a_loop_that_ignores_cancel_do_not_hang_stop(capl
     async def hangs() -> None:
         await asyncio.Event().wait()
 
-    service.spawn(stubborn(), "stubborn")
+    service.spawn(stubborn, "stubborn", on_crash=OnCrash.RESTART)
     service.on_close(hangs, "stuck client")
     with caplog.at_level(logging.WARNING):
         await asyncio.wait_for(service.stop(), 5)
@@ -139,6 +140,245 @@ async def test_a_hung_close_and_a_loop_that_ignores_cancel_do_not_hang_stop(capl
     assert "closing stuck client took over 0.2 s; left behind" in caplog.text
     assert service.events[-3:] == ["close consumer", "close producer", "close redis"]  # the rest closed
     release.set()
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Return once ``condition()`` holds (checked at every turn of the loop); fail after ``timeout_s``."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+class Child(Service):
+    """A child that records its start and stop in ``events`` (shared with its parent)."""
+
+    def __init__(self, name: str, events: list[str], fail_start: bool = False) -> None:
+        super().__init__()
+        self.service_name = name
+        self.events = events
+        self.fail_start = fail_start
+
+    async def on_start(self) -> None:
+        self.events.append(f"start {self.service_name}")
+        self.on_close(self._closed, "client")
+        if self.fail_start:
+            raise RuntimeError(f"{self.service_name} refused")
+
+    async def _closed(self) -> None:
+        self.events.append(f"close {self.service_name}'s client")
+
+    async def on_stop(self) -> None:
+        self.events.append(f"stop {self.service_name}")
+
+
+class Parent(Service):
+    """redis, child a, producer, child b (which may fail to start)."""
+
+    service_name = "parent"
+
+    def __init__(self, fail_b: bool = False) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.fail_b = fail_b
+
+    async def on_start(self) -> None:
+        self.on_close(self._closer("redis"), "redis")
+        self.a = await self.add_child(Child("a", self.events))
+        self.on_close(self._closer("producer"), "producer")
+        self.b = await self.add_child(Child("b", self.events, fail_start=self.fail_b))
+
+    def _closer(self, name: str) -> Callable[[], Any]:
+        async def close() -> None:
+            self.events.append(f"close {name}")
+
+        return close
+
+
+async def test_add_child_starts_it_and_stop_stops_children_in_reverse_among_the_resources() -> None:
+    parent = Parent()
+    await parent.start()
+    assert parent.events == ["start a", "start b"] and parent.a.started and parent.b.started
+    assert parent.health()["children"] == ["a", "b"]
+    parent.events.clear()
+    await parent.stop()
+    assert parent.events == [
+        "stop b",
+        "close b's client",
+        "close producer",
+        "stop a",
+        "close a's client",
+        "close redis",
+    ]
+    assert not parent.a.started and not parent.b.started and parent.health()["children"] == []
+
+
+async def test_a_child_that_fails_to_start_undoes_the_parents_start() -> None:
+    parent = Parent(fail_b=True)
+    with pytest.raises(RuntimeError, match="b refused"):
+        await parent.start()
+    assert parent.events == [
+        "start a",
+        "start b",
+        "close b's client",  # b undid its own start
+        "close producer",
+        "stop a",
+        "close a's client",
+        "close redis",
+    ]
+    assert not parent.started and not parent.a.started and parent.health()["children"] == []
+
+
+class Flaky(Service):
+    """Tiny restart pauses; its loop raises for its first ``failures`` runs, then waits for ``release``."""
+
+    service_name = "flaky service"
+    restart_backoff_min_s = 0.01
+    restart_backoff_max_s = 0.03
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.runs: list[float] = []  # when each run started
+        self.running = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def loop(self) -> None:
+        self.runs.append(asyncio.get_running_loop().time())
+        if len(self.runs) <= self.failures:
+            raise ValueError(f"run {len(self.runs)}")
+        self.running.set()
+        await self.release.wait()
+        self.release.clear()
+        raise ValueError(f"run {len(self.runs)} released")
+
+
+def pauses(caplog: pytest.LogCaptureFixture, name: str) -> list[object]:
+    """The restart pauses logged for loop ``name``, in order."""
+    logged = [r.args for r in caplog.records if "restart %d in %g s" in r.msg and isinstance(r.args, tuple)]
+    return [args[3] for args in logged if args[1] == name]
+
+
+async def test_a_restart_loop_that_dies_twice_is_restarted_twice_with_a_growing_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = Flaky(failures=2)
+    await service.start()
+    with caplog.at_level(logging.ERROR):
+        service.spawn(service.loop, "flaky", on_crash=OnCrash.RESTART)
+        async with asyncio.timeout(5):
+            await service.running.wait()
+    assert len(service.runs) == 3 and service.loops_running == 1
+    assert pauses(caplog, "flaky") == [0.01, 0.02]
+    assert service.runs[1] - service.runs[0] >= 0.01 and service.runs[2] - service.runs[1] >= 0.02
+    health = service.health()
+    assert health["restarts"] == {"flaky": 2} and health["fatal"] == ""
+    assert health["dead_loops"] == ["flaky: ValueError('run 2')"]  # the last error, until it ran a while
+    await service.stop()
+    assert service.loops_running == 0 and len(service.runs) == 3
+
+
+async def test_a_restart_loop_that_ran_a_while_is_no_longer_dead_and_starts_over_at_the_shortest_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = Flaky(failures=3)
+    service.restart_backoff_reset_s = 0.1
+    await service.start()
+    with caplog.at_level(logging.ERROR):
+        service.spawn(service.loop, "flaky", on_crash=OnCrash.RESTART)
+        async with asyncio.timeout(5):
+            await service.running.wait()
+        assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03]  # capped at restart_backoff_max_s
+        await until(lambda: not service.health()["dead_loops"])  # it ran restart_backoff_reset_s
+        service.running.clear()
+        service.release.set()  # its fourth run dies after running a while: the pause starts over
+        await until(lambda: len(service.runs) == 5)
+    assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03, 0.01]
+    assert service.health()["restarts"] == {"flaky": 4}
+    await service.stop()
+
+
+async def test_a_stop_loop_calls_the_fatal_hook_once_and_is_not_restarted(caplog: pytest.LogCaptureFixture) -> None:
+    service = Flaky(failures=5)
+    calls: list[str] = []
+    service.on_fatal = calls.append
+    await service.start()
+    with caplog.at_level(logging.CRITICAL):
+        service.spawn(service.loop, "follow", on_crash=OnCrash.STOP)
+        await until(lambda: service.loops_running == 0)
+    assert calls == ["flaky service: loop follow died: ValueError('run 1')"]
+    assert len(service.runs) == 1
+    health = service.health()
+    assert health["fatal"] == "flaky service: loop follow died: ValueError('run 1')"
+    assert health["dead_loops"] == ["follow: ValueError('run 1')"] and health["restarts"] == {}
+    assert "loop follow died (ValueError('run 1')) and its policy is STOP: the process stops" in caplog.text
+    await service.stop()
+
+
+async def test_a_stop_loop_without_a_hook_marks_the_service_failed(caplog: pytest.LogCaptureFixture) -> None:
+    service = Flaky(failures=5)
+    await service.start()
+    with caplog.at_level(logging.CRITICAL):
+        service.spawn(service.loop, "follow", on_crash=OnCrash.STOP)
+        await until(lambda: service.loops_running == 0)
+    assert len(service.runs) == 1 and service.started  # nothing restarted, nothing stopped
+    health = service.health()
+    assert health["fatal"] == "flaky service: loop follow died: ValueError('run 1')"
+    assert health["dead_loops"] == ["follow: ValueError('run 1')"] and health["restarts"] == {}
+    assert "no fatal hook, the service is marked failed" in caplog.text
+    await service.stop()
+
+
+async def test_stop_and_cancel_end_a_loop_in_its_restart_pause() -> None:
+    service = Flaky(failures=100)
+    service.restart_backoff_min_s = service.restart_backoff_max_s = 60.0
+    await service.start()
+    service.spawn(service.loop, "paused by stop", on_crash=OnCrash.RESTART)
+    await until(lambda: bool(service.health()["dead_loops"]))  # died once, now in its 60 s pause
+    async with asyncio.timeout(5):
+        await service.stop()
+    assert service.loops_running == 0 and len(service.runs) == 1 and service.health()["restarts"] == {}
+
+    await service.start()
+    task = service.spawn(service.loop, "cancelled", on_crash=OnCrash.RESTART)
+    await until(lambda: len(service.runs) == 2 and service.health()["dead_loops"][-1].startswith("cancelled"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled() and len(service.runs) == 2 and service.loops_running == 0
+    await service.stop()
+
+
+async def test_a_child_reports_a_fatal_loop_to_its_parents_hook() -> None:
+    parent = Parent()
+    calls: list[str] = []
+    parent.on_fatal = calls.append
+    await parent.start()
+    own: list[str] = []
+    parent.b.on_fatal = own.append  # a child with a hook of its own keeps it
+
+    async def dies() -> None:
+        raise OSError("broker gone")
+
+    parent.a.spawn(dies, "reader", on_crash=OnCrash.STOP)
+    await until(lambda: bool(calls))
+    assert calls == ["a: loop reader died: OSError('broker gone')"]
+    assert parent.a.health()["fatal"] == parent.health()["fatal"] == calls[0]
+    parent.b.spawn(dies, "writer", on_crash=OnCrash.STOP)
+    await until(lambda: bool(own))
+    assert own == ["b: loop writer died: OSError('broker gone')"] and len(calls) == 1
+    await parent.stop()
+
+
+def test_fatal_exit_stops_the_process_once_and_exits_with_its_code() -> None:
+    stops: list[bool] = []
+    fatal = FatalExit(lambda: stops.append(True))
+    fatal.exit_if_fatal()  # nothing fatal: returns
+    fatal("querynode: loop querynode-dml died: KeyError(3)")
+    fatal("querynode: loop other died: KeyError(4)")
+    assert stops == [True] and fatal.message == "querynode: loop querynode-dml died: KeyError(3)"
+    with pytest.raises(SystemExit) as exited:
+        fatal.exit_if_fatal()
+    assert exited.value.code == FATAL_EXIT_CODE != 0
 
 
 class SlowNode:
