@@ -2,15 +2,11 @@
 
 The contract:
 
-- Same method names, arguments and return types as :class:`frontends.inprocess.InProcessClient`
-  for collections, partitions, aliases, indexes and data (insert, upsert, delete, search, query,
-  get, count): the same schema models (``CollectionDescription``, ``PartitionInfo``,
-  ``AliasDescription``, ``IndexInfo``, ``IndexDescription``, ...) and ``InsertResult``,
-  ``UpsertResult``, ``DeleteResult``, rebuilt
-  from the proxy's REST answers (:mod:`frontends.rest`). ``as_of`` (a TSO timestamp) reads the
-  meta as it was then, 0 the latest. Not here: ``now``, ``health``, ``list_loaded_collections``
-  and ``list_loaded_partitions`` (MilvusService's InMemory listings; Milvus's REST has none) and
-  the stream writers' routes (see :mod:`spark_streaming.ingest_client`).
+- :class:`frontends.api.OspreyAPI`, as :class:`frontends.inprocess.InProcessClient`: the same
+  methods, arguments and return types (the same schema models, ``Hits``, ``InsertResult``, ...),
+  rebuilt from the proxy's REST answers (:mod:`frontends.rest`). The calls Milvus's REST lacks
+  (``now``, ``describe_replica``, the InMemory listings) use Osprey's routes; the stream-writer
+  calls send codec frames, as :mod:`spark_streaming.ingest_client` does.
 - One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
   or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
   :class:`OspreyConfig`, or ``host:port`` / ``http://host:port``; default ``OSPREY_PROXY_HTTP``.
@@ -49,7 +45,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel
 
+from frontends.api import OspreyAPI
 from schemas.auth import bearer_headers, client_token
+from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
@@ -64,6 +62,7 @@ from schemas.errors import (
 from schemas.health import HealthCheck
 from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
+from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestProgress, IngestTarget
 from schemas.meta import (
     AliasDescription,
     CollectionBrief,
@@ -74,7 +73,9 @@ from schemas.meta import (
     LoadProgress,
     LoadState,
     PartitionInfo,
+    ReplicaInfo,
 )
+from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionPlan, CompactionState, FlushResult, FlushState, SegmentState
 
 __all__ = ["Client"]
@@ -269,14 +270,18 @@ def _brief(d: Mapping[str, Any]) -> CollectionBrief:
     )
 
 
-def _hits(rows: list[dict[str, Any]], nq: int) -> list[Hits]:
-    """Flat REST hit rows -> per query vector, ``{"id", "distance", "entity"}`` best first."""
+def _hits(rows: list[dict[str, Any]], nq: int, entity_pk: str = "") -> SearchResults:
+    """Flat REST hit rows -> per query vector, ``{"id", "distance", "entity"}`` best first; the
+    entity holds the primary key as ``entity_pk`` when the answer says so (``entityPrimaryKey``)."""
     hits: list[list[dict[str, Any]]] = [[] for _ in range(max(nq, 1))]
     for row in rows:
         entity = dict(row)
         q = entity.pop("query", 0) if nq > 1 else 0
-        hits[q].append({"id": entity.pop("id"), "distance": entity.pop("distance"), "entity": entity})
-    return [Hits.of(h) for h in hits]
+        pk, distance = entity.pop("id"), entity.pop("distance")
+        if entity_pk:
+            entity = {entity_pk: pk, **entity}
+        hits[q].append({"id": pk, "distance": distance, "entity": entity})
+    return SearchResults([Hits.of(h) for h in hits])
 
 
 def _index_info(d: Mapping[str, Any]) -> IndexInfo:
@@ -329,7 +334,7 @@ def _nothing(answer: Answer) -> None:
     return None
 
 
-class Client:
+class Client(OspreyAPI):
     """A thin client of one running proxy's REST front end (see the module docstring)."""
 
     def __init__(
@@ -376,9 +381,10 @@ class Client:
 
     # -- one request
     async def _call(
-        self, path: str, body: dict[str, Any], parse: Callable[[Answer], T], read_timeout_s: Any = None
+        self, path: str, body: dict[str, Any] | BaseModel, parse: Callable[[Answer], T], read_timeout_s: Any = None
     ) -> T:
-        """POST ``body`` to ``/v2/vectordb/<path>``; ``parse`` of the answer, or its error raised."""
+        """POST ``body`` to ``/v2/vectordb/<path>`` (a dict as JSON, a model as a codec frame, as
+        the stream writers send it); ``parse`` of the answer, or its error raised."""
         answer = await self._post(path, body, read_timeout_s)
         code = answer.get("code")
         if code != 0:
@@ -395,10 +401,13 @@ class Client:
         except (KeyError, IndexError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise OspreyError(f"unexpected answer to {path} from the proxy at {self.address}: {exc!r}") from None
 
-    async def _post(self, path: str, body: dict[str, Any], read_timeout_s: Any) -> Answer:
+    async def _post(self, path: str, body: dict[str, Any] | BaseModel, read_timeout_s: Any) -> Answer:
         if self._session is None:
             raise RuntimeError("the client is not started: use `async with Client(...)` or `await client.start()`")
-        payload = json.dumps(body, default=_jsonable).encode()
+        if isinstance(body, BaseModel):
+            payload, content_type = encode(body), "application/octet-stream"
+        else:
+            payload, content_type = json.dumps(body, default=_jsonable).encode(), "application/json"
         total_s = self.request_timeout_s
         if isinstance(read_timeout_s, int | float) and not isinstance(read_timeout_s, bool) and read_timeout_s > 0:
             total_s = max(total_s, read_timeout_s + READ_TIMEOUT_SLACK_S)
@@ -406,7 +415,7 @@ class Client:
         url = f"{self.url}{API_PREFIX}/{path}"
         try:
             async with self._session.post(
-                url, data=payload, headers={"Content-Type": "application/json"}, timeout=timeout
+                url, data=payload, headers={"Content-Type": content_type}, timeout=timeout
             ) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
@@ -439,6 +448,9 @@ class Client:
             raise ServiceUnavailable(f"the proxy at {self.address} answered {path} with HTTP {status} without JSON")
         return answer
 
+    async def now(self) -> int:
+        return await self._call("timestamps/now", {}, lambda a: int(a["data"]["timestamp"]))
+
     # -- collections
     async def create_collection(
         self,
@@ -448,8 +460,7 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
     ) -> int:
-        """Create a collection (loaded at once unless ``load`` is False); returns its id. An existing
-        collection with identical parameters: its id, nothing changes (see InProcessClient's)."""
+        """The schema is checked here first, with the proxy's rules (only a valid one has a REST form)."""
         checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
         body: dict[str, Any] = {
             "collectionName": collection_name,
@@ -463,7 +474,6 @@ class Client:
         return await self._call("collections/create", body, lambda a: int(a["data"]["collectionID"]))
 
     async def drop_collection(self, collection_name: str) -> int:
-        """Drop a collection by its own name (not an alias); returns the dropped id."""
         return await self._call(
             "collections/drop", {"collectionName": collection_name}, lambda a: int(a["collectionID"])
         )
@@ -475,8 +485,6 @@ class Client:
     async def describe_collection(
         self, collection_name: str = "", as_of: int = 0, collection_id: int = 0
     ) -> CollectionDescription:
-        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases; by name or
-        alias, or by ``collection_id`` when the name is empty."""
         body = {"collectionName": collection_name, "asOf": as_of, "collectionID": collection_id}
         return await self._call("collections/describe", body, lambda a: _description(a["data"]))
 
@@ -515,8 +523,6 @@ class Client:
         await self._call("aliases/drop", {"aliasName": alias}, _nothing)
 
     async def alter_alias(self, alias: str, collection_name: str) -> bool:
-        """Point ``alias`` at ``collection_name``. Returns False if a later AlterAlias (by timestamp)
-        had already won, so this one had no effect."""
         body = {"aliasName": alias, "collectionName": collection_name}
         return await self._call("aliases/alter", body, lambda a: not a["data"]["superseded"])
 
@@ -530,11 +536,6 @@ class Client:
 
     # -- data
     async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
-        """Insert rows (a list of dicts) or columns (a dict of field -> sequence or numpy array).
-
-        Returns the primary keys (assigned ones for auto_id) and the insert timestamp, once the
-        broker acknowledged every event. A row breaking a rule fails the whole request, naming the
-        field, the rule and the row, and nothing of it is published."""
         body = {
             "collectionName": collection_name,
             "data": dict(data) if isinstance(data, Mapping) else data,
@@ -550,11 +551,6 @@ class Client:
         return await self._call("entities/insert", body, result)
 
     async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
-        """Insert or replace rows (the same ``data`` as :meth:`insert`), Milvus's override mode:
-        the rows are written and any older version of each primary key is deleted, both at one
-        timestamp. For an auto_id collection the given keys are deleted and the rows get new
-        keys, returned in ``primary_keys``. As :meth:`insert`, a row breaking a rule fails the
-        whole request and nothing of it is published."""
         body = {
             "collectionName": collection_name,
             "data": dict(data) if isinstance(data, Mapping) else data,
@@ -572,11 +568,6 @@ class Client:
     async def delete(
         self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
     ) -> DeleteResult:
-        """Delete the rows with these primary keys (``ids``), or the rows matching ``filter`` at
-        the delete's timestamp: exactly one of the two (InvalidParameter otherwise). In
-        ``partition_name``, or in every partition when it is empty. Returns the keys named (for a
-        filter, the ones it matched), their count and the delete's timestamp: those rows are
-        invisible to every read at or after it, still visible to reads before it."""
         body: dict[str, Any] = {
             "collectionName": collection_name,
             "filter": filter,
@@ -595,13 +586,12 @@ class Client:
 
     # -- load and release
     async def load_collection(
-        self, collection_name: str, timeout: float = LOAD_WAIT_S, wait: bool = True, replica_number: int = 1
+        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
     ) -> LoadProgress:
-        """Serve every partition of the collection with ``replica_number`` replicas; with ``wait``,
-        poll until it is Loaded (RequestTimeout after ``timeout`` seconds)."""
+        """With ``wait``, polls until Loaded (RequestTimeout after ``timeout``, default LOAD_WAIT_S)."""
         body = {"collectionName": collection_name, "replicaNumber": replica_number}
         await self._call("collections/load", body, lambda a: None)
-        return await self._load_progress(collection_name, timeout, wait)
+        return await self._load_progress(collection_name, timeout or LOAD_WAIT_S, wait)
 
     async def release_collection(self, collection_name: str) -> None:
         await self._call("collections/release", {"collectionName": collection_name}, lambda a: None)
@@ -610,7 +600,7 @@ class Client:
         self,
         collection_name: str,
         partition_names: Sequence[str],
-        timeout: float = LOAD_WAIT_S,
+        timeout: float | None = None,
         wait: bool = True,
         replica_number: int = 1,
     ) -> LoadProgress:
@@ -620,31 +610,36 @@ class Client:
             "replicaNumber": replica_number,
         }
         await self._call("partitions/load", body, lambda a: None)
-        return await self._load_progress(collection_name, timeout, wait)
+        return await self._load_progress(collection_name, timeout or LOAD_WAIT_S, wait)
 
     async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:
         body = {"collectionName": collection_name, "partitionNames": list(partition_names)}
         await self._call("partitions/release", body, lambda a: None)
 
     async def get_load_state(self, collection_name: str, partition_names: Sequence[str] | None = None) -> LoadProgress:
-        """The collection's load state and progress, or of ``partition_names`` (see InProcessClient's)."""
-
-        def result(answer: Answer) -> LoadProgress:
-            d = answer["data"]
-            return LoadProgress(
-                collection_name=collection_name,
-                collection_id=int(d["collectionID"]),
-                state=LoadState(str(d["loadState"]).removeprefix("LoadState")),
-                progress=int(d["loadProgress"]),
-                vchannels_ready=int(d["vchannelsReady"]),
-                vchannels=int(d["vchannels"]),
-                load_version=int(d["loadVersion"]),
-                partition_names=list(d.get("partitionNames", [])),
-                refresh_progress=int(d.get("refreshProgress", 0)),
-            )
 
         body = {"collectionName": collection_name, "partitionNames": list(partition_names or ())}
-        return await self._call("collections/get_load_state", body, result)
+        return await self._call(
+            "collections/get_load_state", body, lambda a: _load_progress(a["data"], collection_name)
+        )
+
+    async def describe_replica(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
+        body = {"collectionName": collection_name, "collectionID": collection_id}
+        return await self._call("replicas/describe", body, lambda a: [ReplicaInfo.model_validate(r) for r in a["data"]])
+
+    async def list_loaded_collections(self, collection_names: Sequence[str] | None = None) -> list[LoadProgress]:
+        body = {"collectionNames": list(collection_names or ())}
+        return await self._call(
+            "collections/list_loaded", body, lambda a: [_load_progress(d, d["collectionName"]) for d in a["data"]]
+        )
+
+    async def list_loaded_partitions(
+        self, collection_name: str, partition_names: Sequence[str] | None = None
+    ) -> list[LoadProgress]:
+        body = {"collectionName": collection_name, "partitionNames": list(partition_names or ())}
+        return await self._call(
+            "partitions/list_loaded", body, lambda a: [_load_progress(d, collection_name) for d in a["data"]]
+        )
 
     async def _load_progress(self, collection_name: str, timeout: float, wait: bool) -> LoadProgress:
         deadline = time.monotonic() + timeout
@@ -678,9 +673,9 @@ class Client:
 
         return await self._call("collections/get_flush_state", body, result)
 
-    async def flush(self, collection_name: str, timeout: float = FLUSH_WAIT_S) -> FlushResult:
-        """Seal the collection's growing segments and wait (at most ``timeout`` seconds here; the
-        proxy's own limit is its ``flush_timeout_s``) until they are flushed."""
+    async def flush(self, collection_name: str, timeout: float | None = None) -> FlushResult:
+        """Waits at most ``timeout`` (default FLUSH_WAIT_S) for the answer; the proxy's own limit
+        is its ``flush_timeout_s``."""
 
         def result(answer: Answer) -> FlushResult:
             d = answer["data"]
@@ -693,25 +688,23 @@ class Client:
                 flush_ts=int(d["flushTs"]),
             )
 
-        return await self._call("collections/flush", {"collectionName": collection_name}, result, timeout)
+        body = {"collectionName": collection_name}
+        return await self._call("collections/flush", body, result, timeout or FLUSH_WAIT_S)
 
-    async def compact(self, collection_name: str, wait: bool = True, timeout: float = FLUSH_WAIT_S) -> CompactionState:
-        """Milvus's Compact (see :meth:`InProcessClient.compact`); ``timeout`` seconds here at most."""
+    async def compact(self, collection_name: str, wait: bool = True, timeout: float | None = None) -> CompactionState:
+        """Waits at most ``timeout`` (default FLUSH_WAIT_S) for the answer."""
         body = {"collectionName": collection_name, "wait": wait}
-        return await self._call("collections/compact", body, _compaction_state, timeout)
+        return await self._call("collections/compact", body, _compaction_state, timeout or FLUSH_WAIT_S)
 
     async def get_compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
-        """Milvus's GetCompactionState(WithPlans) by id (see :meth:`InProcessClient.get_compaction_state`)."""
         body = {"compactionID": compaction_id, "collectionName": collection_name}
         return await self._call("collections/get_compaction_state", body, _compaction_state)
 
     # -- databases and health
     async def list_databases(self) -> list[str]:
-        """Milvus's ListDatabases: ``["default"]``."""
         return await self._call("databases/list", {}, lambda a: [str(n) for n in a["data"]])
 
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        """Milvus's DescribeDatabase of ``default``; another name is DatabaseNotFound (code 800)."""
 
         def result(answer: Answer) -> DatabaseInfo:
             d = answer["data"]
@@ -725,7 +718,6 @@ class Client:
         return await self._call("databases/describe", {"dbName": db_name}, result)
 
     async def check_health(self) -> HealthCheck:
-        """Milvus's CheckHealth of the proxy (see :meth:`InProcessClient.check_health`)."""
 
         def result(answer: Answer) -> HealthCheck:
             d = answer["data"]
@@ -748,10 +740,6 @@ class Client:
         wait: bool = False,
         timeout: float | None = None,
     ) -> IndexInfo:
-        """Milvus's CreateIndex (see :meth:`InProcessClient.create_index`): ``index_params`` has
-        ``index_type``, ``metric_type`` and build parameters (``M``, ``efConstruction``, or
-        ``params``). ``wait``: return once every flushed segment is indexed (``timeout`` seconds,
-        default the proxy's ``flush_timeout_s``)."""
         body: dict[str, Any] = {
             "collectionName": collection_name,
             "indexParams": [_index_entry(field_name, index_params, index_name)],
@@ -766,9 +754,6 @@ class Client:
     async def describe_index(
         self, collection_name: str, index_name: str = "", field_name: str = "", timestamp: int = 0
     ) -> IndexDescription:
-        """One index with its build progress; IndexNotFound (700) if none matches, InvalidParameter
-        if several do (neither name given and the collection has several indexes). ``timestamp``
-        as :meth:`InProcessClient.describe_index <frontends.inprocess.InProcessClient.describe_index>`."""
         body = {
             "collectionName": collection_name,
             "indexName": index_name,
@@ -783,21 +768,17 @@ class Client:
         return found[0]
 
     async def describe_indexes(self, collection_name: str, timestamp: int = 0) -> list[IndexDescription]:
-        """Every index of the collection with its build progress; IndexNotFound (700) when none."""
         body = {"collectionName": collection_name, "timestamp": timestamp}
         return await self._call("indexes/describe", body, lambda a: [_index_description(d) for d in a["data"]])
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
-        """The names of the collection's indexes ([] when none)."""
         body = {"collectionName": collection_name, "fieldName": field_name}
         return await self._call("indexes/list", body, lambda a: [str(n) for n in a["data"]])
 
     async def get_index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> str:
-        """Milvus's GetIndexState: ``Finished``, ``InProgress`` or ``Failed``."""
         return (await self.describe_index(collection_name, index_name, field_name)).state.value
 
     async def get_index_build_progress(self, collection_name: str, index_name: str = "") -> dict[str, int]:
-        """Milvus's GetIndexBuildProgress: ``{"total_rows": ..., "indexed_rows": ..., "pending_index_rows": ...}``."""
         state = await self.describe_index(collection_name, index_name)
         return {
             "total_rows": state.total_rows,
@@ -816,8 +797,6 @@ class Client:
         return await self._call("indexes/wait", body, lambda a: _index_description(a["data"][0]), timeout)
 
     async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
-        """Milvus's DropIndex: the collection must be released first; dropping an index that does
-        not exist succeeds (None)."""
         body = {"collectionName": collection_name, "indexName": index_name, "fieldName": field_name}
 
         def result(answer: Answer) -> IndexInfo | None:
@@ -841,13 +820,7 @@ class Client:
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
-    ) -> list[Hits]:
-        """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
-        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``,
-        best first, as :class:`~schemas.hits.Hits` (also ``.ids``, ``.distances``). ``search_params``
-        is ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``timeout`` in seconds
-        bounds the wait for the shards' tsafe. ``offset`` and ``round_decimal`` as
-        :meth:`InProcessClient.search <frontends.inprocess.InProcessClient.search>`."""
+    ) -> SearchResults:
         vectors = _jsonable(data) if hasattr(data, "tolist") else data
         params = dict(search_params or {})  # pymilvus's style: offset, round_decimal as keys too
         body: dict[str, Any] = {
@@ -864,7 +837,9 @@ class Client:
             **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
         }
         nq = len(vectors) if isinstance(vectors, list | tuple) else 1
-        return await self._call("entities/search", body, lambda a: _hits(a["data"], nq), timeout)
+        return await self._call(
+            "entities/search", body, lambda a: _hits(a["data"], nq, a.get("entityPrimaryKey", "")), timeout
+        )
 
     async def query(
         self,
@@ -878,10 +853,7 @@ class Client:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
-        ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
-        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+    ) -> QueryResults:
         body: dict[str, Any] = {
             "collectionName": collection_name,
             "filter": filter,
@@ -892,18 +864,44 @@ class Client:
             body["limit"] = limit
         if ids is not None:
             body["id"] = list(ids)
-        return await self._call("entities/query", body, lambda a: list(a["data"]), timeout)
+        return await self._call("entities/query", body, lambda a: QueryResults.of_rows(a["data"]), timeout)
 
     async def get(
         self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None, **options: Any
-    ) -> list[dict[str, Any]]:
-        """The rows with these primary keys (missing ones are simply absent), in PK order."""
+    ) -> QueryResults:
         return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
 
     async def count(self, collection_name: str, filter: str = "", **options: Any) -> int:
-        """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
         rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
         return int(rows[0]["count(*)"])
+
+    # -- stream writers: the routes the Spark sink uses (spark_streaming/ingest_client.py), as codec frames
+    async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        return await self._call("ingest/open", request, lambda a: IngestTarget.model_validate(a["data"]))
+
+    async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
+        return await self._call("ingest/write", chunk, lambda a: IngestChunkReply.model_validate(a["data"]))
+
+    async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
+        return await self._call("ingest/commit", commit, lambda a: dict(a["data"]))
+
+    async def ingest_progress(self, query_id: str) -> dict[str, Any]:
+        return await self._call("ingest/progress", IngestProgress(query_id=query_id), lambda a: dict(a["data"]))
+
+
+def _load_progress(d: dict[str, Any], collection_name: str) -> LoadProgress:
+    """A load state answer (REST's ``collections/get_load_state`` data) as :class:`LoadProgress`."""
+    return LoadProgress(
+        collection_name=collection_name,
+        collection_id=int(d["collectionID"]),
+        state=LoadState(str(d["loadState"]).removeprefix("LoadState")),
+        progress=int(d["loadProgress"]),
+        vchannels_ready=int(d["vchannelsReady"]),
+        vchannels=int(d["vchannels"]),
+        load_version=int(d["loadVersion"]),
+        partition_names=list(d.get("partitionNames", [])),
+        refresh_progress=int(d.get("refreshProgress", 0)),
+    )
 
 
 def _compaction_state(answer: Answer) -> CompactionState:

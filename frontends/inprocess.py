@@ -1,26 +1,26 @@
-"""``InProcessClient``: Milvus's collection, partition, alias and data API on a proxy that runs
-inside this process.
+"""``InProcessClient``: :class:`~frontends.api.OspreyAPI` (the contract of every method) on a
+proxy that runs inside this process.
 
 An ``InProcessClient`` starts its own :class:`Proxy` (its own node id, lease and tick loop;
 ``async with InProcessClient(config) as c``). The proxy process and the tests use it; code that
-talks to a running proxy uses the thin client, :class:`frontends.client.Client`.
-Names may be collection names or aliases wherever Milvus accepts both; ``as_of`` (a TSO
-timestamp) reads the meta as it was then, 0 reads the latest. Errors are ``OspreyError``s with a
-Milvus code and a reason naming the field and the rule.
+talks to a running proxy uses the thin client, :class:`frontends.client.Client`. Each method
+hands its arguments to the proxy as they are: the proxy checks them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from agents.proxy.proxy import Proxy
+from frontends.api import OspreyAPI
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
+from schemas.errors import RequestTimeout
 from schemas.health import HealthCheck
-from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import (
@@ -32,10 +32,13 @@ from schemas.meta import (
     PartitionInfo,
     ReplicaInfo,
 )
+from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 
 
-class InProcessClient:
+class InProcessClient(OspreyAPI):
+    """OspreyAPI on a :class:`Proxy` of this process (:attr:`proxy`, for its status document)."""
+
     def __init__(self, config: OspreyConfig | None = None) -> None:
         self.config = config or OspreyConfig.from_env()
         self.proxy = Proxy(self.config)
@@ -54,7 +57,6 @@ class InProcessClient:
         await self.stop()
 
     async def now(self) -> int:
-        """A fresh TSO timestamp (for ``as_of`` reads)."""
         return await self.proxy.tso.now()
 
     async def _call(self, kind: type[ddl.DdlEvent], **fields: Any) -> Any:
@@ -69,10 +71,6 @@ class InProcessClient:
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
     ) -> int:
-        """Create a collection; returns its id. It is loaded (searchable) at once unless ``load``
-        is False (then :meth:`load_collection` before searching). As in Milvus, creating an existing
-        collection again with identical parameters returns its id and changes nothing (a collection
-        released since stays released); with any difference it is refused (InvalidParameter)."""
         fields: dict[str, Any] = {
             "collection_name": collection_name,
             "collection_schema": schema,
@@ -85,8 +83,6 @@ class InProcessClient:
         return reply.collection_id
 
     async def drop_collection(self, collection_name: str) -> int:
-        """Drop a collection by its own name (not an alias); returns the dropped id, 0 if it was
-        missing (Milvus: dropping a missing collection succeeds)."""
         return (await self._call(ddl.DropCollection, collection_name=collection_name)).collection_id
 
     async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:
@@ -95,8 +91,6 @@ class InProcessClient:
     async def describe_collection(
         self, collection_name: str = "", as_of: int = 0, collection_id: int = 0
     ) -> CollectionDescription:
-        """Schema, id, vchannels, pchannels, created timestamp, partitions and aliases; by name or
-        alias, or by ``collection_id`` when the name is empty."""
         return (
             await self._call(
                 ddl.DescribeCollection, collection_name=collection_name, collection_id=collection_id, as_of=as_of
@@ -141,8 +135,6 @@ class InProcessClient:
         await self._call(ddl.DropAlias, alias=alias)
 
     async def alter_alias(self, alias: str, collection_name: str) -> bool:
-        """Point ``alias`` at ``collection_name``. Returns False if a later AlterAlias (by timestamp)
-        had already won, so this one had no effect."""
         return not (await self._call(ddl.AlterAlias, alias=alias, collection_name=collection_name)).superseded
 
     async def describe_alias(self, alias: str, as_of: int = 0) -> AliasDescription:
@@ -153,51 +145,24 @@ class InProcessClient:
 
     # -- data
     async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
-        """Insert rows (a list of dicts) or columns (a dict of field -> sequence or numpy array).
-
-        Returns the primary keys (assigned ones for auto_id) and the insert timestamp, once the
-        broker acknowledged every event. A row breaking a rule fails the whole request, naming the
-        field, the rule and the row, and nothing of it is published."""
         return await self.proxy.insert(collection_name, data, partition_name)
 
     async def delete(
         self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
     ) -> DeleteResult:
-        """Delete the rows with these primary keys (``ids``), or the rows matching ``filter`` at
-        the delete's timestamp: exactly one of the two (InvalidParameter otherwise). In
-        ``partition_name``, or in every partition when it is empty.
-
-        Returns the primary keys named (for a filter, the ones it matched), their count and the
-        delete's timestamp, once the broker acknowledged every event: those rows are invisible to
-        every read at or after that timestamp, and still visible to reads before it (a
-        ``guarantee_timestamp`` below it). Keys that name no row are no error."""
         return await self.proxy.delete(collection_name, ids=ids, filter=filter, partition_name=partition_name)
 
     async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
-        """Insert or replace rows (the same ``data`` as :meth:`insert`), Milvus's override mode:
-        the rows are written (to ``partition_name``, default ``_default``) and any older version of
-        each primary key is deleted, both at one timestamp, so a read sees one version of each
-        key: the old one before that timestamp, the new one from it on. For an auto_id collection
-        the given keys are deleted and the rows get new keys, returned in ``primary_keys``.
-
-        Returns the keys written, the row count and the timestamp, once the broker acknowledged
-        every event; a row breaking a rule fails the whole request and nothing of it is published."""
         return await self.proxy.upsert(collection_name, data, partition_name)
 
     # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
     async def load_collection(
         self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
     ) -> LoadProgress:
-        """Serve every partition of the collection with ``replica_number`` replicas (each on other
-        query nodes: ResourceGroupNodeNotEnough when fewer are live; a loaded collection keeps its
-        number until released); with ``wait``, return once the query nodes serve it (at most
-        ``timeout`` seconds, default ``load_timeout_s``), else at once with the progress.
-        Collections are created loaded (``create_collection(load=True)``)."""
         await self.proxy.load(ddl.LoadCollection, collection_name, replica_number=replica_number)
         return await self._progress(collection_name, timeout, wait)
 
     async def release_collection(self, collection_name: str) -> None:
-        """Stop serving the collection (its data stays; searches answer "collection not loaded")."""
         await self.proxy.load(ddl.ReleaseCollection, collection_name)
 
     async def load_partitions(
@@ -208,37 +173,26 @@ class InProcessClient:
         wait: bool = True,
         replica_number: int = 1,
     ) -> LoadProgress:
-        """Serve these partitions too (as :meth:`load_collection`)."""
         await self.proxy.load(
             ddl.LoadPartitions, collection_name, partition_names=list(partition_names), replica_number=replica_number
         )
         return await self._progress(collection_name, timeout, wait)
 
     async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:
-        """Stop serving these partitions (the last one loaded releases the collection)."""
         await self.proxy.load(ddl.ReleasePartitions, collection_name, partition_names=list(partition_names))
 
     async def get_load_state(self, collection_name: str, partition_names: Sequence[str] | None = None) -> LoadProgress:
-        """NotLoad, Loading or Loaded, with the percentage of vchannels served, of the collection or
-        of ``partition_names`` (each must exist: PartitionNotFound; one the load does not cover is
-        NotLoad, progress 0), and ``refresh_progress`` (flushed segments loaded, %)."""
         return await self.proxy.loading_progress(collection_name, partition_names)
 
     async def describe_replica(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
-        """Milvus's GetReplicas (pymilvus ``describe_replica``): the replicas serving a loaded
-        collection (CollectionNotLoaded otherwise), each shard with the query node leading it."""
         return await self.proxy.replicas(collection_name, collection_id)
 
     async def list_loaded_collections(self, collection_names: Sequence[str] | None = None) -> list[LoadProgress]:
-        """Milvus's ShowCollections InMemory: the loaded collections with their progress; with
-        ``collection_names``, those (each must exist and be loaded: CollectionNotLoaded)."""
         return await self.proxy.loaded_collections(list(collection_names or ()))
 
     async def list_loaded_partitions(
         self, collection_name: str, partition_names: Sequence[str] | None = None
     ) -> list[LoadProgress]:
-        """Milvus's ShowPartitions InMemory: one progress per loaded partition of the collection;
-        with ``partition_names``, those (each must exist and be loaded: PartitionNotLoaded)."""
         return await self.proxy.loaded_partitions(collection_name, list(partition_names or ()))
 
     async def _progress(self, collection_name: str, timeout: float | None, wait: bool) -> LoadProgress:
@@ -247,51 +201,39 @@ class InProcessClient:
         return await self.proxy.wait_loaded(collection_name, timeout or self.proxy.config.load_timeout_s)
 
     async def get_collection_stats(self, collection_name: str) -> CollectionStats:
-        """Row count of the collection (``row_count``: flushed rows plus rows the data nodes buffer;
-        exact after :meth:`flush`)."""
         return await self.proxy.collection_stats(collection_name)
 
     async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
         return await self.proxy.collection_stats(collection_name, [partition_name])
 
     async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int], flush_ts: int = 0) -> FlushState:
-        """Whether these segments (a :meth:`flush` result's ``segment_ids``) are all flushed and,
-        given ``flush_ts`` (its ``flush_ts``), no segment opened before it still waits for a flush."""
         return await self.proxy.flush_state(collection_name, list(segment_ids), flush_ts)
 
-    async def flush(self, collection_name: str) -> FlushResult:
-        """Seal the collection's growing segments and wait until the data nodes flushed every
-        sealed segment of it: every insert acknowledged before the call is then in a flushed
-        segment. ServiceUnavailable after ``flush_timeout_s`` (no data node running)."""
-        return await self.proxy.flush(collection_name)
+    async def flush(self, collection_name: str, timeout: float | None = None) -> FlushResult:
+        if timeout is None:
+            return await self.proxy.flush(collection_name)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.proxy.flush(collection_name)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"flush of {collection_name} did not finish within {timeout:g} s; it goes on"
+            ) from None
 
     async def compact(self, collection_name: str, wait: bool = True, timeout: float | None = None) -> CompactionState:
-        """Milvus's Compact: the data nodes rewrite the collection's flushed segments whose deleted
-        share passes ``compaction_deleted_ratio`` without their deleted rows and merge small ones.
-        ``wait`` (default): return once every vchannel was compacted (``Completed``); else at once
-        (poll :meth:`get_compaction_state` with the returned ``compaction_id``)."""
         return await self.proxy.compact(collection_name, wait, timeout)
 
     async def get_compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
-        """Milvus's GetCompactionState(WithPlans) by the id :meth:`compact` returned: ``Executing``
-        or ``Completed``, and the plans the data nodes ran (sources -> target segment). An id
-        nobody knows (or forgotten after a week) is Completed with no plans, as in Milvus.
-        ``collection_name``, if given, must be the compaction's collection."""
         return await self.proxy.compaction_state(compaction_id, collection_name)
 
     # -- databases and health
     async def list_databases(self) -> list[str]:
-        """Milvus's ListDatabases: Osprey has one database, ``default``."""
         return [(await self.proxy.describe_database()).db_name]
 
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        """Milvus's DescribeDatabase of ``default`` (or ``""``): id 1, its creation timestamp;
-        another name is DatabaseNotFound (code 800)."""
         return await self.proxy.describe_database(db_name)
 
     async def check_health(self) -> HealthCheck:
-        """Milvus's CheckHealth: healthy, or the reasons this proxy cannot serve (Redis or Kafka
-        unreachable, no live rootcoord, query node or data node, its lease or a loop lost)."""
         return await self.proxy.check_health()
 
     # -- indexes (seed 004): built asynchronously by index nodes on flushed segments
@@ -304,38 +246,23 @@ class InProcessClient:
         wait: bool = False,
         timeout: float | None = None,
     ) -> IndexInfo:
-        """Milvus's CreateIndex. ``index_params``: ``index_type`` (HNSW, FLAT, AUTOINDEX; default
-        AUTOINDEX = HNSW M 16, efConstruction 200), ``metric_type`` (L2, IP, COSINE; default
-        COSINE), build parameters as ``params`` (dict or JSON) or separate keys (``M``,
-        ``efConstruction``). ``index_name`` defaults to the field name. Creating the same index
-        again succeeds; another index on the field, or this name with other parameters, does not.
-        ``wait``: return once every flushed segment is indexed."""
         return await self.proxy.create_index(collection_name, field_name, index_params, index_name, wait, timeout)
 
     async def describe_index(
         self, collection_name: str, index_name: str = "", field_name: str = "", timestamp: int = 0
     ) -> IndexDescription:
-        """One index with its build progress (state, indexed_rows, total_rows, pending_index_rows);
-        IndexNotFound (700) if none matches, InvalidParameter if several do. ``timestamp`` (Milvus's
-        DescribeIndex timestamp): the state is Finished once every segment whose rows precede it is
-        indexed (segments sealed later are counted in the rows only)."""
         return await self.proxy.index_state(collection_name, index_name, field_name, timestamp)
 
     async def describe_indexes(self, collection_name: str, timestamp: int = 0) -> list[IndexDescription]:
-        """Every index of the collection with its build progress (``timestamp`` as in
-        :meth:`describe_index`); IndexNotFound (700) when none."""
         return await self.proxy.describe_index(collection_name, state_ts=timestamp)
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
-        """The names of the collection's indexes ([] when none)."""
         return await self.proxy.list_indexes(collection_name, field_name)
 
     async def get_index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> str:
-        """Milvus's GetIndexState: ``Finished``, ``InProgress`` or ``Failed``."""
         return (await self.proxy.index_state(collection_name, index_name, field_name)).state.value
 
     async def get_index_build_progress(self, collection_name: str, index_name: str = "") -> dict[str, int]:
-        """Milvus's GetIndexBuildProgress: ``{"total_rows": ..., "indexed_rows": ..., "pending_index_rows": ...}``."""
         state = await self.proxy.index_state(collection_name, index_name)
         return {
             "total_rows": state.total_rows,
@@ -346,30 +273,22 @@ class InProcessClient:
     async def wait_for_index_building_complete(
         self, collection_name: str, index_name: str = "", timeout: float | None = None
     ) -> IndexDescription:
-        """Wait until every flushed segment is indexed (RequestTimeout after ``timeout``)."""
         return await self.proxy.wait_index(collection_name, index_name, timeout)
 
     async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
-        """Milvus's DropIndex: the collection must be released first; dropping an index that does
-        not exist succeeds (None)."""
         return await self.proxy.drop_index(collection_name, index_name, field_name)
 
     # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
-        """Resolve the target collection once and check the writer's Arrow schema against it."""
         return await self.proxy.ingest_open(request)
 
     async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
-        """Insert an Arrow chunk row by row: good rows under the chunk's identity (a repeat is
-        skipped downstream), bad rows to the dead-letter topic; the counts."""
         return await self.proxy.ingest(chunk)
 
     async def ingest_commit(self, commit: IngestCommit) -> dict[str, Any]:
-        """Record a committed micro-batch's counts; the query's totals after it."""
         return await self.proxy.ingest_commit(commit)
 
     async def ingest_progress(self, query_id: str) -> dict[str, Any]:
-        """A streaming query's totals: batches, rows, written, rejected, last batch."""
         return await self.proxy.ingest_progress(query_id)
 
     async def search(
@@ -387,16 +306,7 @@ class InProcessClient:
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
-    ) -> list[Hits]:
-        """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
-        (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``
-        as :class:`~schemas.hits.Hits` (also ``.ids``, ``.distances``), best first (L2 ascending,
-        IP/COSINE descending, ties by id). ``search_params`` is
-        ``{"metric_type": "L2"|"IP"|"COSINE", "params": {"ef": 64}}``. ``consistency_level``
-        overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
-        ``timeout`` in seconds bounds the wait for the shards' tsafe. ``offset``: skip each query's
-        first hits (a page: ``limit + offset`` at most 16384); ``round_decimal`` (0 to 6): distances
-        rounded to that many decimals (-1: not rounded). Both may also be keys of ``search_params``."""
+    ) -> SearchResults:
         return await self.proxy.search(
             collection_name,
             data,
@@ -425,10 +335,7 @@ class InProcessClient:
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
-        ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
-        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+    ) -> QueryResults:
         return await self.proxy.query(
             collection_name,
             filter=filter,
@@ -444,14 +351,9 @@ class InProcessClient:
 
     async def get(
         self, collection_name: str, ids: Sequence[Any], output_fields: Sequence[str] | None = None, **options: Any
-    ) -> list[dict[str, Any]]:
-        """The rows with these primary keys (missing ones are simply absent), in PK order."""
+    ) -> QueryResults:
         return await self.query(collection_name, ids=ids, output_fields=output_fields, **options)
 
     async def count(self, collection_name: str, filter: str = "", **options: Any) -> int:
-        """``count(*)`` of the rows matching ``filter`` (all rows when empty)."""
         rows = await self.query(collection_name, filter=filter, output_fields=["count(*)"], **options)
         return int(rows[0]["count(*)"])
-
-    def health(self) -> dict[str, Any]:
-        return self.proxy.health()

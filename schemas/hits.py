@@ -18,16 +18,52 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["Hits"]
+__all__ = ["Hits", "MadeOnce"]
 
 
-class Hits(Sequence[dict[str, Any]]):
+class MadeOnce(Sequence[dict[str, Any]]):
+    """A sequence of dicts made the first time one is looked at (:meth:`_made`, once), comparing
+    equal to another such sequence or to a list of the same dicts, printed as that list."""
+
+    __slots__ = ()
+
+    def _made(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MadeOnce):
+            return self._made() == other._made()
+        if isinstance(other, list):
+            return self._made() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents, like a list
+
+    def __repr__(self) -> str:
+        return repr(self._made())
+
+
+class Hits(MadeOnce):
     """One query's hits, best first. ``entities``: each hit's output fields (None: none asked for).
     Compares equal to the list of its hit dicts; ``list(hits)`` is that list (JSON-ready)."""
 
     __slots__ = ("_batch", "_distances", "_entities", "_hits", "_row", "ids")
 
-    def __init__(self, ids: list[Any], distances: list[float], entities: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, ids: list[Any], distances: list[float], entities: Sequence[dict[str, Any]] | None = None
+    ) -> None:
         if len(ids) != len(distances) or (entities is not None and len(entities) != len(ids)):
             raise ValueError(f"ids ({len(ids)}), distances ({len(distances)}) and entities must have one item per hit")
         self.ids = ids
@@ -39,7 +75,7 @@ class Hits(Sequence[dict[str, Any]]):
 
     @classmethod
     def of_batch(
-        cls, ids: list[Any], batch_distances: np.ndarray, row: int, entities: list[dict[str, Any]] | None = None
+        cls, ids: list[Any], batch_distances: np.ndarray, row: int, entities: Sequence[dict[str, Any]] | None = None
     ) -> Hits:
         """Hits whose distances are the first ``len(ids)`` of row ``row`` of ``batch_distances``
         ((nq, top_k) float32, not changed afterwards), made into a list when first read. The
@@ -77,30 +113,6 @@ class Hits(Sequence[dict[str, Any]]):
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        return self._made()[index]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self._made())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Hits):
-            return self._made() == other._made()
-        if isinstance(other, list):
-            return self._made() == other
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable contents, like a list
-
-    def __repr__(self) -> str:
-        return repr(self._made())
 
     @classmethod
     def of(cls, hits: Sequence[dict[str, Any]]) -> Hits:

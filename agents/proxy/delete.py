@@ -218,10 +218,10 @@ class DeleteTask(Task[DeleteResult]):
             partition_names=[self.partition_name] if self.partition_name else None,
             guarantee_timestamp=read_ts,
         )
-        values = [row[pk.name] for row in rows]
+        values = rows.columns[pk.name]  # the keys as the shards sent them: no row is made
         if pk.dtype is DataType.VARCHAR:
-            return np.array(values, dtype=object)
-        return np.array(values, dtype=np.int64)
+            return np.asarray(values, dtype=object)
+        return np.asarray(values, dtype=np.int64)
 
     async def post_execute(self) -> None:
         assert self.keys is not None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas import ddl
 from schemas.config import OspreyConfig
+from schemas.results import QueryResults
 from state.meta.idalloc import IdAllocator
 from state.meta.ingest_log import IngestLog
 from state.meta.meta_cache import MetaCache
@@ -67,7 +68,7 @@ class DeleteHost(InsertHost, Protocol):
 
     def request_tick(self) -> None: ...
 
-    async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]: ...
+    async def query(self, collection_name: str, **options: Any) -> QueryResults: ...
 
 
 class FlushHost(Protocol):

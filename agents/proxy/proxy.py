@@ -57,12 +57,12 @@ from schemas.errors import (
     ResourceGroupNodeNotEnough,
 )
 from schemas.health import HealthCheck
-from schemas.hits import Hits
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import (
     DEFAULT_DATABASE_ID,
     DEFAULT_DATABASE_NAME,
+    CollectionInfo,
     DatabaseInfo,
     LoadInfo,
     LoadProgress,
@@ -71,6 +71,7 @@ from schemas.meta import (
     ReplicaInfo,
     check_database,
 )
+from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
 from state.meta.compaction_requests import CompactionRequests, CompactionTarget, summarize
 from state.meta.database import DatabaseRecords
@@ -465,6 +466,10 @@ class Proxy(Service):
 
     # ------------------------------------------------------------------ databases and health
 
+    async def resolve(self, collection_name: str) -> CollectionInfo:
+        """The collection a name or alias names now, from the meta cache (CollectionNotFound)."""
+        return await self.cache.resolve(collection_name)
+
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
         """Milvus's DescribeDatabase: Osprey has one database, ``default`` (``""`` names it too);
         another name is Milvus's database-not-found error."""
@@ -631,7 +636,7 @@ class Proxy(Service):
         ts, taken = self._last_now
         return add_ms(ts, int((time.monotonic() - taken) * 1000))
 
-    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> list[Hits]:
+    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> SearchResults:
         """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
         its hits ``{"id", "distance", "entity"}``, best first."""
         started = time.perf_counter()
@@ -640,7 +645,7 @@ class Proxy(Service):
         finally:
             self.latency["search"].record(time.perf_counter() - started)
 
-    async def query(self, collection_name: str, **options: Any) -> list[dict[str, Any]]:
+    async def query(self, collection_name: str, **options: Any) -> QueryResults:
         """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
         started = time.perf_counter()
         try:

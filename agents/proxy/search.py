@@ -20,7 +20,7 @@ import numpy as np
 
 from agents.proxy.dq_router import Result
 from agents.proxy.task import Task
-from schemas.collection import DYNAMIC_FIELD_NAME, ConsistencyLevel, DataType
+from schemas.collection import ConsistencyLevel, DataType
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -31,6 +31,7 @@ from schemas.errors import (
 )
 from schemas.hits import Hits
 from schemas.meta import CollectionInfo
+from schemas.results import ColumnRows, QueryResults, SearchResults
 from state.readpath.columns import values_of
 from state.readpath.consistency import guarantee_ts
 from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
@@ -80,23 +81,6 @@ def _raise_errors(results: Sequence[Result]) -> None:
     for result in results:
         if not result.ok:
             raise from_error_status(result)
-
-
-def _inline_dynamic(row: dict[str, Any], keys: list[str] | None) -> dict[str, Any]:
-    """``row`` with its ``$meta`` document replaced by the asked dynamic keys inline (all of them
-    for None), as Milvus returns dynamic fields; static fields win over same-named keys."""
-    meta = row.pop(DYNAMIC_FIELD_NAME, None)
-    if isinstance(meta, dict):
-        for key, value in meta.items():
-            if (keys is None or key in keys) and key not in row:
-                row[key] = value
-    return row
-
-
-def _py(value: Any) -> Any:
-    return (
-        value.tolist() if isinstance(value, np.ndarray) else (value.item() if isinstance(value, np.generic) else value)
-    )
 
 
 class _ReadTask(Task[Any]):
@@ -234,43 +218,55 @@ class SearchTask(_ReadTask):
         self.prepared = prepared
 
     async def post_execute(self) -> None:
+        """The global top-k per query, and the output fields of its hits as columns in hit order,
+        gathered from the shard results that hold each hit (no row is made here)."""
         prepared = self.prepared
+        info = prepared.info
         parts = [hits_of(r) for r in self.results]  # type: ignore[arg-type]
         hits = reduce_search_results(parts, prepared.top_k, prepared.metric) if len(parts) > 1 else parts[0]
         paged = self.offset > 0
         hits = page_of(hits, self.offset)
-        names = prepared.output_fields[1:]
-        # (pk) -> output values, per query, from the shard results that hold it
-        lookup: list[dict[Any, dict[str, Any]]] = []
-        if names:
-            lookup = [{} for _ in range(hits.nq)]
-            for result in self.results:
-                assert isinstance(result, SearchResult)
-                part = hits_of(result)
-                columns = {c.name: values_of(c) for c in result.fields}
-                row = 0
-                for q in range(part.nq):
-                    for slot in range(int(part.counts[q])):
-                        pk = _py(part.pks[q, slot])
-                        lookup[q].setdefault(pk, {n: _py(columns[n][row]) for n in names})
-                        row += 1
+        pk, names = prepared.output_fields[0], prepared.output_fields[1:]
+        # the entity holds the primary key when it was asked for (by name or "*"), as Milvus's does
+        entity = [pk, *names] if pk in self.output_fields or "*" in self.output_fields else names
         all_pks, distances = hits.pks.tolist(), rounded(hits.distances, self.round_decimal)  # one conversion
         of_batch = Hits.of_batch  # distance lists and hit dicts made when looked at
         single = len(parts) == 1 and not paged
         full = result_full(self.results[0]) if single else hits.full()  # type: ignore[arg-type]
-        if not names and full:  # every query has top_k hits (the common case): no slicing
-            self.result = [of_batch(ids, distances, q) for q, ids in enumerate(all_pks)]
+        if not entity and full:  # every query has top_k hits (the common case): no slicing
+            self.result = SearchResults([of_batch(ids, distances, q) for q, ids in enumerate(all_pks)], info)
             return
-        keys = dynamic_keys(self.output_fields, prepared.info) if names else None
-        out = []
-        for q, n in enumerate(hits.counts.tolist()):
-            ids = all_pks[q][:n]
-            entities = None
-            if names:
-                found = lookup[q]
-                entities = [_inline_dynamic(dict(found.get(pk, {})), keys) for pk in ids]
-            out.append(of_batch(ids, distances, q, entities))
-        self.result = out
+        counts = hits.counts.tolist()
+        kept = [all_pks[q][:n] for q, n in enumerate(counts)]
+        columns: dict[str, Any] = {}
+        if entity:
+            columns = _gather(self.results, names, kept)
+            columns[pk] = [key for ids in kept for key in ids]  # the primary key's too (the gRPC reply has it)
+        rows = ColumnRows(columns, entity, dynamic_keys(self.output_fields, info)) if entity else None
+        out, start = [], 0
+        for q, ids in enumerate(kept):
+            out.append(of_batch(ids, distances, q, None if rows is None else rows.part(start, start + len(ids))))
+            start += len(ids)
+        self.result = SearchResults(out, info, entity, columns)
+
+
+def _gather(results: Sequence[Result], names: list[str], kept: list[list[Any]]) -> dict[str, list[Any]]:
+    """The values of ``names`` for every kept hit (query by query, in order), each from the
+    shard result that holds it (the first one, if several do)."""
+    where: list[dict[Any, tuple[int, int]]] = [{} for _ in kept]
+    sources = []
+    for index, result in enumerate(results):
+        assert isinstance(result, SearchResult)
+        part = hits_of(result)
+        sources.append({c.name: values_of(c) for c in result.fields})
+        row = 0
+        for q, pks in enumerate(part.pks.tolist()):
+            found = where[q]
+            for pk in pks[: int(part.counts[q])]:
+                found.setdefault(pk, (index, row))
+                row += 1
+    positions = [where[q][pk] for q, ids in enumerate(kept) for pk in ids]
+    return {n: [sources[index][n][row] for index, row in positions] for n in names}
 
 
 def _option(params: dict[str, Any], key: str, given: int, default: int) -> int:
@@ -341,19 +337,18 @@ class QueryTask(_ReadTask):
         self.prepared = dataclasses.replace(prepared, request=request)
 
     async def post_execute(self) -> None:
+        """The rows as columns: a PK-ordered merge of the shards' columns, offset then limit (or
+        the sum of their counts for ``count(*)``)."""
+        info = self.prepared.info
         if self.count_only:
-            self.result = [{COUNT_STAR: sum(r.count for r in self.results if isinstance(r, QueryResult))}]
+            self.result = QueryResults.counted(sum(r.count for r in self.results if isinstance(r, QueryResult)), info)
             return
-        parts = [{c.name: values_of(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
         names = self.prepared.output_fields
+        keys = dynamic_keys(self.output_fields, info)
+        parts = [{c.name: values_of(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
         parts = [p for p in parts if p]
-        if not parts:
-            self.result = []
-            return
-        merged = merge_query_results(parts, self.offset, self.limit)
-        rows = len(merged[names[0]])
-        keys = dynamic_keys(self.output_fields, self.prepared.info)
-        self.result = [_inline_dynamic({n: _py(merged[n][i]) for n in names}, keys) for i in range(rows)]
+        merged = merge_query_results(parts, self.offset, self.limit) if parts else {n: [] for n in names}
+        self.result = QueryResults(merged, names, keys, info)
 
 
 def _ids_filter(info: CollectionInfo, ids: Sequence[Any], expr: str) -> str:

@@ -571,14 +571,21 @@ class ShardDelegator:
         partition_ids: Sequence[int] | None = None,
         queries_checked: bool = False,
         filter_expr: str | None = None,
+        prepared: bool = False,
     ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
         :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK.
         ``queries_checked``: as :meth:`GrowingSegment.search`'s. ``filter_expr``: the text of the
-        filter ``mask_of`` evaluates, for segments held on other nodes (required when both)."""
-        metric = normalize_metric(metric)
-        top_k = check_top_k(top_k)
-        await self.wait_tsafe(guarantee_ts, timeout_s)
+        filter ``mask_of`` evaluates, for segments held on other nodes (required when both).
+        ``prepared``: the caller checked the request (:func:`state.readpath.dq_checks.prepare`:
+        metric, top_k, queries) and waited for tsafe itself; nothing is checked or waited again."""
+        if prepared:
+            assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
+            queries_checked = True
+        else:
+            metric = normalize_metric(metric)
+            top_k = check_top_k(top_k)
+            await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         q = np.asarray(queries, dtype=np.float32)
@@ -614,12 +621,17 @@ class ShardDelegator:
         offset: int = 0,
         partition_ids: Sequence[int] | None = None,
         filter_expr: str | None = None,
+        prepared: bool = False,
     ) -> QueryResult:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``, in PK
         order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`.
-        ``filter_expr``: as :meth:`search`'s."""
-        window = check_window(offset, limit)
-        await self.wait_tsafe(guarantee_ts, timeout_s)
+        ``filter_expr``, ``prepared``: as :meth:`search`'s."""
+        if prepared:
+            assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
+            window = offset + limit if limit is not None else None
+        else:
+            window = check_window(offset, limit)
+            await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         asked = self._ask_remote(
@@ -646,10 +658,14 @@ class ShardDelegator:
         mask_of: MaskOf | None = None,
         partition_ids: Sequence[int] | None = None,
         filter_expr: str | None = None,
+        prepared: bool = False,
     ) -> int:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``.
-        ``filter_expr``: as :meth:`search`'s."""
-        await self.wait_tsafe(guarantee_ts, timeout_s)
+        ``filter_expr``, ``prepared``: as :meth:`search`'s."""
+        if prepared:
+            assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
+        else:
+            await self.wait_tsafe(guarantee_ts, timeout_s)
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         asked = self._ask_remote(

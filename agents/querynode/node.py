@@ -791,8 +791,9 @@ class QueryNode:
                     )
                 raise CollectionNotLoaded(f"collection not loaded[collection={prepared.info.collection_name}]")
             timeout_s = request.timeout_ms / 1000
+            # the one wait for tsafe of this read: the delegator's reads below are told it happened
+            await delegator.wait_tsafe(guarantee, timeout_s)
             if request.newest_snapshot or request.guarantee_ts is None:  # a consistency level, not a timestamp
-                await delegator.wait_tsafe(guarantee, timeout_s)
                 guarantee = delegator.newest_read_ts(guarantee, request.ts)  # then read (and fetch fields) there
             mask_of = mask_of_filter(prepared.filter)
             if isinstance(request, SearchRequest):
@@ -808,15 +809,15 @@ class QueryNode:
                     mask_of,
                     prepared.ef,
                     prepared.partition_ids,
-                    queries_checked=True,  # prepare() checked dim, nq and finiteness
                     filter_expr=request.filter,
+                    prepared=True,  # prepare() checked metric, top_k, dim, nq and finiteness
                 )
                 self.latency["shard_search"].record(time.perf_counter() - started)
                 fields = await self._hit_fields(delegator, prepared, hits, guarantee)
                 return search_result(request, vchannel, self.node_id, hits, fields)
             if request.count or COUNT_STAR in request.output_fields:
                 count = await delegator.count(
-                    guarantee, timeout_s, mask_of, prepared.partition_ids, filter_expr=request.filter
+                    guarantee, timeout_s, mask_of, prepared.partition_ids, filter_expr=request.filter, prepared=True
                 )
                 return QueryResult(
                     request_id=request.request_id,
@@ -836,6 +837,7 @@ class QueryNode:
                 0,
                 prepared.partition_ids,
                 filter_expr=request.filter,
+                prepared=True,  # prepare() checked offset and limit
             )
             columns = columns_of(prepared.info.collection_schema, rows)
             return QueryResult(

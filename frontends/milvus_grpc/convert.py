@@ -31,13 +31,12 @@ from schemas.errors import (
     PartitionNotFound,
     SchemaMismatch,
 )
-from schemas.hits import Hits
 from schemas.meta import DEFAULT_DATABASE_ID, DEFAULT_DATABASE_NAME, CollectionDescription, check_database
+from schemas.results import COUNT_STAR, QueryResults, SearchResults
 from state.meta.tso import physical_ms
 
 DEFAULT_DATABASE = DEFAULT_DATABASE_NAME
 MILVUS_STRING_TYPE = "string data type not supported yet, please use VarChar type instead"  # Milvus's text
-COUNT_STAR = "count(*)"
 
 # Milvus's legacy common.ErrorCode for the merr codes pymilvus still looks at (milvus_compat.md)
 LEGACY_ERROR_CODES: dict[int, int] = {
@@ -368,16 +367,24 @@ def placeholder_vectors(group: common_pb2.PlaceholderGroup, nq: int) -> np.ndarr
 
 
 def output_columns(
-    rows: Sequence[Mapping[str, Any]], schema: CollectionSchema, names: Sequence[str]
+    columns: Mapping[str, Any], keys: Sequence[str] | None, schema: CollectionSchema, names: Sequence[str]
 ) -> list[schema_pb2.FieldData]:
-    """``rows`` (dicts whose dynamic keys are inlined) as one FieldData per static field in
-    ``names`` (schema order) plus, when the schema is dynamic and the rows carry other keys,
-    one ``$meta`` FieldData (is_dynamic) holding them, as Milvus returns them."""
+    """A read's ``columns`` (one value per row, ``$meta`` holding each row's dynamic document) as
+    one FieldData per static field in ``names`` (schema order) plus, when the schema is dynamic
+    and ``$meta`` or a dynamic key is asked, one ``$meta`` FieldData (is_dynamic) holding the
+    documents' ``keys`` (None: all of them), as Milvus returns them. No row is made."""
     static = {f.name: f for f in schema.fields if not f.is_dynamic}
     wanted = [f for f in schema.fields if not f.is_dynamic and f.name in names]
-    out = [_field_data(f, [row.get(f.name) for row in rows]) for f in wanted]
+    out = [_field_data(f, columns[f.name]) for f in wanted]
     if schema.enable_dynamic_field and (DYNAMIC_FIELD_NAME in names or any(n not in static for n in names)):
-        docs = [json.dumps({k: v for k, v in row.items() if k not in static}).encode() for row in rows]
+        documents = columns.get(DYNAMIC_FIELD_NAME)
+        rows = len(columns[wanted[0].name]) if wanted else 0
+        if documents is None:
+            documents = [{}] * rows
+        docs = [
+            json.dumps({k: v for k, v in (d or {}).items() if (keys is None or k in keys) and k not in static}).encode()
+            for d in documents
+        ]
         out.append(
             schema_pb2.FieldData(
                 type=schema_pb2.JSON,
@@ -426,40 +433,37 @@ def output_names(requested: Sequence[str], schema: CollectionSchema) -> list[str
 
 
 def search_result_data(
-    hits: Sequence[Hits], schema: CollectionSchema, output_fields: Sequence[str], top_k: int
+    hits: SearchResults, schema: CollectionSchema, output_fields: Sequence[str], top_k: int
 ) -> schema_pb2.SearchResultData:
     """Per-query hits flattened: ``topks[i]`` hits of query ``i``, then query ``i + 1``'s; the
-    scores are Osprey's distances (squared L2 ascending, IP/COSINE descending)."""
+    scores are Osprey's distances (squared L2 ascending, IP/COSINE descending); the output
+    fields straight from the result's columns (``schema``: the one the search read)."""
     ids: list[Any] = []
     scores: list[float] = []
     topks: list[int] = []
-    entities: list[Mapping[str, Any]] = []
     for query in hits:
         ids.extend(query.ids)
         scores.extend(query.distances)
         topks.append(len(query.ids))
-        if output_fields:
-            entities.extend(hit["entity"] for hit in query)
     names = output_names(output_fields, schema)
+    keys = _dynamic_keys(output_fields, schema)
     return schema_pb2.SearchResultData(
         num_queries=len(hits),
         top_k=top_k,
         ids=ids_proto(ids),
         scores=scores,
         topks=topks,
-        fields_data=output_columns(entities, schema, names) if names else [],
+        fields_data=output_columns(hits.columns, keys, schema, names) if names and ids else [],
         output_fields=names,
         primary_field_name=schema.primary_field.name,
     )
 
 
-def query_fields_data(
-    rows: Sequence[Mapping[str, Any]], schema: CollectionSchema, names: Sequence[str]
-) -> list[schema_pb2.FieldData]:
-    """Query rows as FieldData: the primary key always, then the asked fields (``count(*)`` as
-    one Int64 column of one value)."""
+def query_fields_data(rows: QueryResults, schema: CollectionSchema, names: Sequence[str]) -> list[schema_pb2.FieldData]:
+    """A query's columns as FieldData: the primary key always, then the asked fields (``count(*)``
+    as one Int64 column of one value). ``schema``: the one the query read."""
     if names == [COUNT_STAR]:
-        count = int(rows[0][COUNT_STAR]) if rows else 0
+        count = rows.count_star if rows.count_star is not None else (int(rows[0][COUNT_STAR]) if rows else 0)
         return [
             schema_pb2.FieldData(
                 type=schema_pb2.Int64,
@@ -468,7 +472,15 @@ def query_fields_data(
             )
         ]
     with_pk = [schema.primary_field.name, *names]
-    return output_columns(rows, schema, with_pk)
+    return output_columns(rows.columns, rows.keys, schema, with_pk)
+
+
+def _dynamic_keys(requested: Sequence[str], schema: CollectionSchema) -> list[str] | None:
+    """The asked names that are dynamic keys (None: every key, for ``*`` or ``$meta``)."""
+    if "*" in requested or DYNAMIC_FIELD_NAME in requested:
+        return None
+    static = {f.name for f in schema.fields}
+    return [n for n in requested if n not in static and n != COUNT_STAR]
 
 
 __all__ = [

@@ -97,7 +97,7 @@ class GrpcFrontEnd(Service):
             interceptors=interceptors,
             options=SERVER_OPTIONS,
         )
-        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(self.client), server)
+        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(self.client, self.client.proxy), server)
         self.port = server.add_insecure_port(self.bind)
         if not self.port:
             raise OSError(f"the Milvus gRPC front end could not bind {self.bind} (setting proxy_grpc)")

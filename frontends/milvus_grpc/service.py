@@ -20,19 +20,19 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
-from frontends.inprocess import InProcessClient
+from frontends.api import OspreyAPI
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.contract import Checked
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, SchemaMismatch, Unsupported
 from schemas.index import IndexState
-from schemas.meta import LoadState
+from schemas.meta import CollectionInfo, LoadState
 from state.meta.tso import physical_ms
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,21 @@ def _ok(**fields: Any) -> dict[str, Any]:
     return {"status": convert.ok_status(), **fields}
 
 
-class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
-    """MilvusService RPCs on an :class:`InProcessClient` (the proxy of this process)."""
+class Collections(Protocol):
+    """Where the servicer reads a collection's meta before a write: pymilvus's schema timestamp
+    is checked against it (the proxy, from its meta cache: :meth:`agents.proxy.proxy.Proxy.resolve`)."""
 
-    def __init__(self, client: InProcessClient) -> None:
+    async def resolve(self, collection_name: str) -> CollectionInfo: ...
+
+
+class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
+    """MilvusService RPCs on an :class:`~frontends.api.OspreyAPI` (the in-process client of the
+    proxy process) whose reads answer the collection they read (:mod:`schemas.results`), and on
+    ``collections``, the meta cache pymilvus's schema timestamps are checked against."""
+
+    def __init__(self, client: OspreyAPI, collections: Collections) -> None:
         self.client = client
+        self.collections = collections
         self._identifiers = itertools.count(int(time.time() * 1000))
         for name, handler in unsupported_methods().items():
             setattr(self, name, handler)  # the base class would answer UNIMPLEMENTED, a transport error
@@ -511,7 +521,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         on which pymilvus describes the collection again and retries (0: not sent)."""
         if not schema_timestamp:
             return
-        info = await self.client.proxy.cache.resolve(collection_name)
+        info = await self.collections.resolve(collection_name)
         if schema_timestamp != info.created_ts:  # Osprey never alters a schema: its update is its creation
             raise SchemaMismatch(
                 f"collection schema mismatch[collection={collection_name}]: the client's schema "
@@ -677,7 +687,6 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             search_params["metric_type"] = metric
         level, guarantee = self._consistency(request)
         collection = request.collection_name
-        await self._same_collection(collection, params.get("collection_id"), "search_params{collection_id}")
         hits = await self.client.search(
             collection,
             queries,
@@ -692,8 +701,9 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             offset=offset,
             round_decimal=round_decimal,
         )
-        schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
-        data = convert.search_result_data(hits, schema, list(request.output_fields), int(top_k))
+        info = _read_with(hits.info)
+        _same_collection(info, collection, params.get("collection_id"), "search_params{collection_id}")
+        data = convert.search_result_data(hits, info.collection_schema, list(request.output_fields), int(top_k))
         return milvus_pb2.SearchResults(**_ok(results=data, collection_name=collection))
 
     @rpc
@@ -708,14 +718,11 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         offset = params.get("offset", 0)
         level, guarantee = self._consistency(request)
         collection = request.collection_name
-        await self._same_collection(collection, params.get("collection_id"), "query_params{collection_id}")
         session_ts = 0
         if str(params.get("iterator", "False")).lower() == "true":
             level = None
             guarantee = session_ts = request.guarantee_timestamp or await self.client.now()
-        schema = (await self.client.proxy.cache.resolve(collection)).collection_schema
         asked = list(request.output_fields)
-        names = [convert.COUNT_STAR] if asked == [convert.COUNT_STAR] else convert.output_names(asked, schema)
         rows = await self.client.query(
             collection,
             filter=request.expr,
@@ -726,6 +733,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             consistency_level=level,
             guarantee_timestamp=guarantee,
         )
+        info = _read_with(rows.info)
+        _same_collection(info, collection, params.get("collection_id"), "query_params{collection_id}")
+        schema = info.collection_schema
+        names = [convert.COUNT_STAR] if asked == [convert.COUNT_STAR] else convert.output_names(asked, schema)
         fields = convert.query_fields_data(rows, schema, names)
         return milvus_pb2.QueryResults(
             **_ok(
@@ -737,20 +748,28 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             )
         )
 
-    async def _same_collection(self, collection_name: str, collection_id: Any, field: str) -> None:
-        """An iterator's ``collection_id`` (pymilvus sends the id it described): the collection
-        named must still be that one (it may have been dropped and created again)."""
-        if collection_id is None:
-            return
-        info = await self.client.proxy.cache.resolve(collection_name)
-        _check_collection_id(info.collection_id, collection_id, collection_name, field)
-
     @staticmethod
     def _consistency(request: Any) -> tuple[Any, int | None]:
         """(level, guarantee timestamp): Customized (4) means the request's guarantee timestamp."""
         if not request.use_default_consistency and request.consistency_level == common_pb2.Customized:
             return None, int(request.guarantee_timestamp)
         return convert.consistency_of(request.consistency_level, request.use_default_consistency), None
+
+
+def _read_with(info: CollectionInfo | None) -> CollectionInfo:
+    """The collection a read was read from: the schema its answer is rendered with (a backend
+    whose results carry no snapshot, such as a REST client's, cannot serve MilvusService)."""
+    if info is None:
+        raise OspreyError("the MilvusService backend answered a read without the collection it read")
+    return info
+
+
+def _same_collection(info: CollectionInfo, collection_name: str, collection_id: Any, field: str) -> None:
+    """An iterator's ``collection_id`` (pymilvus sends the id it described): the collection the
+    read found under the name must be that one (it may have been dropped and created again).
+    Checked against the read's own snapshot, so no change between a check and the read slips by."""
+    if collection_id is not None:
+        _check_collection_id(info.collection_id, collection_id, collection_name, field)
 
 
 def _check_collection_id(found: int, asked: Any, name: str, field: str = "collectionID") -> None:

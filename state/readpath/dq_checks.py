@@ -24,13 +24,13 @@ from schemas.errors import (
 )
 from schemas.index import IndexInfo
 from schemas.meta import CollectionInfo
+from schemas.results import COUNT_STAR
 from state.meta.meta_table import MetaView
 from state.readpath.expr import Filter, compile_filter
 from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 
 __all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
 
-COUNT_STAR = "count(*)"
 SEARCH_PARAMS = frozenset({"ef", "nprobe"})  # served: ef; nprobe is an IVF knob HNSW and FLAT never read (Milvus too)
 # Milvus search parameters Osprey refuses (never accepted and ignored): key -> the feature
 REFUSED_SEARCH_PARAMS = {"radius": "range search (radius)", "range_filter": "range search (range_filter)"}

@@ -32,7 +32,7 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import free_port
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.server import AUTH_FAILURE
-from frontends.rest import API_PREFIX, RestFrontEnd
+from frontends.rest.server import API_PREFIX, RestFrontEnd
 from schemas.auth import NotAuthenticated, bearer_headers
 from schemas.config import OspreyConfig
 from spark_streaming.ingest_client import IngestClient

@@ -17,7 +17,7 @@ import pytest
 from agents.proxy.arrow_checks import RULE_KEY_REPEATS, RULE_UPSERT_KEY_MISSING
 from agents.proxy.insert_checks import RULE_AUTO_ID_GIVEN
 from frontends.inprocess import InProcessClient
-from frontends.rest import RestFrontEnd
+from frontends.rest.server import RestFrontEnd
 from schemas.arrow_ipc import ipc_stream
 from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, IngestTarget, PartitionCounts

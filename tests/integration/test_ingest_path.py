@@ -30,7 +30,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from agents.proxy.arrow_checks import RULE_NOT_NULL
 from frontends.inprocess import InProcessClient
-from frontends.rest import RestFrontEnd
+from frontends.rest.server import RestFrontEnd
 from schemas.arrow_ipc import ipc_stream
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig

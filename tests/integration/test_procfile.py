@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from frontends.embedded.stack import free_port
-from frontends.rest import API_PREFIX
+from frontends.rest.server import API_PREFIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

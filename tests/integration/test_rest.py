@@ -17,7 +17,10 @@ import pytest
 
 from frontends.embedded.stack import WorkerProcess, free_port
 from frontends.inprocess import InProcessClient
-from frontends.rest import API_PREFIX, ENDPOINTS, Body, PartError, RestFrontEnd, _deleted, _upserted, refuse_unread
+from frontends.rest import render
+from frontends.rest.parse import Body, PartError, refuse_unread
+from frontends.rest.routes import ENDPOINTS
+from frontends.rest.server import API_PREFIX, RestFrontEnd
 from schemas.config import OspreyConfig
 from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import InvalidParameter
@@ -796,12 +799,12 @@ def test_index_describe_list_drop_routes() -> None:
 
 def test_delete_and_upsert_answers() -> None:
     """Milvus's keys (deleteCount; upsertCount, upsertIds) and Osprey's (deleteIds, timestamp)."""
-    assert _deleted(DeleteResult(primary_keys=[3, 1], delete_count=2, timestamp=77)) == {
+    assert render.deleted(DeleteResult(primary_keys=[3, 1], delete_count=2, timestamp=77)) == {
         "deleteCount": 2,
         "deleteIds": [3, 1],
         "timestamp": 77,
     }
-    assert _upserted(UpsertResult(primary_keys=["a"], upsert_count=1, timestamp=78)) == {
+    assert render.upserted(UpsertResult(primary_keys=["a"], upsert_count=1, timestamp=78)) == {
         "upsertCount": 1,
         "upsertIds": ["a"],
         "timestamp": 78,

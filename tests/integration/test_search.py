@@ -695,7 +695,7 @@ async def test_topic_path_equals_direct_path(
     queries = np.random.default_rng(52).standard_normal((5, DIM)).astype(np.float32)
     topic_config = module_config.model_copy(update={"dq_path": "topic"})
     async with InProcessClient(topic_config) as via_topic:
-        assert via_topic.health()["dq_router"]["path"] == "topic"
+        assert via_topic.proxy.health()["dq_router"]["path"] == "topic"
         for kwargs in (
             {"limit": 10},
             {

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from frontends.cli import main, settings_table
 from frontends.milvus_grpc.server import credential_user
-from frontends.rest import API_PREFIX, RestFrontEnd
+from frontends.rest.server import API_PREFIX, RestFrontEnd
 from schemas.auth import (
     NEED_AUTHENTICATE,
     NotAuthenticated,

@@ -210,7 +210,8 @@ def test_embedded_messages_are_parsed_once() -> None:
 @pytest.fixture
 def servicer() -> MilvusServicer:
     """A servicer on a proxy that is not started: a refusal answers before any work is done."""
-    return MilvusServicer(InProcessClient(OspreyConfig()))
+    client = InProcessClient(OspreyConfig())
+    return MilvusServicer(client, client.proxy)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from schemas.errors import (
     ServiceUnavailable,
 )
 from schemas.hits import Hits
+from schemas.results import ColumnRows, QueryResults, SearchResults
 
 DIM = 4
 
@@ -328,15 +329,20 @@ def test_params_of_refuses_a_params_that_is_not_a_json_object(bad: str) -> None:
 # ---------------------------------------------------------------------------- search and query results
 
 
-def two_queries() -> list[Hits]:
-    return [
-        Hits(
-            [11, 12, 13],
-            [0.1, 0.2, 0.3],
-            [{"title": "a", "color": "red"}, {"title": "b", "color": "green"}, {"title": "c", "rank": 3}],
-        ),
-        Hits([21, 22], [0.4, 0.5], [{"title": "d", "color": "blue"}, {"title": "e"}]),
+def two_queries() -> SearchResults:
+    """Two queries' hits as the proxy answers them: output columns over every hit in order (the
+    primary key's too), ``$meta`` holding each row's dynamic document."""
+    columns: dict[str, Any] = {
+        "id": [11, 12, 13, 21, 22],
+        "title": np.array(["a", "b", "c", "d", "e"], dtype=object),
+        "$meta": [{"color": "red"}, {"color": "green", "size": 1}, {"rank": 3}, {"color": "blue"}, {}],
+    }
+    rows = ColumnRows(columns, ["title", "$meta"], ["color"])
+    hits = [
+        Hits([11, 12, 13], [0.1, 0.2, 0.3], rows.part(0, 3)),
+        Hits([21, 22], [0.4, 0.5], rows.part(3, 5)),
     ]
+    return SearchResults(hits, None, ["title", "$meta"], columns)
 
 
 def test_search_result_is_flattened_with_topks() -> None:
@@ -356,10 +362,10 @@ def test_search_result_carries_output_fields_and_dynamic_keys() -> None:
     assert list(by_name["title"].scalars.string_data.data) == ["a", "b", "c", "d", "e"]
     meta = by_name["$meta"]
     assert meta.is_dynamic and meta.type == schema_pb2.JSON and meta.field_id == 103
-    assert [json.loads(d) for d in meta.scalars.json_data.data] == [
+    assert [json.loads(d) for d in meta.scalars.json_data.data] == [  # the asked key only
         {"color": "red"},
         {"color": "green"},
-        {"rank": 3},
+        {},
         {"color": "blue"},
         {},
     ]
@@ -368,22 +374,30 @@ def test_search_result_carries_output_fields_and_dynamic_keys() -> None:
     assert [[h["id"] for h in q] for q in result] == [[11, 12, 13], [21, 22]]
     assert result[0][0]["entity"] == {"title": "a", "color": "red"}
     assert result[1][1]["entity"] == {"title": "e"}
+    assert two_queries()[0][1]["entity"] == {"title": "b", "color": "green"}  # the client's rows alike
 
 
 def test_search_result_with_string_keys() -> None:
-    data = convert.search_result_data([Hits(["x", "y"], [1.0, 2.0])], stored_schema(), [], 2)
+    data = convert.search_result_data(SearchResults([Hits(["x", "y"], [1.0, 2.0])]), stored_schema(), [], 2)
     assert list(data.ids.str_id.data) == ["x", "y"] and list(data.topks) == [2]
 
 
 def test_query_count_star_is_one_int64_column() -> None:
-    fields = convert.query_fields_data([{"count(*)": 42}], stored_schema(), ["count(*)"])
+    fields = convert.query_fields_data(QueryResults.counted(42, None), stored_schema(), ["count(*)"])
     assert len(fields) == 1
     assert fields[0].field_name == "count(*)" and fields[0].type == schema_pb2.Int64
     assert list(fields[0].scalars.long_data.data) == [42]
 
 
 def test_query_rows_have_the_primary_key_first() -> None:
-    rows = [
+    columns = {
+        "id": np.array([1, 2]),
+        "title": ["a", "b"],
+        "vec": np.array([[0.0] * DIM, [1.0] * DIM], dtype=np.float32),
+        "$meta": [{"color": "red", "other": 1}, {}],
+    }
+    rows = QueryResults(columns, ["id", "title", "vec", "$meta"], ["color"], None)
+    assert rows == [
         {"id": 1, "title": "a", "vec": [0.0] * DIM, "color": "red"},
         {"id": 2, "title": "b", "vec": [1.0] * DIM},
     ]
@@ -397,7 +411,8 @@ def test_query_rows_have_the_primary_key_first() -> None:
 
 
 def test_query_without_a_dynamic_schema_has_no_meta_column() -> None:
-    fields = convert.query_fields_data([{"id": 5, "title": "t"}], stored_schema(dynamic=False), ["title"])
+    rows = QueryResults({"id": [5], "title": ["t"]}, ["id", "title"], [], None)
+    fields = convert.query_fields_data(rows, stored_schema(dynamic=False), ["title"])
     assert [fd.field_name for fd in fields] == ["id", "title"]
 
 

@@ -14,7 +14,8 @@ from agents.proxy.health import HealthProbe, health_check, health_reasons
 from agents.proxy.load import Claims, loaded_collections, loaded_partitions, loading_progress, refresh_progress
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.service import COMPACTION_STATE_NUMBER, _check_collection_id
-from frontends.rest import ENDPOINTS, Body
+from frontends.rest.parse import Body
+from frontends.rest.routes import ENDPOINTS
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.errors import (
     CollectionNotFound,
