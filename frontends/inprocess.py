@@ -34,6 +34,7 @@ from schemas.meta import (
 )
 from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
+from state.readpath.read_params import QueryParams, SearchParams
 
 
 class InProcessClient(OspreyAPI):
@@ -308,19 +309,21 @@ class InProcessClient(OspreyAPI):
         round_decimal: int = -1,
     ) -> SearchResults:
         return await self.proxy.search(
-            collection_name,
-            data,
-            limit,
-            filter=filter,
-            output_fields=output_fields,
-            search_params=search_params,
-            anns_field=anns_field,
-            partition_names=partition_names,
-            consistency_level=consistency_level,
-            guarantee_timestamp=guarantee_timestamp,
-            timeout=timeout,
-            offset=offset,
-            round_decimal=round_decimal,
+            SearchParams.of(
+                collection_name,
+                data,
+                limit,
+                filter=filter,
+                output_fields=output_fields,
+                search_params=search_params,
+                anns_field=anns_field,
+                partition_names=partition_names,
+                consistency_level=consistency_level,
+                guarantee_timestamp=guarantee_timestamp,
+                timeout=timeout,
+                offset=offset,
+                round_decimal=round_decimal,
+            )
         )
 
     async def query(
@@ -337,16 +340,18 @@ class InProcessClient(OspreyAPI):
         timeout: float | None = None,
     ) -> QueryResults:
         return await self.proxy.query(
-            collection_name,
-            filter=filter,
-            output_fields=output_fields,
-            limit=limit,
-            offset=offset,
-            partition_names=partition_names,
-            ids=ids,
-            consistency_level=consistency_level,
-            guarantee_timestamp=guarantee_timestamp,
-            timeout=timeout,
+            QueryParams.of(
+                collection_name,
+                filter=filter,
+                output_fields=output_fields,
+                limit=limit,
+                offset=offset,
+                partition_names=partition_names,
+                ids=ids,
+                consistency_level=consistency_level,
+                guarantee_timestamp=guarantee_timestamp,
+                timeout=timeout,
+            )
         )
 
     async def get(

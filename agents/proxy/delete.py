@@ -35,6 +35,7 @@ from schemas.errors import InvalidParameter
 from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
+from state.readpath.read_params import QueryParams
 from streams.channels import pchannel_partition
 from streams.hashing import shard_of
 
@@ -212,11 +213,13 @@ class DeleteTask(Task[DeleteResult]):
         pk = self.info.collection_schema.primary_field
         self.host.request_tick()  # the tick reaching the delete's timestamp is what the query waits for
         rows = await self.host.query(
-            self.info.collection_name,
-            filter=self.filter,
-            output_fields=[],
-            partition_names=[self.partition_name] if self.partition_name else None,
-            guarantee_timestamp=read_ts,
+            QueryParams.of(
+                self.info.collection_name,
+                filter=self.filter,
+                output_fields=[],
+                partition_names=[self.partition_name] if self.partition_name else None,
+                guarantee_timestamp=read_ts,
+            )
         )
         values = rows.columns[pk.name]  # the keys as the shards sent them: no row is made
         if pk.dtype is DataType.VARCHAR:

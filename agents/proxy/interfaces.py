@@ -18,6 +18,7 @@ from state.meta.meta_cache import MetaCache
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.tso import TimestampOracle
+from state.readpath.read_params import QueryParams
 from streams.topics import Topics
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class DeleteHost(InsertHost, Protocol):
 
     def request_tick(self) -> None: ...
 
-    async def query(self, collection_name: str, **options: Any) -> QueryResults: ...
+    async def query(self, params: QueryParams) -> QueryResults: ...
 
 
 class FlushHost(Protocol):

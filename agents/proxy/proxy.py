@@ -90,6 +90,7 @@ from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle, add_ms
 from state.readpath.latency import LatencyWindow
+from state.readpath.read_params import QueryParams, SearchParams
 from streams.channels import pchannel_name
 from streams.direct import DirectPool
 from streams.kafka import make_consumer, make_producer
@@ -636,20 +637,20 @@ class Proxy(Service):
         ts, taken = self._last_now
         return add_ms(ts, int((time.monotonic() - taken) * 1000))
 
-    async def search(self, collection_name: str, data: Any, limit: int = 10, **options: Any) -> SearchResults:
-        """Run a search through the dq queue (options: see :class:`SearchTask`): per query vector,
-        its hits ``{"id", "distance", "entity"}``, best first."""
+    async def search(self, params: SearchParams) -> SearchResults:
+        """Run a checked search through the dq queue: per query vector, its hits ``{"id",
+        "distance", "entity"}``, best first, with the output fields as columns."""
         started = time.perf_counter()
         try:
-            return await self.dq_queue.run(SearchTask(self, collection_name, data, limit, **options))
+            return await self.dq_queue.run(SearchTask(self, params))
         finally:
             self.latency["search"].record(time.perf_counter() - started)
 
-    async def query(self, collection_name: str, **options: Any) -> QueryResults:
-        """Run a query through the dq queue (options: see :class:`QueryTask`): the rows, by PK."""
+    async def query(self, params: QueryParams) -> QueryResults:
+        """Run a checked query through the dq queue: the rows, by PK, as columns."""
         started = time.perf_counter()
         try:
-            return await self.dq_queue.run(QueryTask(self, collection_name, **options))
+            return await self.dq_queue.run(QueryTask(self, params))
         finally:
             self.latency["query"].record(time.perf_counter() - started)
 

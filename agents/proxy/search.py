@@ -34,47 +34,15 @@ from schemas.meta import CollectionInfo
 from schemas.results import ColumnRows, QueryResults, SearchResults
 from state.readpath.columns import values_of
 from state.readpath.consistency import guarantee_ts
-from state.readpath.dq_checks import COUNT_STAR, Prepared, dynamic_keys, prepare
-from state.readpath.reduce import check_paging, merge_query_results, page_of, reduce_search_results, rounded
+from state.readpath.dq_checks import Prepared, dynamic_keys, prepare
+from state.readpath.read_params import QueryParams, SearchParams
+from state.readpath.reduce import merge_query_results, page_of, reduce_search_results, rounded
 from state.readpath.search_hits import hits_of, result_full
 
 if TYPE_CHECKING:
     from agents.proxy.interfaces import ReadHost
 
-__all__ = ["QueryTask", "SearchTask", "parse_level", "query_vectors"]
-
-
-_LEVELS = {each.value.lower(): each for each in ConsistencyLevel}
-
-
-def parse_level(level: ConsistencyLevel | str | None) -> ConsistencyLevel | None:
-    if level is None or isinstance(level, ConsistencyLevel):
-        return level
-    found = _LEVELS.get(level.lower()) if isinstance(level, str) else None
-    if found is None:
-        raise InvalidParameter("consistency_level", "must be one of Strong, Bounded, Session, Eventually", level)
-    return found
-
-
-def query_vectors(data: Any) -> np.ndarray:
-    """Search ``data`` (a list of vectors or an (nq, dim) array) as contiguous float32 (nq, dim)."""
-    try:
-        array = np.asarray(data, dtype=np.float32)
-    except (TypeError, ValueError):
-        raise InvalidParameter("data", "must be a list of query vectors of numbers") from None
-    if array.ndim != 2:
-        raise InvalidParameter("data", "must be a list of query vectors (nq x dim)", f"shape {array.shape}")
-    if array.shape[0] == 0:
-        raise InvalidParameter("nq", "a search needs at least one query vector", 0)
-    return np.ascontiguousarray(array)
-
-
-def _timeout_ms(timeout: float | None, default_s: float) -> int:
-    if timeout is None:
-        return int(default_s * 1000)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidParameter("timeout", "must be a number of seconds > 0", timeout)
-    return max(1, int(timeout * 1000))
+__all__ = ["QueryTask", "SearchTask"]
 
 
 def _raise_errors(results: Sequence[Result]) -> None:
@@ -89,24 +57,14 @@ class _ReadTask(Task[Any]):
     prepared: Prepared  # set by pre_execute
     results: list[Result]  # one per vchannel, set by execute
 
-    def __init__(
-        self,
-        host: ReadHost,
-        collection_name: str,
-        consistency_level: Any,
-        guarantee_timestamp: int | None,
-        timeout: float | None,
-    ) -> None:
+    def __init__(self, host: ReadHost, params: SearchParams | QueryParams) -> None:
         super().__init__()
         self.host = host
-        self.collection_name = collection_name
-        self.level = parse_level(consistency_level)
-        if guarantee_timestamp is not None and (
-            isinstance(guarantee_timestamp, bool) or not isinstance(guarantee_timestamp, int) or guarantee_timestamp < 0
-        ):
-            raise InvalidParameter("guarantee_timestamp", "must be an integer >= 0", guarantee_timestamp)
-        self.given_guarantee = guarantee_timestamp
-        self.timeout_ms = _timeout_ms(timeout, host.config.search_timeout_s)
+        self.collection_name = params.collection_name
+        self.level = params.consistency_level
+        self.given_guarantee = params.guarantee_timestamp
+        timeout_s = params.timeout_s if params.timeout_s is not None else host.config.search_timeout_s
+        self.timeout_ms = max(1, int(timeout_s * 1000))
 
     async def on_enqueue(self, ids: Any, tso: Any) -> None:
         """Only the request id: the timestamp depends on the consistency level (``_resolve``)."""
@@ -134,10 +92,10 @@ class _ReadTask(Task[Any]):
         """The request checked against the cached meta; a partition the cache does not know may
         have been created (by another proxy) after it was loaded, a collection or partition it
         has as not loaded may have been loaded since: reloaded once, checked again."""
-        try:
-            return prepare(request, await self.host.cache.view())
+        try:  # trusted: the request's own values were checked in its SearchParams/QueryParams
+            return prepare(request, await self.host.cache.view(), trusted=True)
         except (PartitionNotFound, CollectionNotLoaded, PartitionNotLoaded):  # maybe loaded meanwhile
-            return prepare(request, await self.host.cache.refresh())
+            return prepare(request, await self.host.cache.refresh(), trusted=True)
 
     async def execute(self) -> None:
         load = (await self.host.cache.view()).loads.get(self.prepared.info.collection_id)
@@ -149,70 +107,38 @@ class _ReadTask(Task[Any]):
 class SearchTask(_ReadTask):
     name = "Search"
 
-    def __init__(
-        self,
-        host: ReadHost,
-        collection_name: str,
-        data: Any,
-        limit: int,
-        filter: str = "",
-        output_fields: Sequence[str] | None = None,
-        search_params: dict[str, Any] | None = None,
-        anns_field: str = "",
-        partition_names: Sequence[str] | None = None,
-        consistency_level: Any = None,
-        guarantee_timestamp: int | None = None,
-        timeout: float | None = None,
-        offset: int = 0,
-        round_decimal: int = -1,
-    ) -> None:
-        super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
-        self.queries = query_vectors(data)
-        params = dict(search_params or {})
-        self.metric = params.pop("metric_type", "") or ""
-        inner = params.pop("params", {}) or {}
-        if not isinstance(inner, dict):
-            raise InvalidParameter("search_params.params", "must be a dict", inner)
-        # pymilvus's style: offset and round_decimal may also be keys of search_params
-        self.offset = _option(params, "offset", offset, 0)
-        self.round_decimal = _option(params, "round_decimal", round_decimal, -1)
-        if params.pop("ignore_growing", False):
-            raise InvalidParameter(
-                "search_params.ignore_growing", "skipping growing segments is not supported by Osprey yet", True
-            )
-        check_paging(limit, self.offset, self.round_decimal)
-        self.params = {**params, **inner}
-        self.limit = limit
-        self.filter = filter or ""
-        self.output_fields = list(output_fields or [])
-        self.anns_field = anns_field or ""
-        self.partition_names = list(partition_names or [])
+    def __init__(self, host: ReadHost, params: SearchParams) -> None:
+        super().__init__(host, params)
+        self.params = params
+        self.output_fields = params.output_fields
+        self.offset = params.offset
+        self.round_decimal = params.round_decimal
 
     async def pre_execute(self) -> None:
         info = await self._resolve()
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int):
-            raise InvalidParameter("top_k", "must be an integer in [1, 16384]", self.limit)
+        params = self.params
+        queries = params.queries
         request = SearchRequest(
             request_id=self.request_id,
             ts=self.ts,
             collection_id=info.collection_id,
-            partition_names=self.partition_names,
-            filter=self.filter,
-            output_fields=self.output_fields,
+            partition_names=params.partition_names,
+            filter=params.filter,
+            output_fields=params.output_fields,
             guarantee_ts=self._guarantee(info),
             newest_snapshot=self.given_guarantee is None,
             timeout_ms=self.timeout_ms,
-            anns_field=self.anns_field,
-            metric_type=str(self.metric),
-            top_k=self.limit + self.offset,
-            nq=self.queries.shape[0],
-            dim=self.queries.shape[1],
-            vectors=self.queries.astype("<f4", copy=False).tobytes(),
-            params=self.params,
+            anns_field=params.anns_field,
+            metric_type=params.metric_type,
+            top_k=params.limit + params.offset,
+            nq=queries.shape[0],
+            dim=queries.shape[1],
+            vectors=queries.astype("<f4", copy=False).tobytes(),
+            params=params.params,
         )
         prepared = await self._check(request)
         # partitions travel as ids (resolved here, once); none named: the request is as it goes
-        if self.partition_names or prepared.partition_ids:
+        if params.partition_names or prepared.partition_ids:
             request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
             prepared = dataclasses.replace(prepared, request=request)
         self.prepared = prepared
@@ -269,68 +195,32 @@ def _gather(results: Sequence[Result], names: list[str], kept: list[list[Any]]) 
     return {n: [sources[index][n][row] for index, row in positions] for n in names}
 
 
-def _option(params: dict[str, Any], key: str, given: int, default: int) -> int:
-    """A search option given as a keyword or as a key of ``search_params`` (pymilvus's style),
-    not both with different values."""
-    if key not in params:
-        return given
-    value: int = params.pop(key)
-    if given != default and value != given:
-        raise InvalidParameter(f"search_params.{key}", f"conflicts with the {key} argument ({given})", value)
-    return value
-
-
 class QueryTask(_ReadTask):
     name = "Query"
 
-    def __init__(
-        self,
-        host: ReadHost,
-        collection_name: str,
-        filter: str = "",
-        output_fields: Sequence[str] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        partition_names: Sequence[str] | None = None,
-        ids: Sequence[Any] | None = None,
-        consistency_level: Any = None,
-        guarantee_timestamp: int | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        super().__init__(host, collection_name, consistency_level, guarantee_timestamp, timeout)
-        self.filter = filter or ""
-        self.output_fields = list(output_fields or [])
-        self.limit = limit
-        self.offset = offset
-        self.partition_names = list(partition_names or [])
-        self.ids = None if ids is None else list(ids)
+    def __init__(self, host: ReadHost, params: QueryParams) -> None:
+        super().__init__(host, params)
+        self.params = params
+        self.output_fields = params.output_fields
+        self.count_only = params.count
 
     async def pre_execute(self) -> None:
         info = await self._resolve()
-        expr = self.filter
-        if self.ids is not None:
-            expr = _ids_filter(info, self.ids, expr)
-        if not expr and self.limit is None and COUNT_STAR not in self.output_fields:
-            raise InvalidParameter("limit", "a query without filter expression needs a limit (Milvus rule)")
-        for name, value in (("offset", self.offset), ("limit", self.limit)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InvalidParameter(name, "must be an integer >= 0", value)
-        self.count_only = COUNT_STAR in self.output_fields
-        if self.count_only and len(self.output_fields) > 1:
-            raise InvalidParameter("output_fields", f"{COUNT_STAR} cannot be combined with other output fields")
+        params = self.params
+        expr = params.filter if params.ids is None else _ids_filter(info, params.ids, params.filter)
         request = QueryRequest(
             request_id=self.request_id,
             ts=self.ts,
             collection_id=info.collection_id,
-            partition_names=self.partition_names,
+            partition_names=params.partition_names,
             filter=expr,
-            output_fields=self.output_fields,
+            output_fields=params.output_fields,
             guarantee_ts=self._guarantee(info),
             newest_snapshot=self.given_guarantee is None,
             timeout_ms=self.timeout_ms,
-            limit=self.limit,
-            offset=self.offset,
-            count=self.count_only,
+            limit=params.limit,
+            offset=params.offset,
+            count=params.count,
         )
         prepared = await self._check(request)
         request = request.model_copy(update={"partition_ids": prepared.partition_ids or [], "partition_names": []})
@@ -347,14 +237,12 @@ class QueryTask(_ReadTask):
         keys = dynamic_keys(self.output_fields, info)
         parts = [{c.name: values_of(c) for c in r.fields} for r in self.results if isinstance(r, QueryResult)]
         parts = [p for p in parts if p]
-        merged = merge_query_results(parts, self.offset, self.limit) if parts else {n: [] for n in names}
+        merged = merge_query_results(parts, self.params.offset, self.params.limit) if parts else {n: [] for n in names}
         self.result = QueryResults(merged, names, keys, info)
 
 
 def _ids_filter(info: CollectionInfo, ids: Sequence[Any], expr: str) -> str:
     pk = info.collection_schema.primary_field
-    if not ids:
-        raise InvalidParameter("ids", "must hold at least one primary key")
     if pk.dtype is DataType.VARCHAR:
         if not all(isinstance(i, str) for i in ids):
             raise InvalidParameter("ids", f"primary key {pk.name} is VARCHAR: ids must be strings")

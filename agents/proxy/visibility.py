@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from schemas.errors import CollectionNotFound
+from state.readpath.read_params import QueryParams
 from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -143,4 +144,6 @@ async def wait_visible_through(proxy: Any, collection: str, collection_id: int, 
     info = (await proxy.cache.get(collection)).info
     if info.collection_id != collection_id:
         raise CollectionNotFound(f"{collection} is now collection {info.collection_id}, not {collection_id}")
-    await proxy.query(info.collection_name, output_fields=["count(*)"], guarantee_timestamp=ts, timeout=timeout_s)
+    await proxy.query(
+        QueryParams.of(info.collection_name, output_fields=["count(*)"], guarantee_timestamp=ts, timeout=timeout_s)
+    )

@@ -27,6 +27,7 @@ from schemas.meta import CollectionInfo
 from schemas.results import COUNT_STAR
 from state.meta.meta_table import MetaView
 from state.readpath.expr import Filter, compile_filter
+from state.readpath.read_params import MAX_QUERY_LIMIT
 from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 
 __all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
@@ -238,29 +239,40 @@ def _derive_shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Sha
     return _Shape(info, partition_ids, flt, outputs, field.name, field.dim, metric)
 
 
-def prepare(request: SearchRequest | QueryRequest, view: MetaView) -> Prepared:
+def prepare(request: SearchRequest | QueryRequest, view: MetaView, trusted: bool = False) -> Prepared:
     """Check ``request`` against the meta in ``view``; the checked request, or the first error.
-    The meta checks are done once per shape of request and view (:func:`_shape`), the checks of
-    the request's own values every time."""
+    The meta checks are done once per shape of request and view (:func:`_shape`). ``trusted``: the
+    request's own values were checked when it was made (:mod:`state.readpath.read_params`, the
+    proxy's; a query node trusts the proxy's request): only asserted here, not checked again."""
     shape = _shape(request, view)
     if isinstance(request, QueryRequest):
-        if isinstance(request.offset, bool) or request.offset < 0:
-            raise InvalidParameter("offset", "must be an integer >= 0", request.offset)
-        if request.limit is not None and (isinstance(request.limit, bool) or not 0 <= request.limit <= 16_384 * 1024):
-            raise InvalidParameter("limit", "must be an integer in [0, 16777216] or None", request.limit)
+        if trusted:
+            assert request.offset >= 0 and (request.limit is None or request.limit >= 0)
+        else:
+            if isinstance(request.offset, bool) or request.offset < 0:
+                raise InvalidParameter("offset", "must be an integer >= 0", request.offset)
+            if request.limit is not None and (
+                isinstance(request.limit, bool) or not 0 <= request.limit <= MAX_QUERY_LIMIT
+            ):
+                raise InvalidParameter("limit", f"must be an integer in [0, {MAX_QUERY_LIMIT}] or None", request.limit)
         return Prepared(request, shape.info, _copy(shape.partition_ids), shape.filter, list(shape.output_fields))
-    if request.nq < 1:
-        raise InvalidParameter("nq", "a search needs at least one query vector", request.nq)
-    if request.dim != shape.dim:
+    if request.dim != shape.dim:  # the meta's rule: checked whoever made the request
         raise InvalidParameter("data", f"query vectors must have dim {shape.dim} (field {shape.field})", request.dim)
-    if len(request.vectors) != request.nq * request.dim * 4:
-        raise InvalidParameter(
-            "vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)", len(request.vectors)
-        )
-    queries = request.queries()
-    if not np.isfinite(queries).all():
-        raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")
-    top_k = check_top_k(request.top_k)
+    if trusted:
+        assert request.nq >= 1 and len(request.vectors) == request.nq * request.dim * 4
+        queries = request.queries()
+        top_k = request.top_k
+    else:
+        if request.nq < 1:
+            raise InvalidParameter("nq", "a search needs at least one query vector", request.nq)
+        if len(request.vectors) != request.nq * request.dim * 4:
+            raise InvalidParameter(
+                "vectors", f"must hold nq*dim float32 values ({request.nq}*{request.dim}*4 bytes)", len(request.vectors)
+            )
+        queries = request.queries()
+        if not np.isfinite(queries).all():
+            raise InvalidParameter("data", "query vectors must be finite (no NaN or infinity)")
+        top_k = check_top_k(request.top_k)
     return Prepared(
         request,
         shape.info,

@@ -68,9 +68,9 @@ async def test_a_cancelled_caller_cancels_its_read() -> None:
 
 
 def test_a_consistency_level_is_read_case_blind_and_anything_else_refused() -> None:
-    from agents.proxy.search import parse_level
     from schemas.collection import ConsistencyLevel
     from schemas.errors import InvalidParameter
+    from state.readpath.read_params import parse_level
 
     assert parse_level("strong") is parse_level("Strong") is ConsistencyLevel.Strong
     assert parse_level("EVENTUALLY") is ConsistencyLevel.Eventually and parse_level(None) is None
