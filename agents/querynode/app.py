@@ -8,9 +8,9 @@ places the live query nodes in replica groups and gives every pchannel a leader 
 sees it) and follows the distribution every ``FOLLOW_INTERVAL_S`` (:meth:`QueryNodeRuntime.follow_once`):
 
 - a (group, pchannel) it is the target leader of is recovered from the meta store (flushed
-  segments loaded sealed, consumption from the pchannel checkpoint, ``node.py``), consumed up to
-  the log end seen when it was ready, and only then **claimed** in ``ShardOwners``: proxies route
-  by the claims, so the claim is the switch of a handoff;
+  segments loaded sealed, consumption from the pchannel checkpoint, ``recovery.py``), consumed up
+  to the log end seen when it was ready, and only then **claimed** in ``ShardOwners``: proxies
+  route by the claims, so the claim is the switch of a handoff;
 - a (group, pchannel) it serves but no longer targets is served until another node claimed it
   (then dropped with its delegators), or dropped at once when its group is gone.
 

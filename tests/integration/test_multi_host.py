@@ -710,7 +710,7 @@ async def test_local_folder_object_store_is_one_host_only(
     one host; hosts that share no disk need ``s3://``.
 
     After the failed reload the collection never becomes Loaded. (Before a fix this test led
-    to, the retried segment event made an empty delegator on first use, ``QueryNode._delegator``
+    to, the retried segment event made an empty delegator on first use, ``QueryNode.delegator``
     in agents/querynode/node.py, and the load reported Loaded with ``count(*)`` 0 of 300 rows.)"""
     shared = shared_config(hosts, kafka, redis_a, proxy_grpc="")
     layout = Layout(shared, hosts, {"a": ("rootcoord",), "b": ("datanode",), "c": ("querynode",)}, suffix="-local")

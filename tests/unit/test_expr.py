@@ -3,8 +3,8 @@
 The property test generates ASTs, renders them to text with random spellings (keyword case, &&/and,
 quotes, literal-left comparisons, chained ranges, hex/octal numbers, escapes), checks the parser
 gives the same AST back, and checks the vectorized :meth:`Filter.evaluate` against the per-row
-oracle :func:`evaluate_row` over random rows (NaN/inf floats, full-range ints, JSON with missing
-keys and mixed types, dynamic fields).
+oracle :func:`tests.expr_oracle.evaluate_row` over random rows (NaN/inf floats, full-range ints,
+JSON with missing keys and mixed types, dynamic fields).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from state.readpath.expr import (
     Or,
     TokenKind,
     compile_filter,
-    evaluate_row,
     parse,
     tokenize,
 )
 from state.readpath.expr.evaluate import json_lookup
 from state.readpath.expr.parser import FLIPPED, ORDER_OPS
+from tests.expr_oracle import evaluate_row
 
 SCHEMA = CollectionSchema(
     fields=[

@@ -6,12 +6,13 @@ Typical use::
     mask = flt.evaluate(columns, n_rows)                                   # bool[n_rows]
 
 Modules: :mod:`.lexer` (tokens with positions), :mod:`.parser` (grammar and AST),
-:mod:`.evaluate` (schema binding, type checks, vectorized kernels, the per-row oracle).
+:mod:`.evaluate` (schema binding, type checks, vectorized kernels). The tests' per-row oracle is
+``tests/expr_oracle.py``.
 """
 
 from __future__ import annotations
 
-from state.readpath.expr.evaluate import Filter, compile_filter, evaluate_row
+from state.readpath.expr.evaluate import Filter, compile_filter
 from state.readpath.expr.lexer import EXPR_FIELD, Token, TokenKind, tokenize
 from state.readpath.expr.parser import MAX_NESTING_DEPTH, And, Compare, FieldRef, InList, Like, Node, Not, Or, parse
 
@@ -30,7 +31,6 @@ __all__ = [
     "Token",
     "TokenKind",
     "compile_filter",
-    "evaluate_row",
     "parse",
     "tokenize",
 ]
