@@ -399,6 +399,15 @@ async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
             return len(await owned(other_pid)) == config.dml_partitions
 
         await eventually("the other query node to own every pchannel", other_owns_all)
+        other_address = (await status_of(config, "querynode", other_pid) or {})["address"]
+
+        async def routed_to_other() -> bool:
+            # the proxy routes by the shard owners it read last (kept shard_owners_ttl_s): a count
+            # sent before it reads the new owners waits its whole deadline on the paused node
+            owners = await client.proxy.dq_router._owner_map(refresh=True)
+            return {o.address for o in owners.get(0, {}).values()} == {other_address}
+
+        await eventually("the proxy to route every pchannel to the other node", routed_to_other)
         assert await client.count("paused_querynode") == len(ids)  # served by the other node
         direct = await pool.get(paused_doc["address"])
         described = await client.describe_collection("paused_querynode")
