@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,15 +14,17 @@ DEFAULT_POLL_S = 0.1
 
 async def eventually(
     what: str,
-    check: Callable[[], Awaitable[Any]],
+    check: Callable[[], Awaitable[Any] | Any],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     poll_s: float = DEFAULT_POLL_S,
 ) -> Any:
-    """``check()``'s first truthy value, asked every ``poll_s``; an AssertionError naming ``what``
-    once ``timeout_s`` has passed without one."""
+    """``check()``'s first truthy value (awaited when it is awaitable), asked every ``poll_s``; an
+    AssertionError naming ``what`` once ``timeout_s`` has passed without one."""
     deadline = time.monotonic() + timeout_s
     while True:
-        got = await check()
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
         if got:
             return got
         assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"

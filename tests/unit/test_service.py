@@ -16,6 +16,10 @@ from agents.service import FATAL_EXIT_CODE, FatalExit, OnCrash, Service
 from schemas.dq import QueryRequest, QueryResult
 from schemas.errors import ServiceUnavailable
 from streams.direct import DirectClient
+from tests.eventually import eventually
+
+TIMEOUT_S = 5.0  # a condition of these tests holds within this, or the test fails
+POLL_S = 0.001  # the tests' backoffs are tenths of a second: conditions are asked often
 
 
 class Recorder(Service):
@@ -93,7 +97,7 @@ async def test_a_loop_that_dies_is_logged_and_shows_in_health(caplog: pytest.Log
 
     with caplog.at_level(logging.ERROR):
         service.spawn(dies, "reader", on_crash=OnCrash.STOP)
-        await until(lambda: bool(service.health()["dead_loops"]))
+        await eventually("the loop to die", lambda: bool(service.health()["dead_loops"]), TIMEOUT_S, POLL_S)
     assert service.health()["dead_loops"] == ["reader: ValueError('bad record')"]
     assert "loop reader died" in caplog.text
     await service.stop()
@@ -140,13 +144,6 @@ async def test_a_hung_close_and_a_loop_that_ignores_cancel_do_not_hang_stop(capl
     assert "closing stuck client took over 0.2 s; left behind" in caplog.text
     assert service.events[-3:] == ["close consumer", "close producer", "close redis"]  # the rest closed
     release.set()
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Return once ``condition()`` holds (checked at every turn of the loop); fail after ``timeout_s``."""
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.001)
 
 
 class Child(Service):
@@ -288,10 +285,11 @@ async def test_a_restart_loop_that_ran_a_while_is_no_longer_dead_and_starts_over
         async with asyncio.timeout(5):
             await service.running.wait()
         assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03]  # capped at restart_backoff_max_s
-        await until(lambda: not service.health()["dead_loops"])  # it ran restart_backoff_reset_s
+        recovered = "the loop to count as recovered (it ran restart_backoff_reset_s)"
+        await eventually(recovered, lambda: not service.health()["dead_loops"], TIMEOUT_S, POLL_S)
         service.running.clear()
         service.release.set()  # its fourth run dies after running a while: the pause starts over
-        await until(lambda: len(service.runs) == 5)
+        await eventually("five runs", lambda: len(service.runs) == 5, TIMEOUT_S, POLL_S)
     assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03, 0.01]
     assert service.health()["restarts"] == {"flaky": 4}
     await service.stop()
@@ -304,7 +302,7 @@ async def test_a_stop_loop_calls_the_fatal_hook_once_and_is_not_restarted(caplog
     await service.start()
     with caplog.at_level(logging.CRITICAL):
         service.spawn(service.loop, "follow", on_crash=OnCrash.STOP)
-        await until(lambda: service.loops_running == 0)
+        await eventually("no loop running", lambda: service.loops_running == 0, TIMEOUT_S, POLL_S)
     assert calls == ["flaky service: loop follow died: ValueError('run 1')"]
     assert len(service.runs) == 1
     health = service.health()
@@ -319,7 +317,7 @@ async def test_a_stop_loop_without_a_hook_marks_the_service_failed(caplog: pytes
     await service.start()
     with caplog.at_level(logging.CRITICAL):
         service.spawn(service.loop, "follow", on_crash=OnCrash.STOP)
-        await until(lambda: service.loops_running == 0)
+        await eventually("no loop running", lambda: service.loops_running == 0, TIMEOUT_S, POLL_S)
     assert len(service.runs) == 1 and service.started  # nothing restarted, nothing stopped
     health = service.health()
     assert health["fatal"] == "flaky service: loop follow died: ValueError('run 1')"
@@ -333,14 +331,20 @@ async def test_stop_and_cancel_end_a_loop_in_its_restart_pause() -> None:
     service.restart_backoff_min_s = service.restart_backoff_max_s = 60.0
     await service.start()
     service.spawn(service.loop, "paused by stop", on_crash=OnCrash.RESTART)
-    await until(lambda: bool(service.health()["dead_loops"]))  # died once, now in its 60 s pause
+    died = "the loop to die once (then in its 60 s pause)"
+    await eventually(died, lambda: bool(service.health()["dead_loops"]), TIMEOUT_S, POLL_S)
     async with asyncio.timeout(5):
         await service.stop()
     assert service.loops_running == 0 and len(service.runs) == 1 and service.health()["restarts"] == {}
 
     await service.start()
     task = service.spawn(service.loop, "cancelled", on_crash=OnCrash.RESTART)
-    await until(lambda: len(service.runs) == 2 and service.health()["dead_loops"][-1].startswith("cancelled"))
+    await eventually(
+        "the second run to die",
+        lambda: len(service.runs) == 2 and service.health()["dead_loops"][-1].startswith("cancelled"),
+        TIMEOUT_S,
+        POLL_S,
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -360,11 +364,11 @@ async def test_a_child_reports_a_fatal_loop_to_its_parents_hook() -> None:
         raise OSError("broker gone")
 
     parent.a.spawn(dies, "reader", on_crash=OnCrash.STOP)
-    await until(lambda: bool(calls))
+    await eventually("the fatal hook to be called", lambda: bool(calls), TIMEOUT_S, POLL_S)
     assert calls == ["a: loop reader died: OSError('broker gone')"]
     assert parent.a.health()["fatal"] == parent.health()["fatal"] == calls[0]
     parent.b.spawn(dies, "writer", on_crash=OnCrash.STOP)
-    await until(lambda: bool(own))
+    await eventually("the child's hook to be called", lambda: bool(own), TIMEOUT_S, POLL_S)
     assert own == ["b: loop writer died: OSError('broker gone')"] and len(calls) == 1
     await parent.stop()
 
