@@ -132,8 +132,9 @@ class QueryResults(ColumnRows):
 class SearchResults(list[Hits]):
     """One :class:`Hits` per query vector, best first (see the module docstring): a list, with
     ``info`` (the collection read; None when rebuilt from JSON), ``output_fields`` (the fields of
-    each hit's entity: static names, and ``$meta`` for dynamic keys) and ``columns`` (their values,
-    and the primary key's, over every hit in order, query 0's first; empty when no field was asked)."""
+    each hit's entity: static names, and ``$meta`` for dynamic keys), ``keys`` (the dynamic keys
+    asked, None: all of them) and ``columns`` (their values, and the primary key's, over every hit
+    in order, query 0's first; empty when no field was asked)."""
 
     def __init__(
         self,
@@ -141,8 +142,10 @@ class SearchResults(list[Hits]):
         info: CollectionInfo | None = None,
         output_fields: Sequence[str] = (),
         columns: Columns | None = None,
+        keys: Sequence[str] | None = (),
     ) -> None:
         super().__init__(hits)
         self.info = info
         self.output_fields = list(output_fields)
         self.columns: Columns = columns or {}
+        self.keys = None if keys is None else list(keys)

@@ -168,12 +168,13 @@ class SearchTask(_ReadTask):
         if entity:
             columns = _gather(self.results, names, kept)
             columns[pk] = [key for ids in kept for key in ids]  # the primary key's too (the gRPC reply has it)
-        rows = ColumnRows(columns, entity, dynamic_keys(self.output_fields, info)) if entity else None
+        keys = dynamic_keys(self.output_fields, info)
+        rows = ColumnRows(columns, entity, keys) if entity else None
         out, start = [], 0
         for q, ids in enumerate(kept):
             out.append(of_batch(ids, distances, q, None if rows is None else rows.part(start, start + len(ids))))
             start += len(ids)
-        self.result = SearchResults(out, info, entity, columns)
+        self.result = SearchResults(out, info, entity, columns, keys)
 
 
 def _gather(results: Sequence[Result], names: list[str], kept: list[list[Any]]) -> dict[str, list[Any]]:

@@ -446,14 +446,13 @@ def search_result_data(
         scores.extend(query.distances)
         topks.append(len(query.ids))
     names = output_names(output_fields, schema)
-    keys = _dynamic_keys(output_fields, schema)
     return schema_pb2.SearchResultData(
         num_queries=len(hits),
         top_k=top_k,
         ids=ids_proto(ids),
         scores=scores,
         topks=topks,
-        fields_data=output_columns(hits.columns, keys, schema, names) if names and ids else [],
+        fields_data=output_columns(hits.columns, hits.keys, schema, names) if names and ids else [],
         output_fields=names,
         primary_field_name=schema.primary_field.name,
     )
@@ -473,14 +472,6 @@ def query_fields_data(rows: QueryResults, schema: CollectionSchema, names: Seque
         ]
     with_pk = [schema.primary_field.name, *names]
     return output_columns(rows.columns, rows.keys, schema, with_pk)
-
-
-def _dynamic_keys(requested: Sequence[str], schema: CollectionSchema) -> list[str] | None:
-    """The asked names that are dynamic keys (None: every key, for ``*`` or ``$meta``)."""
-    if "*" in requested or DYNAMIC_FIELD_NAME in requested:
-        return None
-    static = {f.name for f in schema.fields}
-    return [n for n in requested if n not in static and n != COUNT_STAR]
 
 
 __all__ = [

@@ -342,7 +342,7 @@ def two_queries() -> SearchResults:
         Hits([11, 12, 13], [0.1, 0.2, 0.3], rows.part(0, 3)),
         Hits([21, 22], [0.4, 0.5], rows.part(3, 5)),
     ]
-    return SearchResults(hits, None, ["title", "$meta"], columns)
+    return SearchResults(hits, None, ["title", "$meta"], columns, ["color"])
 
 
 def test_search_result_is_flattened_with_topks() -> None:
