@@ -150,6 +150,12 @@ async def test_served_rpcs_answer_as_in_process(thin: Client, client: InProcessC
     [only] = await client.list_loaded_partitions(a)
     assert only.partition_names == ["p1"]
     assert a in {p.collection_name for p in await client.list_loaded_collections()}
+    # the OspreyAPI calls Milvus's REST has no route for answer through Osprey's routes alike
+    assert await thin.list_loaded_partitions(a) == await client.list_loaded_partitions(a)
+    assert await thin.list_loaded_collections([a]) == await client.list_loaded_collections([a])
+    assert await thin.describe_replica(a) == await client.describe_replica(a)
+    before = await client.now()
+    assert before < await thin.now() < await client.now()
 
     by_id = await thin.describe_collection(collection_id=a_id)
     assert by_id == await client.describe_collection(collection_id=a_id) and by_id.info.collection_name == a
