@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,25 @@ HUGE_PAGES_VALUE = "1"  # madvise(MADV_HUGEPAGE) on malloc's mmap'd chunks and i
 GLIBC_WITH_HUGETLB = (2, 35)  # the first glibc that knows the tunable
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 HUGE_PAGES_REFRESH_S = 30.0  # how often a node reads its huge-page memory again (HugePagesGauge)
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Give the calling thread the niceness ``nice`` (Linux: per thread; the threads it starts
+    after, such as hnswlib's, inherit it). False where that is not possible (another OS, or a
+    lower niceness than the thread's own without the privilege): the thread keeps its priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def thread_niceness() -> int:
+    """The calling thread's niceness (Linux; 0 elsewhere)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (OSError, AttributeError):
+        return 0
 
 
 def apply_interpreter_settings(config: OspreyConfig) -> None:

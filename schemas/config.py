@@ -192,6 +192,14 @@ class OspreyConfig(BaseModel):
     index_build_threads: int = Field(
         2, ge=1, le=256, description="threads an index node gives hnswlib for one build (one build at a time)"
     )
+    index_build_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="the niceness of an index node's build thread and of hnswlib's threads under it: on a box "
+        "shared with query nodes and proxies, builds take the CPU that searches and the ingest leave (at 10, "
+        "about a tenth of a core that a normal-priority thread also wants); 0 builds at normal priority",
+    )
     index_min_segment_rows: int = Field(
         1_024,
         ge=1,

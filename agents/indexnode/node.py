@@ -6,8 +6,10 @@ before it reads. It also looks, every ``index_scan_interval_s``, for tasks the s
 progress on it and that it has not queued (an event it missed), so a task never sits assigned to a
 live node that does not know it.
 
-Builds run one at a time, on a thread (hnswlib releases the GIL and uses
-``index_build_threads`` threads). For each (build id, version) taken from the queue:
+Builds run one at a time, on a thread of their own (hnswlib releases the GIL and uses
+``index_build_threads`` threads) at niceness ``index_build_nice``: on a box shared with query nodes
+and proxies, a build takes the CPU that searches and the ingest leave (issue 37: searches must not
+queue behind index builds). For each (build id, version) taken from the queue:
 
 1. read the task; skip it unless it is still in progress on this node at this version and not
    marked deleted (reassigned or dropped meanwhile: nothing was written);
@@ -32,9 +34,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agents.interpreter import HugePagesGauge
+from agents.interpreter import HugePagesGauge, lower_thread_priority
 from agents.lease_keeper import LeaseKeeper
 from agents.segment_events import IndexTasksReader
 from agents.service import OnCrash, Service
@@ -94,6 +97,15 @@ class IndexNode(Service):
         self.on_close(redis.aclose, "redis")
         self.root = open_object_store(config, ROLE)
         self.on_close(lambda: asyncio.to_thread(self.root.close), "object store")
+        # one build at a time, on a thread of its own at the configured niceness (hnswlib's threads
+        # inherit it): searches and the ingest on the same box keep the CPU they want
+        self._builder = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="osprey-index-build",
+            initializer=lower_thread_priority,
+            initargs=(config.index_build_nice,),
+        )
+        self.on_close(lambda: asyncio.to_thread(self._builder.shutdown), "build thread")
         self.tasks = IndexTaskStore(redis, ns)
         self.tso = TimestampOracle(redis, ns, window_ms=config.tso_window_ms)
         self.status = StatusBoard(redis, ns)
@@ -174,8 +186,8 @@ class IndexNode(Service):
             version,
         )
         try:
-            relative, files, seconds = await asyncio.to_thread(
-                build_index, self.root, task, self.config.index_build_threads
+            relative, files, seconds = await asyncio.get_running_loop().run_in_executor(
+                self._builder, build_index, self.root, task, self.config.index_build_threads
             )
         except Exception as exc:
             latest = await self.tasks.get(build_id)

@@ -14,9 +14,7 @@ snapshot of the segment list. Released segments are told to stop indexing
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.interpreter import lower_thread_priority
 from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
@@ -251,8 +250,7 @@ class IndexBuilder:
         return added
 
     def _run(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: normal priority
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILDER_NICE)
+        lower_thread_priority(BUILDER_NICE)  # not Linux, or not allowed: normal priority
         while not self._stop.is_set():
             try:
                 added = self.run_once()

@@ -1,16 +1,20 @@
 """An index node on its own (no coordinator), against Kafka and redis-server: a build that keeps
 failing is retried until ``index_max_attempts`` and then stays Failed with its reason; a task
-that is not the node's (another node, another version, deleted) is skipped without a file."""
+that is not the node's (another node, another version, deleted) is skipped without a file; builds
+run on a thread at ``index_build_nice``, not on the event loop's."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from agents.indexnode import node as indexnode_module
 from agents.indexnode.node import IndexNode
+from agents.interpreter import thread_niceness
 from schemas.config import OspreyConfig
 from schemas.index import INDEX_DIR, IndexState, IndexTask
 from state.meta.index_tasks import IndexTaskStore
@@ -78,3 +82,25 @@ async def test_tasks_that_are_not_the_nodes_are_skipped(
         assert await node.run_task(created.build_id, 1) == "skipped"
         unchanged = await store.get(created.build_id)
         assert unchanged is not None and unchanged.revision == 1
+
+
+async def test_builds_run_on_a_thread_at_the_configured_niceness(
+    node: IndexNode, redis: aioredis.Redis, config: OspreyConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, int]] = []  # (niceness, native thread id) of each build
+    real = indexnode_module.build_index
+
+    def recorded(*args: object) -> object:
+        seen.append((thread_niceness(), threading.get_native_id()))
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(indexnode_module, "build_index", recorded)
+    loop_niceness = thread_niceness()
+    store = IndexTaskStore(redis, config.cluster)
+    created = await store.create(task(node_id=node.node_id))
+    assert await node.run_task(created.build_id, 1) == "failed"  # the real build ran (no such segment)
+    assert len(seen) == 1
+    niceness, thread_id = seen[0]
+    assert niceness == max(node.config.index_build_nice, loop_niceness)
+    assert node.config.index_build_nice > 0 and thread_id != threading.get_native_id()
+    assert thread_niceness() == loop_niceness  # the event loop's thread keeps its priority

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from agents.interpreter import (
     glibc_version,
     huge_pages_env,
     huge_pages_possible,
+    lower_thread_priority,
+    thread_niceness,
 )
 from schemas.config import OspreyConfig
 
@@ -143,3 +146,25 @@ async def test_huge_pages_gauge_reads_again_only_when_its_figure_is_old(monkeypa
     gauge.refresh_s = 0
     assert await gauge.refresh() == 200
     assert gauge.kb == 200
+
+
+def test_a_lowered_priority_is_the_threads_own_and_its_threads_inherit_it() -> None:
+    before = thread_niceness()
+    target = min(before + 5, 19)
+    seen: dict[str, int] = {}
+
+    def child() -> None:
+        seen["child"] = thread_niceness()
+
+    def lowered() -> None:
+        seen["ok"] = int(lower_thread_priority(target))
+        seen["own"] = thread_niceness()
+        started = threading.Thread(target=child)
+        started.start()
+        started.join()
+
+    thread = threading.Thread(target=lowered)
+    thread.start()
+    thread.join()
+    assert seen == {"ok": 1, "own": target, "child": target}
+    assert thread_niceness() == before  # the calling thread is untouched
