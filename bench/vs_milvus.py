@@ -19,9 +19,11 @@ these calls):
   each mode, and QPS compares at those points;
 - Strong nq=1 search p50/p99 at that system's nq=1 ef;
 - idle CPU: CPU seconds of the process tree over ``--idle-s`` quiet seconds / the interval;
-- searches while an ingest runs: ``--writers`` processes insert at ``--ingest-rate`` rows/s in total
-  (0: as fast as they can) while ``--readers`` processes (half of them Strong) search nq=1, for
-  ``--ingest-s`` seconds; insert rows/s achieved and search p50/p99 per level.
+- searches while an ingest runs (issue 37's scenario): ``--writers`` processes insert while
+  ``--readers`` processes (half of them Strong) search nq=1, for ``--ingest-s`` seconds, at each of
+  ``--ingest-levels``: ``full`` (each writer as fast as it can), ``half`` (half the rows/s that
+  system reached at ``full``: run after it) or a number of rows/s in total; insert rows/s achieved,
+  and search p50/p99 per consistency level and over every reader ("mixed").
 Every figure is printed as the ratio Osprey / Milvus; results go to
 ``bench/results/vs_milvus-<stamp>.json`` with a PNG (QPS against recall for both systems, nq=1
 and batched, and the ratios) beside it.
@@ -108,12 +110,17 @@ HIGHER_IS_BETTER = {
     "rss_mib": False,
     "peak_rss_mib": False,
     "idle_cpu_cores": False,
-    "ingest_insert_rows_per_s": True,
-    "ingest_strong_p50_ms": False,
-    "ingest_strong_p99_ms": False,
-    "ingest_bounded_p50_ms": False,
-    "ingest_bounded_p99_ms": False,
+    # per level of --ingest-levels (``full``, ``half``, or the rows/s): ingest_<level>_<figure>
 }
+INGEST_FIGURES = {  # figure -> higher is better
+    "insert_rows_per_s": True,
+    "strong_p50_ms": False,
+    "strong_p99_ms": False,
+    "bounded_p50_ms": False,
+    "bounded_p99_ms": False,
+    "mixed_p99_ms": False,
+}
+INGEST_LEVELS = ("full", "half")  # the default levels: issue 37's goals are set at these two
 
 
 # ---------------------------------------------------------------------------- the Milvus venv, the namespace
@@ -473,7 +480,8 @@ class IngestRole:
 def ingest_client(role: IngestRole, ready: Any, start: Any, stop: Any, results: Any) -> None:
     """One client process of :func:`ingest_scenario` (its own interpreter, so the clients do not
     share a GIL): a MilvusClient, then inserts or nq=1 searches from ``start`` until ``stop``; puts
-    ``(role, seconds of each call, rows acknowledged, errors)`` on ``results``."""
+    ``(role, seconds of each call, rows acknowledged, errors, first id no batch of it used)`` on
+    ``results``."""
     client = MilvusClient(uri=role.uri, timeout=CLIENT_TIMEOUT_S)
     opts, vectors = role.opts, role.vectors
     latencies: list[float] = []
@@ -487,6 +495,7 @@ def ingest_client(role: IngestRole, ready: Any, start: Any, stop: Any, results: 
     start.wait()
     due = time.perf_counter()
     batch = role.index
+    next_free = role.first_id
     while not stop.is_set() and len(errors) < INGEST_ERRORS_MAX:
         try:
             if role.reader:
@@ -499,6 +508,7 @@ def ingest_client(role: IngestRole, ready: Any, start: Any, stop: Any, results: 
             lo = role.first_id + batch * opts.batch_rows
             rows = [{"id": lo + i, "vec": vectors[(lo + i) % len(vectors)]} for i in range(opts.batch_rows)]
             batch += opts.writers
+            next_free = max(next_free, lo + opts.batch_rows)  # used even if the call fails
             t = time.perf_counter()
             client.insert(COLLECTION, rows)
             latencies.append(time.perf_counter() - t)
@@ -510,13 +520,16 @@ def ingest_client(role: IngestRole, ready: Any, start: Any, stop: Any, results: 
             due += opts.batch_rows / per_writer_rate
             stop.wait(max(0.0, due - time.perf_counter()))
     client.close()
-    results.put((role.reader, role.index, latencies, rows_acked, errors))
+    results.put((role.reader, role.index, latencies, rows_acked, errors, next_free))
 
 
-def ingest_scenario(uri: str, w: Workload, ef: int, opts: IngestOptions, first_id: int) -> dict[str, Any]:
+def ingest_scenario(
+    uri: str, w: Workload, ef: int, opts: IngestOptions, first_id: int, count_before: int
+) -> dict[str, Any]:
     """Writer processes insert new rows (ids from ``first_id``, vectors of the workload) at the
     target rate while reader processes search nq=1 at ``ef``, for ``opts.duration_s`` (timed once
-    every client is connected); then a Strong count checks every acknowledged row is there."""
+    every client is connected); then a Strong count checks every acknowledged row is there (the
+    collection held ``count_before`` rows). ``next_id``: the first id the writers left unused."""
     ctx = mp.get_context("spawn")  # no fork of a process with gRPC threads
     ready, results, start, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
     writer_rows = w.base[: min(len(w.base), INGEST_VECTORS)]
@@ -541,9 +554,9 @@ def ingest_scenario(uri: str, w: Workload, ef: int, opts: IngestOptions, first_i
             proc.join(INGEST_JOIN_S)
             if proc.is_alive():
                 proc.kill()
-    insert_s = [t for reader, _, lat, _, _ in reports if not reader for t in lat]
-    rows_acked = sum(rows for reader, _, _, rows, _ in reports if not reader)
-    errors = [e for *_, errs in reports for e in errs]
+    insert_s = [t for reader, _, lat, _, _, _ in reports if not reader for t in lat]
+    rows_acked = sum(rows for reader, _, _, rows, _, _ in reports if not reader)
+    errors = [e for _, _, _, _, errs, _ in reports for e in errs]
     client = MilvusClient(uri=uri, timeout=CLIENT_TIMEOUT_S)
     try:
         count = client.query(COLLECTION, filter="", output_fields=["count(*)"], consistency_level="Strong")
@@ -558,12 +571,13 @@ def ingest_scenario(uri: str, w: Workload, ef: int, opts: IngestOptions, first_i
         "insert_batch_p50_ms": percentile_ms(insert_s, 50),
         "insert_batch_p99_ms": percentile_ms(insert_s, 99),
         "count_after": int(count[0]["count(*)"]),
-        "count_expected": first_id + rows_acked,
+        "count_expected": count_before + rows_acked,
+        "next_id": max([first_id, *(free for reader, *_, free in reports if not reader)]),
         "errors": len(errors),
         "first_errors": errors[:3],
     }
-    for level, parity in (("strong", 0), ("bounded", 1)):
-        samples = [t for reader, k, lat, _, _ in reports if reader and k % 2 == parity for t in lat]
+    for level, parities in (("strong", (0,)), ("bounded", (1,)), ("mixed", (0, 1))):
+        samples = [t for reader, k, lat, _, _, _ in reports if reader and k % 2 in parities for t in lat]
         out[level] = {
             "searches": len(samples),
             "qps": len(samples) / elapsed,
@@ -604,21 +618,40 @@ def measure(system: System, w: Workload, args: argparse.Namespace) -> dict[str, 
         out["idle_cpu"] = idle_cpu(system, args.idle_s)
         print(f"  idle CPU {out['idle_cpu']['cores']:.3f} cores over {out['idle_cpu']['interval_s']:.0f} s")
         if args.ingest_s > 0:
-            opts = IngestOptions(args.writers, args.ingest_rate, args.ingest_batch, args.readers, args.ingest_s)
-            ing = ingest_scenario(system.uri, w, strong_ef, opts, len(w.base))
-            out["ingest"] = ing
-            print(
-                f"  while ingesting ({opts.writers} writers, target {opts.rate_rows_per_s:,.0f} rows/s, "
-                f"{opts.readers} readers): {ing['insert_rows_per_s']:,.0f} rows/s; Strong p50 "
-                f"{ing['strong']['p50_ms']:.1f} p99 {ing['strong']['p99_ms']:.1f} ms ({ing['strong']['searches']}), "
-                f"Bounded p50 {ing['bounded']['p50_ms']:.1f} p99 {ing['bounded']['p99_ms']:.1f} ms "
-                f"({ing['bounded']['searches']}); count {ing['count_after']}/{ing['count_expected']}, "
-                f"{ing['errors']} errors"
-            )
+            out["ingest"] = ingest_levels(system.uri, w, strong_ef, args)
         out["memory_end"] = tree_memory(system.roots())
         return out
     finally:
         client.close()
+
+
+def ingest_levels(uri: str, w: Workload, ef: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """:func:`ingest_scenario` at each of ``args.ingest_levels``, one after the other on the same
+    collection (each level's rows stay): level name -> its results."""
+    out: dict[str, dict[str, Any]] = {}
+    first_id, count = len(w.base), len(w.base)
+    for level in args.ingest_levels:
+        if level == "full":
+            rate = 0.0
+        elif level == "half":
+            if "full" not in out:
+                raise ValueError("--ingest-levels: 'half' is half the rate reached at 'full', which must come first")
+            rate = out["full"]["insert_rows_per_s"] / 2
+        else:
+            rate = float(level)
+        opts = IngestOptions(args.writers, rate, args.ingest_batch, args.readers, args.ingest_s)
+        ing = out[level] = ingest_scenario(uri, w, ef, opts, first_id, count)
+        first_id, count = ing["next_id"], ing["count_after"]
+        target = "full rate" if rate == 0 else f"target {rate:,.0f} rows/s"
+        print(
+            f"  ingest {level} ({opts.writers} writers, {target}, {opts.readers} readers): "
+            f"{ing['insert_rows_per_s']:,.0f} rows/s; Strong p50 {ing['strong']['p50_ms']:.1f} p99 "
+            f"{ing['strong']['p99_ms']:.1f} ms ({ing['strong']['searches']}), Bounded p50 "
+            f"{ing['bounded']['p50_ms']:.1f} p99 {ing['bounded']['p99_ms']:.1f} ms ({ing['bounded']['searches']}), "
+            f"mixed p99 {ing['mixed']['p99_ms']:.1f} ms; count {ing['count_after']}/{ing['count_expected']}, "
+            f"{ing['errors']} errors"
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------- ratios, plot, main
@@ -627,7 +660,7 @@ def measure(system: System, w: Workload, args: argparse.Namespace) -> dict[str, 
 def figures(r: dict[str, Any]) -> dict[str, float | None]:
     """The compared figures of one system's results (None where it has none)."""
     seq, bat = r["at_recall"]["sequential"], r["at_recall"]["batched"]
-    ing = r.get("ingest")
+    levels: dict[str, dict[str, Any]] = r.get("ingest", {})
     return {
         "insert_rows_per_s": r["load"]["insert_rows_per_s"],
         "time_to_searchable_s": r["load"]["time_to_searchable_s"],
@@ -638,18 +671,31 @@ def figures(r: dict[str, Any]) -> dict[str, float | None]:
         "rss_mib": r["memory_loaded"]["rss_mib"],
         "peak_rss_mib": r["memory_loaded"]["peak_rss_mib"],
         "idle_cpu_cores": r["idle_cpu"]["cores"],
-        "ingest_insert_rows_per_s": ing["insert_rows_per_s"] if ing else None,
-        "ingest_strong_p50_ms": ing["strong"]["p50_ms"] if ing else None,
-        "ingest_strong_p99_ms": ing["strong"]["p99_ms"] if ing else None,
-        "ingest_bounded_p50_ms": ing["bounded"]["p50_ms"] if ing else None,
-        "ingest_bounded_p99_ms": ing["bounded"]["p99_ms"] if ing else None,
+        **{
+            f"ingest_{level}_{key}": _ingest_figure(ing, key) for level, ing in levels.items() for key in INGEST_FIGURES
+        },
     }
+
+
+def _ingest_figure(ing: dict[str, Any], key: str) -> float:
+    if key == "insert_rows_per_s":
+        return float(ing[key])
+    group, _, stat = key.partition("_")
+    return float(ing[group][stat])
+
+
+def compared(osprey: dict[str, Any], milvus: dict[str, Any]) -> dict[str, bool]:
+    """The figures both systems have -> higher is better."""
+    keys = dict(HIGHER_IS_BETTER)
+    for level in set(osprey.get("ingest", {})) & set(milvus.get("ingest", {})):
+        keys.update({f"ingest_{level}_{key}": better for key, better in INGEST_FIGURES.items()})
+    return keys
 
 
 def ratios(osprey: dict[str, Any], milvus: dict[str, Any]) -> dict[str, float | None]:
     o, m = figures(osprey), figures(milvus)
     out: dict[str, float | None] = {}
-    for key in HIGHER_IS_BETTER:
+    for key in compared(osprey, milvus):
         a, b = o[key], m[key]
         out[key] = a / b if a is not None and b else None
     return out
@@ -708,15 +754,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=3, help="batched passes over the queries per ef (median)")
     parser.add_argument("--strong", type=int, default=200, help="nq=1 Strong searches timed")
     parser.add_argument("--idle-s", type=float, default=10.0, help="the quiet interval of the idle CPU figure")
-    parser.add_argument("--writers", type=int, default=2, help="ingest scenario: writer processes")
-    parser.add_argument("--ingest-rate", type=float, default=10_000, help="rows/s over all writers; 0: full rate")
+    parser.add_argument("--writers", type=int, default=4, help="ingest scenario: writer processes")
+    parser.add_argument(
+        "--ingest-levels",
+        default=",".join(INGEST_LEVELS),
+        help="ingest scenario: comma-separated rates run one after the other: full (as fast as the writers "
+        "can), half (half the rows/s reached at full, after it) or rows/s over all writers",
+    )
     parser.add_argument("--ingest-batch", type=int, default=1_000, help="rows per insert of a writer")
-    parser.add_argument("--readers", type=int, default=2, help="ingest scenario: search processes, half Strong")
+    parser.add_argument("--readers", type=int, default=4, help="ingest scenario: search processes, half Strong")
     parser.add_argument("--ingest-s", type=float, default=30.0, help="ingest scenario length (0: skip it)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="which to run, in this order")
     parser.add_argument("--no-netns", action="store_true", help="run in this network namespace (loopback binds)")
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
+    args.ingest_levels = [level for level in args.ingest_levels.split(",") if level]
+    for level in args.ingest_levels:
+        if level not in INGEST_LEVELS:
+            try:
+                if float(level) <= 0:
+                    raise ValueError(level)
+            except ValueError:
+                parser.error(f"--ingest-levels: {level!r} is neither 'full', 'half' nor a rate in rows/s above 0")
+    if "half" in args.ingest_levels and (
+        "full" not in args.ingest_levels or args.ingest_levels.index("half") < args.ingest_levels.index("full")
+    ):
+        parser.error("--ingest-levels: 'half' is half the rate reached at 'full', which must come before it")
     if not set(args.systems) <= set(SYSTEMS):
         parser.error(f"--systems: a comma-separated list of {SYSTEMS}")
     return args
@@ -759,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         o, m = figures(results["osprey"]), figures(results["milvus"])
         print(f"{'ratios (Osprey / Milvus)':<28} {'osprey':>12} {'milvus':>12} {'ratio':>8}")
         for key, value in results["ratios"].items():
-            better = "higher is better" if HIGHER_IS_BETTER[key] else "lower is better"
+            better = "higher is better" if compared(results["osprey"], results["milvus"])[key] else "lower is better"
             shown = "-" if value is None else f"{value:.3f}"
             print(f"  {key:<26} {_num(o[key]):>12} {_num(m[key]):>12} {shown:>8}  ({better})")
         for name in SYSTEMS:
