@@ -38,8 +38,8 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from frontends.milvus_grpc.stubs import common_pb2, milvus_pb2, schema_pb2
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.meta import DEFAULT_DATABASE_NAME, OTHER_DATABASES, check_database, is_default_database
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from frontends.milvus_grpc.stubs import common_pb2, schema_pb2
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
 from schemas.errors import (
     CollectionNotFound,

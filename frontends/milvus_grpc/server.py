@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
-from pymilvus.grpc_gen import milvus_pb2_grpc
 
 from agents.service import Service
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.service import MilvusServicer
+from frontends.milvus_grpc.stubs import milvus_pb2_grpc
 from schemas.auth import check_token
 
 log = logging.getLogger(__name__)

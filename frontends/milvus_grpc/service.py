@@ -25,11 +25,11 @@ from typing import Any, Protocol, TypeVar
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from frontends.api import OspreyAPI
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.contract import Checked
+from frontends.milvus_grpc.stubs import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, SchemaMismatch, Unsupported
 from schemas.index import IndexState
 from schemas.meta import CollectionInfo, LoadState
