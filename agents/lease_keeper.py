@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from agents.service import OnCrash, Service
 from schemas.errors import InvalidParameter
+from schemas.status import LeaseHealth, LeaseKeeperHealth
 from state.meta.registry import Lease, NodeRegistry
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,9 @@ class LeaseKeeper(Service):
         if self.lease is not None:
             await self.lease.stop()
 
-    def health(self) -> dict[str, Any]:
-        lease = self.lease.health() if self.lease is not None else {"state": "none"}
+    def health(self) -> LeaseKeeperHealth:  # type: ignore[override]  # the lease's fields, not a service's
+        lease = self.lease.health() if self.lease is not None else LeaseHealth(state="none")
         loops = super().health()
-        return {**lease, "rejoins": self.rejoins, "dead_loops": loops["dead_loops"], "restarts": loops["restarts"]}
+        return LeaseKeeperHealth(
+            **dict(lease), rejoins=self.rejoins, dead_loops=loops.dead_loops, restarts=loops.restarts
+        )

@@ -26,6 +26,7 @@ from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.index import INDEX_EVENT, INDEX_TASK_EVENT, AnyIndexEvent, AnyIndexTaskEvent
 from schemas.segment import SEGMENT_EVENT, AnySegmentEvent
+from schemas.status import EventsReaderHealth
 from streams.kafka import make_consumer
 from streams.topics import Topics
 
@@ -107,8 +108,8 @@ class EventsReader(Service):
             if self.position >= self.end_at_start:
                 self._caught_up.set()
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "position": self.position, "handled": self.handled}
+    def health(self) -> EventsReaderHealth:
+        return EventsReaderHealth(**dict(super().health()), position=self.position, handled=self.handled)
 
 
 class SegmentEventsReader(EventsReader):

@@ -19,8 +19,8 @@ process's shutdown nor hide which it was.
 - ``RESTART``: logged with the loop's name and started again (``spawn`` takes a factory that
   makes the coroutine) after a backoff that doubles from ``RESTART_BACKOFF_MIN_S`` up to
   ``RESTART_BACKOFF_MAX_S`` and starts over once the loop ran ``RESTART_BACKOFF_RESET_S`` without
-  dying. ``health()["restarts"]`` counts the restarts per loop.
-- ``STOP``: logged at CRITICAL; the service is marked failed (``health()["fatal"]``) and its
+  dying. ``health().restarts`` counts the restarts per loop.
+- ``STOP``: logged at CRITICAL; the service is marked failed (``health().fatal``) and its
   fatal hook (:attr:`Service.on_fatal`) is called with a message naming the service, the loop and
   the error. A process's entry point sets the hook to stop the process and exit with
   ``FATAL_EXIT_CODE`` (:class:`FatalExit`); the process restarts and recovers from its
@@ -28,7 +28,7 @@ process's shutdown nor hide which it was.
   service inside a test, an ``InProcessClient``) nothing else happens: the failure shows in
   ``health``.
 
-``health()["dead_loops"]`` lists ``"<loop>: <error>"`` for each loop that died (the last error):
+``health().dead_loops`` lists ``"<loop>: <error>"`` for each loop that died (the last error):
 a STOP loop's for good, a RESTART loop's until it has run ``RESTART_BACKOFF_RESET_S`` again (or
 ended by itself). A loop that dies while its service stops is logged and neither restarted nor
 fatal.
@@ -52,6 +52,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from schemas.status import ServiceHealth
 from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -147,17 +148,19 @@ class Service:
     async def on_stop(self) -> None:
         """Before the loops are cancelled: ask them to finish (set an event, flush)."""
 
-    def health(self) -> dict[str, Any]:
-        """A JSON-able snapshot of the component's state for ``osprey status``."""
+    def health(self) -> ServiceHealth:
+        """A snapshot of the component's state for ``osprey status`` (``schemas/status``). A
+        subclass that reports more returns a subclass of :class:`ServiceHealth` with these fields
+        spread in (``Model(**dict(super().health()), ...)``)."""
         now = time.monotonic()
         reset_s = self.restart_backoff_reset_s
-        return {
-            "started": self.started,
-            "dead_loops": [r.error for r in self._loop_records.values() if r.dead(now, reset_s)],
-            "restarts": {name: r.restarts for name, r in self._loop_records.items() if r.restarts},
-            "fatal": self.fatal,
-            "children": [child.service_name for child in self._child_services],
-        }
+        return ServiceHealth(
+            started=self.started,
+            dead_loops=[r.error for r in self._loop_records.values() if r.dead(now, reset_s)],
+            restarts={name: r.restarts for name, r in self._loop_records.items() if r.restarts},
+            fatal=self.fatal,
+            children=[child.service_name for child in self._child_services],
+        )
 
     @property
     def loops_running(self) -> int:

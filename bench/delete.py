@@ -52,6 +52,7 @@ from frontends.inprocess import InProcessClient
 from schemas.collection import CollectionSchema
 from schemas.config import OspreyConfig
 from schemas.segment import SegmentInfo, SegmentKey, SegmentState
+from schemas.status import DelegatorSegmentHealth, QueryNodeHealth
 from state.meta.segment_meta import FLUSHED_STATES
 from state.meta.status_board import StatusBoard
 from state.segcore.sealed import SealedSegment
@@ -143,15 +144,14 @@ def bench_segcore(w: Workload, deleted: np.ndarray, queries: int) -> dict[str, A
     return out
 
 
-async def querynode_segments(client: InProcessClient) -> dict[int, dict[str, Any]]:
+async def querynode_segments(client: InProcessClient) -> dict[int, DelegatorSegmentHealth]:
     """Segment id -> the delegator's view (kind, rows, hidden_rows, ...) over every query node."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
-    out: dict[int, dict[str, Any]] = {}
-    for doc in (await board.read("querynode")).values():
-        for pchannel in doc.get("pchannels", {}).values():
-            for delegator in pchannel.get("vchannels", {}).values():
-                for sid, seg in delegator.get("segments", {}).items():
-                    out[int(sid)] = seg
+    out: dict[int, DelegatorSegmentHealth] = {}
+    for doc in (await board.read("querynode", QueryNodeHealth)).values():
+        for pchannel in doc.pchannels.values():
+            for delegator in pchannel.vchannels.values():
+                out.update(delegator.segments)
     return out
 
 
@@ -223,7 +223,9 @@ async def search_phase(
     reference = [numpy_search_s(live_base, norms, q) for q in queries]
     out["numpy_qps"] = len(reference) / sum(reference)
     out["qps_vs_numpy"] = out["qps_bounded"] / out["numpy_qps"]
-    out["querynode_segments"] = await querynode_segments(client)
+    out["querynode_segments"] = {
+        sid: s.model_dump(mode="json") for sid, s in (await querynode_segments(client)).items()
+    }
     print(
         f"  Bounded nq=1: {out['qps_bounded']:,.0f} QPS (p50 {out['p50_ms_bounded']:.2f} ms, "
         f"p99 {out['p99_ms_bounded']:.2f} ms), recall@10 {out['recall_at_10_bounded']:.4f}; "
@@ -261,7 +263,7 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
         out["flush_s"] = time.perf_counter() - began
 
         async def handed_off() -> bool:
-            kinds = [s.get("kind") for s in (await querynode_segments(client)).values()]
+            kinds = [s.kind for s in (await querynode_segments(client)).values()]
             return bool(kinds) and "growing" not in kinds
 
         out["handoff_s"] = await wait_for("hand-off to sealed segments", handed_off)
@@ -380,7 +382,7 @@ async def bench_osprey(config: OspreyConfig, w: Workload, sequential: int, stron
         wanted = set(segments_after["segment_ids"])
 
         async def swapped() -> bool:
-            served = {sid for sid, s in (await querynode_segments(client)).items() if s.get("kind") != "growing"}
+            served = {sid for sid, s in (await querynode_segments(client)).items() if s.kind != "growing"}
             return served == wanted
 
         swap_s = await wait_for("query node serving the compacted segments", swapped)

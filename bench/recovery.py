@@ -47,6 +47,7 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import OspreyError
+from schemas.status import QueryNodeHealth
 from state.meta.redis_client import connect
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
@@ -158,10 +159,11 @@ async def wait_truncated(config: OspreyConfig, timeout_s: float = 120.0) -> dict
 
 
 async def querynode_status(config: OspreyConfig) -> dict[str, Any]:
+    """The newest query node status document, as JSON (the results record parts of it; {}: none)."""
     redis = connect(config)
     try:
-        docs = await StatusBoard(redis, config.cluster).read("querynode")
-        return docs[max(docs)] if docs else {}
+        docs = await StatusBoard(redis, config.cluster).read("querynode", QueryNodeHealth)
+        return docs[max(docs)].model_dump(mode="json") if docs else {}
     finally:
         await redis.aclose()
 

@@ -40,6 +40,7 @@ from bench.common import Workload, embedded_cluster, gaussian_mixture, percentil
 from frontends.embedded.cluster import LocalCluster
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from schemas.status import QueryNodeHealth
 from state.meta.status_board import StatusBoard
 
 TOP_K = 10
@@ -87,20 +88,21 @@ async def segment_copies(client: InProcessClient) -> tuple[int, int]:
     """(sealed segments searched through a built index, summed over the query nodes that hold
     them; those of them held for another node's delegator)."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
-    docs = (await board.read("querynode")).values()
+    docs = (await board.read("querynode", QueryNodeHealth)).values()
     own = sum(
         1
         for doc in docs
-        for pchannel in doc.get("pchannels", {}).values()
-        for delegator in pchannel.get("vchannels", {}).values()
-        for segment in delegator.get("segments", {}).values()
-        if segment.get("built_indexes") and segment.get("node") is None
+        for pchannel in doc.pchannels.values()
+        for delegator in pchannel.vchannels.values()
+        for segment in delegator.segments.values()
+        if segment.built_indexes and segment.node is None
     )
     guests = sum(
         1
         for doc in docs
-        for segment in doc.get("guest_segments", {}).get("segments", {}).values()
-        if segment.get("built_indexes")
+        if doc.guest_segments is not None
+        for segment in doc.guest_segments.segments.values()
+        if segment.built_indexes
     )
     return own + guests, guests
 

@@ -28,7 +28,7 @@ import argparse
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import hnswlib
 import numpy as np
@@ -44,6 +44,7 @@ from bench.common import (
 )
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from schemas.status import DelegatorSegmentHealth, IndexNodeHealth, QueryNodeHealth, StatusModel
 from state.meta.status_board import StatusBoard
 
 TOP_K = 10
@@ -56,6 +57,7 @@ FRESHNESS_TRIALS = 100  # insert one row, then Strong get by its PK until it is 
 SHARDS = 1  # the Milvus default (shards_num=1); one querynode serves it
 EF_SWEEP = (16, 32, 64, 128, 256, 512)
 SWEEP_SEQUENTIAL = 200  # nq=1 searches timed per ef of the sweep
+D = TypeVar("D", bound=StatusModel)
 # alternating Osprey / raw hnswlib batched passes over the queries at EF (medians compared). A pass
 # is ~70 ms; raw hnswlib's own passes ranged 13,900-19,900 QPS within one run, and with 9 passes
 # each the ratio of the same code spread 0.74x-0.95x over five runs (docs/benchmarks.md)
@@ -124,15 +126,15 @@ INDEX_WAIT_S = 600.0
 STATUS_WAIT_S = 5.0  # an index node publishes its status every second
 
 
-async def querynode_segments(client: InProcessClient) -> list[dict[str, Any]]:
+async def querynode_segments(client: InProcessClient) -> list[DelegatorSegmentHealth]:
     """Every segment entry of the querynodes' status documents."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     return [
         segment
-        for doc in (await board.read("querynode")).values()
-        for pchannel in doc.get("pchannels", {}).values()
-        for delegator in pchannel.get("vchannels", {}).values()
-        for segment in delegator.get("segments", {}).values()
+        for doc in (await board.read("querynode", QueryNodeHealth)).values()
+        for pchannel in doc.pchannels.values()
+        for delegator in pchannel.vchannels.values()
+        for segment in delegator.segments.values()
     ]
 
 
@@ -140,7 +142,7 @@ async def wait_indexed(client: InProcessClient, rows: int) -> None:
     """Until the querynodes' status shows every row of every segment in the interim index."""
     deadline = time.monotonic() + INDEX_WAIT_S
     while time.monotonic() < deadline:
-        if sum(seg.get("indexed_rows") or 0 for seg in await querynode_segments(client)) >= rows:
+        if sum(seg.indexed_rows for seg in await querynode_segments(client)) >= rows:
             return
         await asyncio.sleep(0.2)
     raise RuntimeError(f"the interim index did not cover {rows} rows within {INDEX_WAIT_S:g} s")
@@ -150,7 +152,7 @@ async def wait_built_indexes(client: InProcessClient, segments: int) -> None:
     """Until the querynodes' status shows ``segments`` sealed segments searched through a built index."""
     deadline = time.monotonic() + INDEX_WAIT_S
     while time.monotonic() < deadline:
-        if sum(1 for seg in await querynode_segments(client) if seg.get("built_indexes")) >= segments:
+        if sum(1 for seg in await querynode_segments(client) if seg.built_indexes) >= segments:
             return
         await asyncio.sleep(0.05)
     raise RuntimeError(f"{segments} segments were not searched through their indexes within {INDEX_WAIT_S:g} s")
@@ -263,33 +265,40 @@ async def osprey_point(
 
 
 async def status_until(
-    client: InProcessClient, role: str, done: Callable[[dict[int, dict[str, Any]]], bool]
-) -> dict[int, dict[str, Any]]:
-    """The status documents of ``role`` once ``done`` holds for them, or after STATUS_WAIT_S (a node
-    publishes its status every second, so the one read right after an event may predate it)."""
+    client: InProcessClient, role: str, model: type[D], done: Callable[[dict[int, D]], bool]
+) -> dict[int, D]:
+    """The status documents of ``role`` (parsed as ``model``) once ``done`` holds for them, or after
+    STATUS_WAIT_S (a node publishes its status every second, so the one read right after an event
+    may predate it)."""
     board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
     deadline = time.monotonic() + STATUS_WAIT_S
     while True:
-        nodes = await board.read(role)
+        nodes = await board.read(role, model)
         if done(nodes) or time.monotonic() > deadline:
             return nodes
         await asyncio.sleep(0.1)
 
 
-async def built_status(client: InProcessClient, rows: int) -> dict[int, dict[str, Any]]:
+async def built_status(client: InProcessClient, rows: int) -> dict[int, IndexNodeHealth]:
     """The index nodes' status documents once they count ``rows`` built rows."""
-    return await status_until(client, "indexnode", lambda n: sum(d.get("built_rows", 0) for d in n.values()) >= rows)
+    return await status_until(
+        client, "indexnode", IndexNodeHealth, lambda n: sum(d.built_rows for d in n.values()) >= rows
+    )
 
 
-def _latency(nodes: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The one query node's read-path latency document (empty unless there is exactly one)."""
-    return next(iter(nodes.values())).get("latency", {}) if len(nodes) == 1 else {}
+def _latency(nodes: dict[int, QueryNodeHealth]) -> dict[str, Any]:
+    """The one query node's read-path latency document, as JSON (empty unless there is exactly one)."""
+    if len(nodes) != 1:
+        return {}
+    return {stage: s.model_dump(mode="json") for stage, s in next(iter(nodes.values())).latency.items()}
 
 
 async def querynode_latency(client: InProcessClient, searches: int = 0) -> dict[str, Any]:
     """The query node's read-path latency document (``./osprey status``: its whole searches and its
     shard searches over its last calls) once it counts at least ``searches`` searches."""
-    nodes = await status_until(client, "querynode", lambda n: _latency(n).get("search", {}).get("count", 0) >= searches)
+    nodes = await status_until(
+        client, "querynode", QueryNodeHealth, lambda n: _latency(n).get("search", {}).get("count", 0) >= searches
+    )
     return _latency(nodes)
 
 
@@ -307,7 +316,7 @@ async def build_indexes(client: InProcessClient, rows: int) -> dict[str, Any]:
     out["last_insert_to_indexed_s"] = time.perf_counter() - started
     out["segments"] = segments
     nodes = await built_status(client, rows)
-    out["indexnode_rows_per_s"] = {str(k): d.get("rows_per_s") for k, d in nodes.items()}
+    out["indexnode_rows_per_s"] = {str(k): d.rows_per_s for k, d in nodes.items()}
     print(
         f"  flush {out['flush_s']:.1f} s, index Finished {out['index_finished_s']:.1f} s, every segment searched "
         f"through its index {out['last_insert_to_indexed_s']:.1f} s after the last insert ({segments} segments); "

@@ -9,6 +9,7 @@ from agents.proxy.index import describe_index
 from agents.proxy.load import replicas
 from schemas.config import OspreyConfig
 from schemas.index import IndexState, IndexTask
+from schemas.status import DataNodeHealth, IndexNodeHealth, LeaseKeeperHealth, ProxyHealth, QueryNodeHealth
 from state.meta.channel_fence import ChannelFences
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.index_tasks import IndexTaskStore
@@ -48,8 +49,17 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         board = StatusBoard(redis, ns)
         owner_groups = await ShardOwners(redis, ns).groups()
         distribution = await QueryDistributionStore(redis, ns).get()
-        reports = {role: await board.read(role) for role in LEASED_ROLES}  # each role's documents, read once
-        querynodes = reports["querynode"]
+        # each role's documents, read once
+        proxies = await board.read("proxy", ProxyHealth)
+        querynodes = await board.read("querynode", QueryNodeHealth)
+        datanodes = await board.read("datanode", DataNodeHealth)
+        indexnodes = await board.read("indexnode", IndexNodeHealth)
+        leases: dict[str, Mapping[int, LeaseKeeperHealth | None]] = {
+            "proxy": {nid: doc.lease for nid, doc in proxies.items()},
+            "querynode": {nid: doc.lease for nid, doc in querynodes.items()},
+            "datanode": {nid: doc.lease for nid, doc in datanodes.items()},
+            "indexnode": {nid: doc.lease for nid, doc in indexnodes.items()},
+        }
         return {
             "cluster": ns,
             "tso": {"ts": now, "physical_ms": parse_ts(now)[0]},
@@ -64,20 +74,12 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             # shards' segment searches: the difference is the node's own path around the walk),
             # and its memory in transparent huge pages (KiB: its graphs, agents/interpreter.py)
             # and the rows it holds as a worker for other nodes' delegators (segment balancing)
-            "querynodes": {
-                nid: {
-                    "latency": doc.get("latency", {}),
-                    "huge_pages_kb": doc.get("huge_pages_kb"),
-                    "guest_rows": doc.get("guest_segments", {}).get("rows", 0),
-                    "balancer": {k: v for k, v in doc.get("balancer", {}).items() if k != "workers"},
-                }
-                for nid, doc in querynodes.items()
-            },
+            "querynodes": {nid: _querynode(doc) for nid, doc in querynodes.items()},
             # per vchannel: each sealed segment served -> the query node holding its rows
             "segment_placement": _placement(querynodes),
             "segments": await _segments(SegmentMeta(store), SegmentAssigner(redis, ns), view),
             "indexes": await _indexes(SegmentMeta(store), IndexTaskStore(redis, ns), view),
-            "indexnodes": {nid: {k: doc.get(k) for k in INDEXNODE_FIELDS} for nid, doc in reports["indexnode"].items()},
+            "indexnodes": {nid: _indexnode(doc) for nid, doc in indexnodes.items()},
             # per loaded collection: its replicas, each shard's leader (GetReplicas's answer)
             "replicas": {
                 desc.info.collection_name: [r.model_dump() for r in replicas(desc, owner_groups, querynodes)]
@@ -94,24 +96,17 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
             },
             # each node's lease as it reports it: running/lost, certainly held, new registrations
             # after a loss (docs/architecture.md, leases and fencing), and the data nodes' claims
-            "leases": {role: {nid: doc.get("lease") for nid, doc in docs.items()} for role, docs in reports.items()},
-            "datanode_claims": await _claims(redis, ns, reports.get("datanode", {})),
+            "leases": {
+                role: {
+                    nid: None if lease is None else lease.model_dump(mode="json") for nid, lease in leases[role].items()
+                }
+                for role in LEASED_ROLES
+            },
+            "datanode_claims": await _claims(redis, ns, datanodes),
             # replica group 0's claims (every loaded collection), then every group's
             "pchannel_owners": _owner_ids(owner_groups.get(0, {})),
             "pchannel_owners_by_group": {g: _owner_ids(owners) for g, owners in owner_groups.items()},
-            "proxies": {
-                pid: {
-                    "pchan_stats": doc.get("pchan_stats", {}),
-                    "last_ticks": doc.get("last_ticks", {}),
-                    "dq_router": doc.get("dq_router", {}),
-                    "latency": doc.get("latency", {}),  # searches and queries, the whole time here
-                    # the dml-request consumer: applied, duplicates, failed, lag per partition,
-                    # last publish-to-result time, sampled publish-to-visible times (absent in a
-                    # proxy that does not consume it)
-                    **({"dml_requests": doc["dml_requests"]} if "dml_requests" in doc else {}),
-                }
-                for pid, doc in reports["proxy"].items()
-            },
+            "proxies": {pid: _proxy(doc) for pid, doc in proxies.items()},
             "ingest": {
                 q["query_id"]: {k: v for k, v in q.items() if k != "query_id"}
                 for q in await IngestLog(redis, ns).queries()
@@ -126,25 +121,55 @@ async def status(config: OspreyConfig) -> dict[str, Any]:
         await redis.aclose()
 
 
-def _placement(querynodes: dict[int, dict[str, Any]]) -> dict[str, dict[int, int]]:
+def _querynode(doc: QueryNodeHealth) -> dict[str, Any]:
+    """What ``./osprey status`` shows of a query node's document (``status``, ``querynodes``)."""
+    return {
+        "latency": {stage: s.model_dump(mode="json") for stage, s in doc.latency.items()},
+        "huge_pages_kb": doc.huge_pages_kb,
+        "guest_rows": 0 if doc.guest_segments is None else doc.guest_segments.rows,
+        "balancer": {} if doc.balancer is None else doc.balancer.model_dump(mode="json", exclude={"workers"}),
+    }
+
+
+def _indexnode(doc: IndexNodeHealth) -> dict[str, Any]:
+    """``INDEXNODE_FIELDS`` of an index node's document."""
+    dumped = doc.model_dump(mode="json", include=set(INDEXNODE_FIELDS))
+    return {k: dumped[k] for k in INDEXNODE_FIELDS}
+
+
+def _proxy(doc: ProxyHealth) -> dict[str, Any]:
+    """What ``./osprey status`` shows of a proxy's document."""
+    return {
+        "pchan_stats": {p: s.model_dump(mode="json") for p, s in doc.pchan_stats.items()},
+        "last_ticks": doc.last_ticks,
+        "dq_router": {} if doc.dq_router is None else doc.dq_router.model_dump(mode="json"),
+        "latency": {stage: s.model_dump(mode="json") for stage, s in doc.latency.items()},  # searches and queries
+        # the dml-request consumer: applied, duplicates, failed, lag per partition, last
+        # publish-to-result time, sampled publish-to-visible times (absent in a proxy that does
+        # not consume it)
+        **({} if doc.dml_requests is None else {"dml_requests": doc.dml_requests.model_dump(mode="json")}),
+    }
+
+
+def _placement(querynodes: Mapping[int, QueryNodeHealth]) -> dict[str, dict[int, int]]:
     """vchannel -> sealed segment id -> the node holding its rows (its leader's worker, or the
     node of the leader's replica group it placed it on), from the leaders' status documents."""
     out: dict[str, dict[int, int]] = {}
     for nid, doc in sorted(querynodes.items()):
-        for pchannel in doc.get("pchannels", {}).values():
-            for vchannel, shard in pchannel.get("vchannels", {}).items():
-                for sid, segment in shard.get("segments", {}).items():
-                    if segment.get("kind") == "sealed":
-                        node = segment.get("node")
-                        out.setdefault(vchannel, {})[int(sid)] = nid if node is None else int(node)
+        for pchannel in doc.pchannels.values():
+            for vchannel, shard in pchannel.vchannels.items():
+                for sid, segment in shard.segments.items():
+                    if segment.kind == "sealed":
+                        node = segment.node
+                        out.setdefault(vchannel, {})[sid] = nid if node is None else node
     return out
 
 
-async def _claims(redis: Any, ns: str, datanodes: dict[int, dict[str, Any]]) -> dict[str, str | None]:
+async def _claims(redis: Any, ns: str, datanodes: Mapping[int, DataNodeHealth]) -> dict[str, str | None]:
     """pchannel -> the claim (``node:epoch``) guarding its meta writes, for every pchannel a data
     node reports consuming."""
     fences = ChannelFences(redis, ns, "datanode")
-    pchannels = sorted({p for doc in datanodes.values() for p in doc.get("pchannels", {})}, key=pchannel_partition)
+    pchannels = sorted({p for doc in datanodes.values() for p in doc.pchannels}, key=pchannel_partition)
     return {p: await fences.holder(p) for p in pchannels}
 
 
@@ -233,7 +258,7 @@ def _task_states(tasks: list[IndexTask]) -> dict[str, int]:
     return counts
 
 
-def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, Any]:
+def _vchannels(querynodes: Mapping[int, QueryNodeHealth], now_ms: int) -> dict[str, Any]:
     """Per vchannel: the query node delegating it, its tsafe and age (now minus tsafe; the query
     nodes publish these documents every second, so the age includes up to a second of staleness),
     and its segments with row counts, how many of their rows the interim index holds, the delete
@@ -241,31 +266,30 @@ def _vchannels(querynodes: dict[int, dict[str, Any]], now_ms: int) -> dict[str, 
     superseded), and the delegator's delete counters, delete buffer and PK oracle."""
     out: dict[str, Any] = {}
     for node_id, doc in querynodes.items():
-        for pchannel in doc.get("pchannels", {}).values():
-            for vchannel, d in pchannel.get("vchannels", {}).items():
-                tsafe = int(d.get("tsafe", 0))
+        for pchannel in doc.pchannels.values():
+            for vchannel, d in pchannel.vchannels.items():
+                tsafe = d.tsafe
+                segments = {str(sid): seg for sid, seg in d.segments.items()}  # keyed as in the JSON document
                 out[vchannel] = {
                     "querynode": node_id,
-                    "pchannel": d.get("pchannel"),
+                    "pchannel": d.pchannel,
                     "tsafe": tsafe,
                     "tsafe_age_ms": now_ms - parse_ts(tsafe)[0] if tsafe else None,
-                    "growing_segments": {sid: seg.get("rows") for sid, seg in d.get("segments", {}).items()},
-                    "indexed_rows": {sid: seg.get("indexed_rows") for sid, seg in d.get("segments", {}).items()},
-                    "forwarded_deletes": {
-                        sid: seg.get("forwarded_deletes", 0) for sid, seg in d.get("segments", {}).items()
-                    },
-                    "hidden_rows": {sid: seg.get("hidden_rows", 0) for sid, seg in d.get("segments", {}).items()},
+                    "growing_segments": {sid: seg.rows for sid, seg in segments.items()},
+                    "indexed_rows": {sid: seg.indexed_rows for sid, seg in segments.items()},
+                    "forwarded_deletes": {sid: seg.forwarded_deletes for sid, seg in segments.items()},
+                    "hidden_rows": {sid: seg.hidden_rows for sid, seg in segments.items()},
                     "built_indexes": {
-                        sid: seg["built_indexes"]
-                        for sid, seg in d.get("segments", {}).items()
-                        if seg.get("built_indexes")
+                        sid: {f: b.model_dump(mode="json") for f, b in seg.built_indexes.items()}
+                        for sid, seg in segments.items()
+                        if seg.built_indexes
                     },
                     "deletes": {
-                        "events": d.get("delete_events", 0),
-                        "deleted_rows": d.get("deleted_rows", 0),
-                        "superseded_rows": d.get("superseded_rows", 0),
-                        "buffer": d.get("delete_buffer", {}),
-                        "pk_oracle": d.get("pk_oracle", {}),
+                        "events": d.delete_events,
+                        "deleted_rows": d.deleted_rows,
+                        "superseded_rows": d.superseded_rows,
+                        "buffer": d.delete_buffer.model_dump(mode="json"),
+                        "pk_oracle": d.pk_oracle.model_dump(mode="json"),
                     },
                 }
     return dict(sorted(out.items()))

@@ -29,6 +29,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from schemas.status import ConsumerHealth
 from streams.fetch_wait import FetchWaitPolicy, adapt_fetch_wait
 
 __all__ = ["AssignedConsumer"]
@@ -140,11 +141,11 @@ class AssignedConsumer:
                 self.seeks += 1
             return  # the rest of this batch came from before the seek
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "partitions": sorted(self._assigned),
-            "records": self.records,
-            "seeks": self.seeks,
-            "errors": self.errors,
-            "quiet": self._policy.quiet,
-        }
+    def health(self) -> ConsumerHealth:
+        return ConsumerHealth(
+            partitions=sorted(self._assigned),
+            records=self.records,
+            seeks=self.seeks,
+            errors=self.errors,
+            quiet=self._policy.quiet,
+        )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import faust
 
@@ -26,6 +25,7 @@ from agents.lease_keeper import LeaseKeeper
 from agents.segment_events import SegmentEventsReader
 from agents.service import Service
 from schemas.config import OspreyConfig
+from schemas.status import DataNodeHealth
 from state.meta.channel_fence import ChannelFences
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
@@ -158,17 +158,17 @@ class DataNodeRuntime(Service):
         if self.node is not None and self.started:
             await self.status.publish(ROLE, self.node.node_id, self.health(), ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> DataNodeHealth:
         if self.node is None or not self.started:
-            return super().health()
-        return {
-            **super().health(),
-            **self.node.health(),
-            "segment_events": self.reader.health(),
-            "truncator": self.truncator.health(),
-            "compactor": self.compactor.health(),
-            "lease": self._lease.health() if self._lease is not None else None,
-        }
+            return DataNodeHealth(**dict(super().health()))
+        return DataNodeHealth(
+            **dict(super().health()),
+            **dict(self.node.health()),
+            segment_events=self.reader.health(),
+            truncator=self.truncator.health(),
+            compactor=self.compactor.health(),
+            lease=self._lease.health() if self._lease is not None else None,
+        )
 
 
 def create_app(config: OspreyConfig) -> faust.App:

@@ -59,6 +59,7 @@ from schemas.segment import (
     SegmentKey,
     SegmentState,
 )
+from schemas.status import CompactorHealth
 from state.meta.compaction_requests import CompactionRequests
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_cache import MetaCache
@@ -393,14 +394,14 @@ class Compactor(Service):
         self.files_removed += removed
         return removed
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "rounds": self.rounds,
-            "compactions": self.compactions,
-            "rows_removed": self.rows_removed,
-            "files_removed": self.files_removed,
-        }
+    def health(self) -> CompactorHealth:
+        return CompactorHealth(
+            **dict(super().health()),
+            rounds=self.rounds,
+            compactions=self.compactions,
+            rows_removed=self.rows_removed,
+            files_removed=self.files_removed,
+        )
 
 
 MAX = np.uint64(MAX_TIMESTAMP)

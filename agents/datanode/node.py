@@ -49,7 +49,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from agents.datanode.buffer import SegmentBuffer
 from agents.dml_cursor import DmlCursor, Verdict
@@ -65,6 +65,7 @@ from schemas.segment import (
     SegmentKey,
     SegmentSealed,
 )
+from schemas.status import BufferedSegmentHealth, DataNodeCoreHealth, DataPchannelHealth
 from state.meta.channel_fence import FenceToken
 from state.meta.meta_table import MetaView
 from state.meta.snapshot import Guard
@@ -450,43 +451,43 @@ class DataNode:
         for state in self.channels.values():
             yield from state.buffers.values()
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "applied_events": self.applied_events,
-            "skipped_events": self.skipped_events,
-            "flushed_segments": self.flushed_segments,
-            "dropped_segments": self.dropped_segments,
-            "flush_failures": self.flush_failures,
-            "delta_logs": self.delta_logs,
-            "deletes_logged": self.deletes_logged,
-            "pending_seals": len(self.seals),
-            "fenced_writes": self.fenced_writes,
-            "late_events": self.late_events,
-            "flushing": self.flushing,
-            "pchannels": {
-                name: {
-                    "position": s.cursor.position,
-                    "applied": s.cursor.applied,
-                    "replayed": s.cursor.skipped,
-                    "seeks": s.cursor.seeks,
-                    "tick_ts": s.tick_ts,
-                    "checkpoint": s.saved_offset,
-                    "segments": {
-                        sid: {
-                            "collection_id": b.key.collection_id,
-                            "partition_id": b.key.partition_id,
-                            "vchannel": b.key.vchannel,
-                            "rows": b.rows,
-                            "first_offset": b.first_offset,
-                        }
+    def health(self) -> DataNodeCoreHealth:
+        return DataNodeCoreHealth(
+            node_id=self.node_id,
+            applied_events=self.applied_events,
+            skipped_events=self.skipped_events,
+            flushed_segments=self.flushed_segments,
+            dropped_segments=self.dropped_segments,
+            flush_failures=self.flush_failures,
+            delta_logs=self.delta_logs,
+            deletes_logged=self.deletes_logged,
+            pending_seals=len(self.seals),
+            fenced_writes=self.fenced_writes,
+            late_events=self.late_events,
+            flushing=self.flushing,
+            pchannels={
+                name: DataPchannelHealth(
+                    position=s.cursor.position,
+                    applied=s.cursor.applied,
+                    replayed=s.cursor.skipped,
+                    seeks=s.cursor.seeks,
+                    tick_ts=s.tick_ts,
+                    checkpoint=s.saved_offset,
+                    segments={
+                        sid: BufferedSegmentHealth(
+                            collection_id=b.key.collection_id,
+                            partition_id=b.key.partition_id,
+                            vchannel=b.key.vchannel,
+                            rows=b.rows,
+                            first_offset=b.first_offset,
+                        )
                         for sid, b in s.buffers.items()
                     },
-                    "deletes": {v: d.keys for v, d in s.deltas.items()},
-                }
+                    deletes={v: d.keys for v, d in s.deltas.items()},
+                )
                 for name, s in sorted(self.channels.items())
             },
-        }
+        )
 
 
 def _pchannel_offset(checkpoints: list[ChannelCheckpoint]) -> int:

@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
+from schemas.status import TruncatorHealth
 from state.meta.segment_meta import SegmentMeta
 from streams.channels import pchannel_partition
 from streams.topics import ADMIN_TIMEOUT_MS
@@ -117,5 +118,5 @@ class LogTruncator(Service):
         log.info("datanode: dml log start moved: %s", moved)
         return moved
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "log_start": dict(self.log_start)}
+    def health(self) -> TruncatorHealth:
+        return TruncatorHealth(**dict(super().health()), log_start=dict(self.log_start))

@@ -48,6 +48,7 @@ from schemas.index import (
     index_dir,
 )
 from schemas.segment import AnySegmentEvent, SegmentInfo, SegmentSealed
+from schemas.status import IndexCoordHealth
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_table import META_PREFIX, MetaView
@@ -229,11 +230,19 @@ class IndexCoordinator(ScanningService):
     async def _send(self, topic: str, event: Any, build_id: int) -> None:
         await self.producer.send_and_wait(topic, event.model_dump_json().encode(), key=str(build_id).encode())
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "scans": self.scans,
-            "waiting_for_a_node": self.waiting,
-            **self.counts,
-            "last_error": self.last_error,
-        }
+    def health(self) -> IndexCoordHealth:
+        counts = self.counts
+        return IndexCoordHealth(
+            **dict(super().health()),
+            scans=self.scans,
+            waiting_for_a_node=self.waiting,
+            created=counts["created"],
+            assigned=counts["assigned"],
+            reset=counts["reset"],
+            deleted=counts["deleted"],
+            announced=counts["announced"],
+            recycled=counts["recycled"],
+            purged=counts["purged"],
+            conflicts=counts["conflicts"],
+            last_error=self.last_error,
+        )

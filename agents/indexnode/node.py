@@ -51,6 +51,7 @@ from schemas.index import (
     IndexTask,
     IndexTaskAssigned,
 )
+from schemas.status import BuildRef, IndexNodeHealth
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
@@ -273,18 +274,19 @@ class IndexNode(Service):
                 log.exception("indexnode %d: status", self.node_id)
             await asyncio.sleep(STATUS_INTERVAL_S)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "node_id": self.node_id,
-            "building": None if self.building is None else {"build_id": self.building[0], "version": self.building[1]},
-            "queued": len(self._queued),
-            "built": self.built,
-            "built_rows": self.built_rows,
-            "rows_per_s": round(self.built_rows / self.build_seconds, 1) if self.build_seconds else 0.0,
-            "stale": self.stale,
-            "failed": self.failed,
-            "huge_pages_kb": self.huge_pages.kb,  # the graph being built (agents/interpreter.py)
-            "lease": self.lease.health() if self.lease is not None else None,
-            "updated_at": time.time(),
-        }
+    def health(self) -> IndexNodeHealth:
+        building = self.building
+        return IndexNodeHealth(
+            **dict(super().health()),
+            node_id=self.node_id,
+            building=None if building is None else BuildRef(build_id=building[0], version=building[1]),
+            queued=len(self._queued),
+            built=self.built,
+            built_rows=self.built_rows,
+            rows_per_s=round(self.built_rows / self.build_seconds, 1) if self.build_seconds else 0.0,
+            stale=self.stale,
+            failed=self.failed,
+            huge_pages_kb=self.huge_pages.kb,  # the graph being built (agents/interpreter.py)
+            lease=self.lease.health() if self.lease is not None else None,
+            updated_at=time.time(),
+        )

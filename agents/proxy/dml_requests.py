@@ -57,6 +57,7 @@ from schemas.dml_request import MAX_REQUEST_ID_CHARS, REQUEST_ID_PATTERN, DmlReq
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.ingest import DeadLetter, IngestChunk
 from schemas.meta import DEFAULT_PARTITION_NAME
+from schemas.status import DmlRequestsHealth
 from schemas.validation import invalid_from_validation_error
 from state.meta.request_log import RequestLog
 from streams.fetch_wait import FetchWaitPolicy, adapt_fetch_wait
@@ -204,11 +205,11 @@ class DmlRequestConsumer(Service):
         # and a new one would commit past them. The process stops, the group gives its partitions
         # to another proxy, which starts at the committed offsets (the request log skips repeats)
         self.spawn(self._run, "dml-request", on_crash=OnCrash.STOP)
-        self.proxy.health_parts["dml_requests"] = self.health
+        self.proxy.dml_requests_health = self.health
         self.on_close(self._unregister, "status part")
 
     async def _unregister(self) -> None:
-        self.proxy.health_parts.pop("dml_requests", None)
+        self.proxy.dml_requests_health = None
 
     async def on_stop(self) -> None:
         await self.settle()
@@ -345,7 +346,7 @@ class DmlRequestConsumer(Service):
         await self.proxy.producer.send_and_wait(self.topics.dead_letter, encode(letter), key=identity.encode())
         self.dead_letters += 1
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> DmlRequestsHealth:
         handled = self.applied + self.duplicates + self.failed
         lag: dict[int, int] = {}
         assignment = self.consumer.assignment() if self.started else set()
@@ -353,19 +354,19 @@ class DmlRequestConsumer(Service):
             high = self.consumer.highwater(tp)  # known once a fetch of the partition returned
             if high is not None and tp in self._position:
                 lag[tp.partition] = max(0, high - self._position[tp])
-        return {
-            **super().health(),
-            "applied": self.applied,
-            "duplicates": self.duplicates,
-            "failed": self.failed,
-            "dead_letters": self.dead_letters,
-            "partitions": sorted(tp.partition for tp in assignment),
-            "lag": lag,
-            "last_publish_to_result_ms": self.last_latency_ms,
-            "mean_handle_ms": round(1000 * self.handle_seconds / handled, 2) if handled else None,
-            "phase_seconds": {k: round(v, 3) for k, v in self.phase_seconds.items()},
-            "visibility": self.visibility.health(),
-        }
+        return DmlRequestsHealth(
+            **dict(super().health()),
+            applied=self.applied,
+            duplicates=self.duplicates,
+            failed=self.failed,
+            dead_letters=self.dead_letters,
+            partitions=sorted(tp.partition for tp in assignment),
+            lag=lag,
+            last_publish_to_result_ms=self.last_latency_ms,
+            mean_handle_ms=round(1000 * self.handle_seconds / handled, 2) if handled else None,
+            phase_seconds={k: round(v, 3) for k, v in self.phase_seconds.items()},
+            visibility=self.visibility.health(),
+        )
 
 
 def _source(record: ConsumerRecord) -> str:

@@ -21,6 +21,7 @@ from schemas.config import OspreyConfig
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import OspreyError, RequestTimeout, from_error_status
 from schemas.meta import CollectionInfo
+from schemas.status import DqRouterHealth
 from state.meta.shard_owners import ShardOwner, ShardOwners
 from streams.direct import DirectPool
 from streams.topics import Topics
@@ -264,14 +265,14 @@ class DqRouter:
             if collector is not None:
                 collector.add(result)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "path": self.config.dq_path,
-            "waiting": len(self._collectors),
-            "owners": sum(len(g) for g in self._owners.values()),
-            "replica_groups": len(self._owners),
-            "failovers": self.failovers,
-        }
+    def health(self) -> DqRouterHealth:
+        return DqRouterHealth(
+            path=self.config.dq_path,
+            waiting=len(self._collectors),
+            owners=sum(len(g) for g in self._owners.values()),
+            replica_groups=len(self._owners),
+            failovers=self.failovers,
+        )
 
 
 def _addressed(

@@ -35,6 +35,7 @@ import logging
 from typing import Protocol
 
 from schemas.errors import LeaseLost
+from schemas.status import DmlFenceHealth
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +108,7 @@ class DmlFence:
             return False
         return lease.held_for_certain() or await lease.confirm()
 
-    def health(self) -> dict[str, object]:
-        return {
-            "state": self.state,
-            "generation": self.generation,
-            "losses": self.losses,
-            "refused": self.refused,
-            "failed": self.failed,
-        }
+    def health(self) -> DmlFenceHealth:
+        return DmlFenceHealth(
+            state=self.state, generation=self.generation, losses=self.losses, refused=self.refused, failed=self.failed
+        )

@@ -32,6 +32,7 @@ from schemas.meta import (
     ShardReplica,
 )
 from schemas.segment import CollectionStats, SegmentInfo, SegmentState
+from schemas.status import DataNodeHealth, DelegatorHealth, QueryNodeHealth
 from state.meta.meta_table import MetaView
 from state.meta.shard_owners import ShardOwner
 
@@ -62,16 +63,17 @@ def served_vchannels(
     info: CollectionInfo,
     load: LoadInfo,
     owners: Mapping[str, ShardOwner],
-    reports: Mapping[int, dict[str, Any]],
-) -> dict[str, dict[str, Any]]:
+    reports: Mapping[int, QueryNodeHealth],
+) -> dict[str, DelegatorHealth]:
     """vchannel -> the report of its delegator, for the vchannels of ``info`` whose owner serves
     ``load`` (its delegator reports the load's version)."""
     served = {}
     for vchannel, pchannel in zip(info.vchannels, info.pchannels, strict=True):
         owner = owners.get(pchannel)
         report = reports.get(owner.node_id) if owner is not None else None
-        doc = (report or {}).get("pchannels", {}).get(pchannel, {}).get("vchannels", {}).get(vchannel)
-        if doc is not None and doc.get("load_version") == load.loaded_ts:
+        shard = None if report is None else report.pchannels.get(pchannel)
+        doc = None if shard is None else shard.vchannels.get(vchannel)
+        if doc is not None and doc.load_version == load.loaded_ts:
             served[vchannel] = doc
     return served
 
@@ -79,7 +81,7 @@ def served_vchannels(
 def replicas(
     desc: CollectionDescription,
     groups: Mapping[int, Mapping[str, ShardOwner]],
-    reports: Mapping[int, dict[str, Any]],
+    reports: Mapping[int, QueryNodeHealth],
 ) -> list[ReplicaInfo]:
     """GetReplicas of a loaded collection (CollectionNotLoaded otherwise): one replica per replica
     group serving the load (groups 0 .. ``replica_number``-1, ``schemas/distribution.py``), its id
@@ -119,7 +121,7 @@ def replicas(
 def refresh_progress(
     collection_id: int,
     in_scope: Callable[[int], bool],
-    served: Mapping[str, dict[str, Any]],
+    served: Mapping[str, DelegatorHealth],
     segments: Sequence[SegmentInfo],
 ) -> int:
     """The percentage of the collection's flushed segments whose partition is ``in_scope`` that the
@@ -138,12 +140,7 @@ def refresh_progress(
     }
     if not flushed:
         return 100
-    sealed = {
-        int(sid)
-        for doc in served.values()
-        for sid, segment in doc.get("segments", {}).items()
-        if segment.get("kind") == SEALED_KIND
-    }
+    sealed = {sid for doc in served.values() for sid, segment in doc.segments.items() if segment.kind == SEALED_KIND}
     return 100 * len(flushed & sealed) // len(flushed)
 
 
@@ -151,7 +148,7 @@ def loading_progress(
     info: CollectionInfo,
     load: LoadInfo | None,
     claims: Claims,
-    reports: Mapping[int, dict[str, Any]],
+    reports: Mapping[int, QueryNodeHealth],
     partitions: Sequence[PartitionInfo] | None = None,
     segments: Sequence[SegmentInfo] = (),
 ) -> LoadProgress:
@@ -201,7 +198,7 @@ def loading_progress(
 def loaded_collections(
     view: MetaView,
     claims: Claims,
-    reports: Mapping[int, dict[str, Any]],
+    reports: Mapping[int, QueryNodeHealth],
     segments: Sequence[SegmentInfo],
     names: Sequence[str] = (),
 ) -> list[LoadProgress]:
@@ -227,7 +224,7 @@ def loaded_collections(
 def loaded_partitions(
     desc: CollectionDescription,
     claims: Claims,
-    reports: Mapping[int, dict[str, Any]],
+    reports: Mapping[int, QueryNodeHealth],
     segments: Sequence[SegmentInfo],
     names: Sequence[str] = (),
     collection_name: str = "",
@@ -253,7 +250,7 @@ def collection_stats(
     info: CollectionInfo,
     partition_ids: list[int] | None,
     segments: list[SegmentInfo],
-    datanode_reports: Mapping[int, dict[str, Any]],
+    datanode_reports: Mapping[int, DataNodeHealth],
 ) -> CollectionStats:
     """Row counts of ``info`` (of ``partition_ids`` if given) from the segment meta (flushed rows)
     and the data nodes' reports (rows buffered for segments not flushed yet, each counted once)."""
@@ -266,14 +263,10 @@ def collection_stats(
     done = {s.segment_id for s in segments if s.done}
     buffered: dict[int, int] = {}
     for report in datanode_reports.values():
-        for pchannel in report.get("pchannels", {}).values():
-            for sid, seg in pchannel.get("segments", {}).items():
-                if (
-                    seg.get("collection_id") == info.collection_id
-                    and counted(int(seg.get("partition_id", -1)))
-                    and int(sid) not in done
-                ):
-                    buffered[int(sid)] = max(buffered.get(int(sid), 0), int(seg.get("rows", 0)))
+        for pchannel in report.pchannels.values():
+            for sid, seg in pchannel.segments.items():
+                if seg.collection_id == info.collection_id and counted(seg.partition_id) and sid not in done:
+                    buffered[sid] = max(buffered.get(sid, 0), seg.rows)
     flushed_rows = sum(s.num_rows for s in flushed)
     return CollectionStats(
         collection_name=info.collection_name,

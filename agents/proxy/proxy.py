@@ -73,6 +73,7 @@ from schemas.meta import (
 )
 from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
+from schemas.status import DataNodeHealth, DmlRequestsHealth, PchanStatsHealth, ProxyHealth, QueryNodeHealth
 from state.meta.compaction_requests import CompactionRequests, CompactionTarget, summarize
 from state.meta.database import DatabaseRecords
 from state.meta.idalloc import IdAllocator
@@ -142,8 +143,9 @@ class Proxy(Service):
         self._tick_soon = asyncio.Event()  # set by Strong reads (and stop): report without waiting
         self.lease_keeper: LeaseKeeper | None = None
         self.last_write_ts = 0  # Session consistency: this proxy's (its client's) last insert or ingest
-        # parts of the proxy process that report with the proxy (name -> their health), e.g. dml_requests
-        self.health_parts: dict[str, Callable[[], dict[str, Any]]] = {}
+        # the dml-request consumer of this process (agents/proxy/dml_requests.py) reports with the
+        # proxy, under "dml_requests", while it runs (None: the process does not consume dml-request)
+        self.dml_requests_health: Callable[[], DmlRequestsHealth] | None = None
         # a search's or query's whole time here, failures included (./osprey status)
         self.latency = {stage: LatencyWindow() for stage in LATENCY_STAGES}
 
@@ -318,7 +320,7 @@ class Proxy(Service):
             pid = desc.partition_id(name, collection_name)
             partitions.append(next(p for p in desc.partitions if p.partition_id == pid))
         claims = await self._claims()
-        reports = await self.status_board.read(QUERYNODE_ROLE)
+        reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         segments = await self.segment_meta.segments(desc.info.collection_id)
         return loading_progress(desc.info, desc.load, claims, reports, partitions, segments)
 
@@ -332,7 +334,7 @@ class Proxy(Service):
         name is empty), each shard with its leader (``agents/proxy/load.py``, ``replicas``)."""
         desc = await (self.cache.get(collection_name) if collection_name else self.cache.get_by_id(collection_id))
         groups = await self.shard_owners.groups()
-        reports = await self.status_board.read(QUERYNODE_ROLE)
+        reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         return replicas(desc, groups, reports)
 
     async def loaded_collections(self, collection_names: Sequence[str] = ()) -> list[LoadProgress]:
@@ -342,7 +344,7 @@ class Proxy(Service):
         if any(view.resolve(n) is None for n in collection_names):
             view = await self.cache.refresh()  # created through another proxy since the view was read
         claims = await self._claims()
-        reports = await self.status_board.read(QUERYNODE_ROLE)
+        reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         segments = await self.segment_meta.segments()
         return loaded_collections(view, claims, reports, segments, collection_names)
 
@@ -351,7 +353,7 @@ class Proxy(Service):
         partition named (each must exist and be loaded)."""
         desc = await self.cache.get(collection_name)
         claims = await self._claims()
-        reports = await self.status_board.read(QUERYNODE_ROLE)
+        reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         segments = await self.segment_meta.segments(desc.info.collection_id)
         return loaded_partitions(desc, claims, reports, segments, partition_names, collection_name)
 
@@ -383,7 +385,7 @@ class Proxy(Service):
                 raise PartitionNotFound(f"partition not found[collection={collection_name}][partition={missing[0]}]")
             partition_ids = [by_name[n] for n in partition_names]
         segments = await self.segment_meta.segments(desc.info.collection_id)
-        reports = await self.status_board.read(DATANODE_ROLE)
+        reports = await self.status_board.read(DATANODE_ROLE, DataNodeHealth)
         return collection_stats(desc.info, partition_ids, segments, reports)
 
     async def flush_state(self, collection_name: str, segment_ids: list[int], flush_ts: int = 0) -> FlushState:
@@ -503,7 +505,7 @@ class Proxy(Service):
             kafka_error=kafka_error,
             nodes=nodes,
             lease_lost=self.lease is None or self.lease.lost or self.fence.state != "held",
-            dead_loops=self.health().get("dead_loops", []),
+            dead_loops=self.health().dead_loops,
         )
         return health_check(probe)
 
@@ -738,26 +740,26 @@ class Proxy(Service):
         if kind is not None and "as_of" not in kind.model_fields:
             self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> ProxyHealth:
         if not self.started:
-            return super().health()
+            return ProxyHealth(**dict(super().health()))
         stats = self.dm_stats.stats.statistics()
-        return {
-            **super().health(),
-            "proxy_id": self.proxy_id,
-            "pending": len(self._pending),
-            "dd_queue": self.dd_queue.health(),
-            "dm_queue": self.dm_queue.health(),
-            "dq_queue": self.dq_queue.health(),
-            "dq_router": self.dq_router.health(),
-            "latency": {stage: window.summary() for stage, window in self.latency.items()},
-            "meta_cache": self.cache.health(),
-            "pchan_stats": {p: {"min_ts": s.min_ts, "max_ts": s.max_ts} for p, s in stats.items()},
-            "last_ticks": self.ticker.get_min_ts_statistics(),
-            "lease": self.lease_keeper.health() if self.lease_keeper is not None else None,
-            "dml_fence": self.fence.health(),
-            **{name: part() for name, part in self.health_parts.items()},
-        }
+        return ProxyHealth(
+            **dict(super().health()),
+            proxy_id=self.proxy_id,
+            pending=len(self._pending),
+            dd_queue=self.dd_queue.health(),
+            dm_queue=self.dm_queue.health(),
+            dq_queue=self.dq_queue.health(),
+            dq_router=self.dq_router.health(),
+            latency={stage: window.summary() for stage, window in self.latency.items()},
+            meta_cache=self.cache.health(),
+            pchan_stats={p: PchanStatsHealth(min_ts=s.min_ts, max_ts=s.max_ts) for p, s in stats.items()},
+            last_ticks=self.ticker.get_min_ts_statistics(),
+            lease=self.lease_keeper.health() if self.lease_keeper is not None else None,
+            dml_fence=self.fence.health(),
+            dml_requests=None if self.dml_requests_health is None else self.dml_requests_health(),
+        )
 
 
 def _failure(err: BaseException) -> str:

@@ -7,6 +7,7 @@ import logging
 from typing import Any, TypeVar
 
 from agents.proxy.task import Task
+from schemas.status import ActiveTaskHealth, DdQueueHealth, ParallelQueueHealth
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
 from streams.tasks import cancel_and_wait
@@ -55,12 +56,13 @@ class DdTaskQueue:
                 self.active = None
                 self.done_count += 1
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "unissued": self._unissued.qsize(),
-            "active": None if self.active is None else {"name": self.active.name, "request_id": self.active.request_id},
-            "done": self.done_count,
-        }
+    def health(self) -> DdQueueHealth:
+        active = self.active
+        return DdQueueHealth(
+            unissued=self._unissued.qsize(),
+            active=None if active is None else ActiveTaskHealth(name=active.name, request_id=active.request_id),
+            done=self.done_count,
+        )
 
 
 class ParallelTaskQueue:
@@ -109,8 +111,8 @@ class ParallelTaskQueue:
     async def stop(self) -> None:
         await cancel_and_wait(list(self._active))  # a cancellation of stop's caller still propagates
 
-    def health(self) -> dict[str, Any]:
-        return {"active": len(self._active) + self._running_inline, "done": self.done_count}
+    def health(self) -> ParallelQueueHealth:
+        return ParallelQueueHealth(active=len(self._active) + self._running_inline, done=self.done_count)
 
 
 DmTaskQueue = ParallelTaskQueue  # seed 001's dmTaskQueue: inserts and stream-writer chunks

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from schemas.errors import CollectionNotFound
+from schemas.status import VisibilityHealth
 from state.readpath.read_params import QueryParams
 from streams.tasks import cancel_and_wait
 
@@ -119,18 +120,18 @@ class VisibilityProbe:
         if self._task is not None:
             await cancel_and_wait([self._task])
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "probes": self.probes,
-            "failures": self.failures,
-            "last_error": self.last_error,
-            "last_taken_to_visible_ms": _round(self.last_taken_to_visible_ms),
-            "mean_taken_to_visible_ms": _round(self._taken_sum_ms / self.probes) if self.probes else None,
-            "last_publish_to_visible_ms": _round(self.last_publish_to_visible_ms),
-            "mean_publish_to_visible_ms": (
+    def health(self) -> VisibilityHealth:
+        return VisibilityHealth(
+            probes=self.probes,
+            failures=self.failures,
+            last_error=self.last_error,
+            last_taken_to_visible_ms=_round(self.last_taken_to_visible_ms),
+            mean_taken_to_visible_ms=_round(self._taken_sum_ms / self.probes) if self.probes else None,
+            last_publish_to_visible_ms=_round(self.last_publish_to_visible_ms),
+            mean_publish_to_visible_ms=(
                 _round(self._published_sum_ms / self._published_probes) if self._published_probes else None
             ),
-        }
+        )
 
 
 def _round(value: float | None) -> float | None:

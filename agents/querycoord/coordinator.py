@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from agents.querycoord.placement import place_leaders, place_replicas
 from agents.service import ScanningService
 from schemas.distribution import QueryDistribution, ReplicaGroup
 from schemas.meta import LoadInfo
+from schemas.status import QueryCoordHealth
 from state.meta.query_distribution import QueryDistributionStore
 from state.meta.registry import NodeRegistry
 
@@ -105,12 +105,12 @@ class QueryCoordinator(ScanningService):
         self.distribution = planned
         return planned
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "version": self.distribution.version,
-            "groups": [g.nodes for g in self.distribution.groups],
-            "scans": self.scans,
-            "writes": self.writes,
-            "last_error": self.last_error,
-        }
+    def health(self) -> QueryCoordHealth:
+        return QueryCoordHealth(
+            **dict(super().health()),
+            version=self.distribution.version,
+            groups=[g.nodes for g in self.distribution.groups],
+            scans=self.scans,
+            writes=self.writes,
+            last_error=self.last_error,
+        )

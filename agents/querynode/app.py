@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-from typing import Any
 
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
@@ -51,6 +50,7 @@ from agents.service import FatalHook, OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.distribution import QueryDistribution
 from schemas.index import AnyIndexEvent
+from schemas.status import QueryNodeHealth
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_cache import MetaCache
@@ -400,36 +400,36 @@ class QueryNodeRuntime(Service):
             doc = self.health()
             await self.status.publish(ROLE, self.node.node_id, doc, ttl_s=max(3 * STATUS_INTERVAL_S, 3.0))
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> QueryNodeHealth:
         if self.node is None or not self.started:
-            return super().health()
+            return QueryNodeHealth(**dict(super().health()))
         worker = self.node.worker.health()
-        return {
-            **super().health(),
-            **self.node.health(),
-            "address": self.direct.address,
-            "replica_groups": sorted({g for g, _ in self._serving}),
-            "leads": sorted(f"{g}/{p}" for g, p in self._serving),
-            "catching_up": sorted(f"{g}/{p}" for g, p in self._catching_up),
-            "distribution_version": self.distribution.version,
-            "follow_error": self.follow_error,
-            "dml_consumer": self.consumer.health(),
-            "huge_pages_kb": self.huge_pages.kb,
-            "direct_served": self.direct.served,
-            "direct_serve_avg_ms": round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
-            "topic": self.topic_server.health(),
-            "worker": worker["rows"],
-            "worker_memory_bytes": worker["memory_bytes"],
-            "guest_segments": self.guests.health(),
-            "balancer": self.balancer.health(),
-            "loaded_segments": self.loader.loaded,
-            "loaded_rows": self.loader.loaded_rows,
-            "indexes_loaded": self.loader.indexes_loaded,
-            "object_store": self.loader.root.health(),
-            "segment_events": self.reader.health(),
-            "meta_watcher": self.meta_watcher.health(),
-            "lease": self._lease.health() if self._lease is not None else None,
-        }
+        return QueryNodeHealth(
+            **dict(super().health()),
+            **dict(self.node.health()),
+            address=self.direct.address,
+            replica_groups=sorted({g for g, _ in self._serving}),
+            leads=sorted(f"{g}/{p}" for g, p in self._serving),
+            catching_up=sorted(f"{g}/{p}" for g, p in self._catching_up),
+            distribution_version=self.distribution.version,
+            follow_error=self.follow_error,
+            dml_consumer=self.consumer.health(),
+            huge_pages_kb=self.huge_pages.kb,
+            direct_served=self.direct.served,
+            direct_serve_avg_ms=round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
+            topic=self.topic_server.health(),
+            worker=worker.rows,
+            worker_memory_bytes=worker.memory_bytes,
+            guest_segments=self.guests.health(),
+            balancer=self.balancer.health(),
+            loaded_segments=self.loader.loaded,
+            loaded_rows=self.loader.loaded_rows,
+            indexes_loaded=self.loader.indexes_loaded,
+            object_store=self.loader.root.health(),
+            segment_events=self.reader.health(),
+            meta_watcher=self.meta_watcher.health(),
+            lease=self._lease.health() if self._lease is not None else None,
+        )
 
 
 async def run(config: OspreyConfig, stop: asyncio.Event, on_fatal: FatalHook | None = None) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from agents.querycoord.placement import place_segments
 from agents.querynode.delegator import ShardDelegator
@@ -36,6 +35,7 @@ from agents.querynode.loader import Loader
 from agents.querynode.node import QueryNode
 from agents.querynode.remote import RemoteWorkers
 from schemas.errors import OspreyError
+from schemas.status import BalancerHealth
 
 __all__ = ["BALANCE_INTERVAL_S", "SUSPECT_S", "SegmentBalancer"]
 
@@ -163,10 +163,10 @@ class SegmentBalancer:
         log.info("querynode %d: segment %d (%d rows) served by query node %d", me, sid, info.num_rows, to)
         return True
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "moves": self.moves,
-            "failures": self.failures,
-            "last_error": self.last_error,
-            "workers": {w.node_id: w.health() for w in self.peers.all()},
-        }
+    def health(self) -> BalancerHealth:
+        return BalancerHealth(
+            moves=self.moves,
+            failures=self.failures,
+            last_error=self.last_error,
+            workers={w.node_id: w.health() for w in self.peers.all()},
+        )

@@ -58,6 +58,7 @@ from schemas.collection import DataType
 from schemas.dml import ALL_PARTITIONS, DeleteEvent, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo, LoadInfo
+from schemas.status import BuildRef, DelegatorHealth, DelegatorSegmentHealth
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES, DeleteBuffer, DeleteRecord
 from state.segcore.pk_oracle import PkOracle
@@ -708,41 +709,42 @@ class ShardDelegator:
 
     # ------------------------------------------------------------------ health
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> DelegatorHealth:
         """vchannel, tsafe, consumed position, growing segments with row counts, identities applied."""
-        segments: dict[int, dict[str, Any]] = {}
+        segments: dict[int, DelegatorSegmentHealth] = {}
         for sid, e in self._distribution.items():
             segment = self.segment(sid)
-            segments[sid] = {
-                "partition_id": e.partition_id,
-                "kind": e.kind,
-                "rows": segment.row_count,
-                "indexed_rows": segment.indexed_rows,
-                "hidden_rows": segment.hidden_rows,
-                "forwarded_deletes": self.forwarded.get(sid, 0),
-                "node": None if e.remote is None else e.remote.node_id,
-            }
             built = getattr(segment, "built_indexes", None)
-            # a sealed segment searched through an index node's build (a remote one's: its worker shows them)
-            if built and e.remote is None:
-                segments[sid]["built_indexes"] = {f: {"build_id": b, "version": v} for f, (b, v) in built.items()}
-        return {
-            "vchannel": self.vchannel,
-            "pchannel": self.pchannel,
-            "collection_id": self.collection.collection_id,
-            "tsafe": self._tsafe,
-            "position": self._position,
-            "waiters": len(self._waiters),
-            "segments": segments,
-            "identities": len(self._identities),
-            "skipped_sealed": self.skipped_sealed,
-            "load_version": self.load_version,
-            "delete_events": self.delete_events,
-            "deleted_rows": self.deleted_rows,
-            "superseded_rows": self.superseded_rows,
-            "delete_buffer": self.deletes.health(),
-            "pk_oracle": self.oracle.health(),
-        }
+            segments[sid] = DelegatorSegmentHealth(
+                partition_id=e.partition_id,
+                kind=e.kind,
+                rows=segment.row_count,
+                indexed_rows=segment.indexed_rows,
+                hidden_rows=segment.hidden_rows,
+                forwarded_deletes=self.forwarded.get(sid, 0),
+                node=None if e.remote is None else e.remote.node_id,
+                # a sealed segment searched through an index node's build (a remote one's: its worker shows them)
+                built_indexes={f: BuildRef(build_id=b, version=v) for f, (b, v) in built.items()}
+                if built and e.remote is None
+                else {},
+            )
+        return DelegatorHealth(
+            vchannel=self.vchannel,
+            pchannel=self.pchannel,
+            collection_id=self.collection.collection_id,
+            tsafe=self._tsafe,
+            position=self._position,
+            waiters=len(self._waiters),
+            segments=segments,
+            identities=len(self._identities),
+            skipped_sealed=self.skipped_sealed,
+            load_version=self.load_version,
+            delete_events=self.delete_events,
+            deleted_rows=self.deleted_rows,
+            superseded_rows=self.superseded_rows,
+            delete_buffer=self.deletes.health(),
+            pk_oracle=self.oracle.health(),
+        )
 
 
 async def _gather(asked: Sequence[Coroutine[Any, Any, Any]]) -> list[Any]:

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from schemas.dq import QueryResult, SearchResult
 from schemas.errors import CollectionNotFound, OspreyError, ServiceUnavailable
 from schemas.index import AnyIndexEvent, IndexBuildFinished
 from schemas.meta import CollectionInfo
+from schemas.status import BuildRef, GuestSegmentHealth, GuestSegmentsHealth
 from schemas.worker import DeadSync, SegmentLoad, SegmentQuery, SegmentRelease, SegmentSearch, WorkerRequest
 from state.meta.meta_cache import MetaCache
 from state.readpath.columns import columns_of
@@ -246,25 +246,23 @@ class GuestSegments:
         kind = SearchResult if isinstance(request, SegmentSearch) else QueryResult
         return kind.failed(err, request.request_id, request.origin, request.vchannel, self.node_id)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "segments": {
-                sid: {
-                    "kind": "sealed",
-                    "rows": h.segment.row_count,
-                    "vchannel": h.segment.vchannel,
-                    "pchannel": h.pchannel,
-                    "leaders": sorted(h.gens),
-                    "built_indexes": {
-                        f: {"build_id": b, "version": v} for f, (b, v) in h.segment.built_indexes.items()
-                    },
-                }
+    def health(self) -> GuestSegmentsHealth:
+        return GuestSegmentsHealth(
+            segments={
+                sid: GuestSegmentHealth(
+                    kind="sealed",
+                    rows=h.segment.row_count,
+                    vchannel=h.segment.vchannel,
+                    pchannel=h.pchannel,
+                    leaders=sorted(h.gens),
+                    built_indexes={f: BuildRef(build_id=b, version=v) for f, (b, v) in h.segment.built_indexes.items()},
+                )
                 for sid, h in self._held.items()
             },
-            "rows": sum(h.segment.row_count for h in self._held.values()),
-            "requests": self.requests,
-            "resyncs": self.resyncs,
-        }
+            rows=sum(h.segment.row_count for h in self._held.values()),
+            requests=self.requests,
+            resyncs=self.resyncs,
+        )
 
     def close(self) -> None:
         self.worker.stop()

@@ -20,6 +20,7 @@ from aiokafka import TopicPartition
 from agents.service import OnCrash, Service
 from schemas import ddl
 from schemas.config import OspreyConfig
+from schemas.status import MetaWatcherHealth
 from state.meta.meta_cache import MetaCache
 from streams.kafka import make_consumer
 from streams.topics import Topics
@@ -85,5 +86,5 @@ class MetaWatcher(Service):
                 self._changed.set()
                 await asyncio.sleep(ERROR_PAUSE_S)
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "changes": self.changes, "reconciles": self.reconciles}
+    def health(self) -> MetaWatcherHealth:
+        return MetaWatcherHealth(**dict(super().health()), changes=self.changes, reconciles=self.reconciles)

@@ -25,7 +25,6 @@ Everything runs on one event loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from agents.querynode import handoff, recovery, serving
 from agents.querynode.apply import apply_record
@@ -38,6 +37,7 @@ from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.index import AnyIndexEvent, IndexTask
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import AnySegmentEvent
+from schemas.status import QueryNodeCoreHealth, QueryPchannelHealth
 from state.meta.meta_cache import MetaCache
 from state.meta.tso import TimestampOracle
 from state.readpath.latency import LatencyWindow
@@ -227,31 +227,31 @@ class QueryNode:
 
     # ------------------------------------------------------------------ health
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "applied_events": self.applied_events,
-            "skipped_events": self.skipped_events,
-            "replayed_records": self.replayed_records,
-            "indexes_attached": self.indexes_attached,
-            "indexes_pending": len(self.pending_indexes),
-            "late_events": self.late_events,
-            "unowned_answers": self.unowned_answers,
-            "worker_misses": self.worker_misses,
-            "latency": {stage: window.summary() for stage, window in self.latency.items()},
-            "pchannels": {
-                name: {
-                    "tsafe": s.tsafe,
-                    "position": s.position,
-                    "applied": s.cursor.applied,
-                    "replayed": s.cursor.skipped,
-                    "seeks": s.cursor.seeks,
-                    "recovering": s.recovering,
-                    "recovered_segments": s.recovered_segments,
-                    "recovered_rows": s.recovered_rows,
-                    "recovered_deletes": s.recovered_deletes,
-                    "vchannels": {v: d.health() for v, d in s.delegators.items()},
-                }
+    def health(self) -> QueryNodeCoreHealth:
+        return QueryNodeCoreHealth(
+            node_id=self.node_id,
+            applied_events=self.applied_events,
+            skipped_events=self.skipped_events,
+            replayed_records=self.replayed_records,
+            indexes_attached=self.indexes_attached,
+            indexes_pending=len(self.pending_indexes),
+            late_events=self.late_events,
+            unowned_answers=self.unowned_answers,
+            worker_misses=self.worker_misses,
+            latency={stage: window.summary() for stage, window in self.latency.items()},
+            pchannels={
+                name: QueryPchannelHealth(
+                    tsafe=s.tsafe,
+                    position=s.position,
+                    applied=s.cursor.applied,
+                    replayed=s.cursor.skipped,
+                    seeks=s.cursor.seeks,
+                    recovering=s.recovering,
+                    recovered_segments=s.recovered_segments,
+                    recovered_rows=s.recovered_rows,
+                    recovered_deletes=s.recovered_deletes,
+                    vchannels={v: d.health() for v, d in s.delegators.items()},
+                )
                 for name, s in sorted(self.pchannels.items())
             },
-        }
+        )

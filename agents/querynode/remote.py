@@ -28,6 +28,7 @@ from agents.querynode.worker import QueryResult as QueryRows
 from schemas.dq import QueryResult, SearchResult
 from schemas.errors import InvalidParameter, ServiceUnavailable, from_error_status
 from schemas.segment import SegmentInfo
+from schemas.status import RemoteWorkerHealth
 from schemas.worker import SegmentLoad, SegmentQuery, SegmentRelease, SegmentSearch, WorkerRequest
 from state.readpath.columns import values_of
 from state.readpath.search_hits import hits_of
@@ -268,13 +269,13 @@ class RemoteWorker:
             await self.release(vchannel, cid, ids)
             del self._releases[(vchannel, cid)]
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "address": self.address,
-            "calls": self.calls,
-            "failed_at": self.failed_at,
-            "releases_queued": sum(len(v) for v in self._releases.values()),
-        }
+    def health(self) -> RemoteWorkerHealth:
+        return RemoteWorkerHealth(
+            address=self.address,
+            calls=self.calls,
+            failed_at=self.failed_at,
+            releases_queued=sum(len(v) for v in self._releases.values()),
+        )
 
 
 async def _hits(answer: Coroutine[Any, Any, SearchResult | QueryResult]) -> SearchHits:

@@ -25,6 +25,7 @@ from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
 from schemas.dq import DQ_REQUEST, QueryRequest, QueryResult, ResultBatch, SearchRequest, SearchResult
 from schemas.errors import OspreyError, ServiceUnavailable
+from schemas.status import DirectServerHealth, TopicServerHealth
 from schemas.worker import DIRECT_REQUEST, SegmentSearch, WorkerRequest
 from state.meta.tso import add_ms
 from streams.direct import read_frame, write_frame
@@ -203,14 +204,14 @@ class DirectServer(Service):
                 err = OspreyError(f"internal error in a query node's worker: {exc!r}")
         return kind.failed(err, request.request_id, request.origin, request.vchannel, 0)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "in_flight": len(self._answers),
-            "worker_in_flight": len(self._worker_answers),
-            "worker_served": self.worker_served,
-            "max_inflight": self._answers.limit,
-        }
+    def health(self) -> DirectServerHealth:
+        return DirectServerHealth(
+            **dict(super().health()),
+            in_flight=len(self._answers),
+            worker_in_flight=len(self._worker_answers),
+            worker_served=self.worker_served,
+            max_inflight=self._answers.limit,
+        )
 
 
 class TopicServer(Service):
@@ -284,5 +285,7 @@ class TopicServer(Service):
                 log.warning("querynode: result of request %s not published (%r)", request.request_id, err)
         self.served += 1
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "served": self.served, "skipped": self.skipped, "in_flight": len(self._answers)}
+    def health(self) -> TopicServerHealth:
+        return TopicServerHealth(
+            **dict(super().health()), served=self.served, skipped=self.skipped, in_flight=len(self._answers)
+        )

@@ -28,6 +28,7 @@ from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
+from schemas.status import IndexBuilderHealth, WorkerHealth, WorkerSegmentHealth
 from state.readpath.expr import Filter
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.sealed import SealedSegment
@@ -481,32 +482,32 @@ class Worker:
 
     close = stop
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> WorkerHealth:
         """Liveness plus, per segment, its collection/partition/vchannel, rows, rows in the
         interim index (``indexed_rows``; the rest are searched exactly) and estimated bytes, and
         the index builder's state."""
         segments = {
-            sid: {
-                "kind": s.kind,
-                "collection_id": s.collection_id,
-                "partition_id": s.partition_id,
-                "vchannel": s.vchannel,
-                "rows": s.row_count,
-                "indexed_rows": s.indexed_rows,
-                "memory_bytes": s.memory_bytes,
-            }
+            sid: WorkerSegmentHealth(
+                kind=s.kind,
+                collection_id=s.collection_id,
+                partition_id=s.partition_id,
+                vchannel=s.vchannel,
+                rows=s.row_count,
+                indexed_rows=s.indexed_rows,
+                memory_bytes=s.memory_bytes,
+            )
             for sid, s in self._segments.items()
         }
-        builder = {
-            "running": self.builder.running,
-            "rows_indexed": self.builder.rows_indexed,
-            "pending_rows": sum(s.pending_index_rows for s in self._segments.values()),
-        }
-        return {
-            "healthy": self.is_healthy(),
-            "segments": segments,
-            "rows": sum(s["rows"] for s in segments.values()),
-            "indexed_rows": sum(s["indexed_rows"] for s in segments.values()),
-            "memory_bytes": sum(s["memory_bytes"] for s in segments.values()),
-            "index_builder": builder,
-        }
+        builder = IndexBuilderHealth(
+            running=self.builder.running,
+            rows_indexed=self.builder.rows_indexed,
+            pending_rows=sum(s.pending_index_rows for s in self._segments.values()),
+        )
+        return WorkerHealth(
+            healthy=self.is_healthy(),
+            segments=segments,
+            rows=sum(s.rows for s in segments.values()),
+            indexed_rows=sum(s.indexed_rows for s in segments.values()),
+            memory_bytes=sum(s.memory_bytes for s in segments.values()),
+            index_builder=builder,
+        )

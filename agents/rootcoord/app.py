@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import faust
 
@@ -26,6 +25,7 @@ from agents.rootcoord.timetick import TimeTickAgent
 from agents.service import Service
 from schemas import ddl
 from schemas.config import OspreyConfig
+from schemas.status import RootCoordHealth
 from state.meta.database import DatabaseRecords
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.idalloc import IdAllocator
@@ -69,19 +69,15 @@ class RootCoordRuntime(Service):
         assert self.core is not None
         return self.core
 
-    def health(self) -> dict[str, Any]:
-        doc = super().health()
-        if self.timetick is not None:
-            doc["timetick"] = self.timetick.health()
-        if self.sealer is not None:
-            doc["sealer"] = self.sealer.health()
-        if self.indexcoord is not None:
-            doc["indexcoord"] = self.indexcoord.health()
-        if self.object_gc is not None:
-            doc["object_gc"] = self.object_gc.health()
-        if self.querycoord is not None:
-            doc["querycoord"] = self.querycoord.health()
-        return doc
+    def health(self) -> RootCoordHealth:
+        return RootCoordHealth(
+            **dict(super().health()),
+            timetick=None if self.timetick is None else self.timetick.health(),
+            sealer=None if self.sealer is None else self.sealer.health(),
+            indexcoord=None if self.indexcoord is None else self.indexcoord.health(),
+            object_gc=None if self.object_gc is None else self.object_gc.health(),
+            querycoord=None if self.querycoord is None else self.querycoord.health(),
+        )
 
     async def on_start(self) -> None:
         config, ns = self.config, self.config.cluster

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from schemas import ddl
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
+from schemas.status import RootCoordCoreHealth
 from schemas.validation import invalid_from_validation_error
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.ddl_rules import Plan, error_reply, plan
@@ -199,13 +200,13 @@ class RootCoord:
         if self.checkpoint.last_request.get(proxy_id) == request_id and proxy_id in self.checkpoint.last_reply:
             await self.reply_sink(ddl.DDL_REPLY.validate_json(self.checkpoint.last_reply[proxy_id]))
 
-    def health(self) -> dict[str, object]:
-        return {
-            "dd_position": self.checkpoint.position,
-            "collections": len(self.view.collections),
-            "aliases": len(self.view.aliases),
-            "processed_since_start": self.processed,
-        }
+    def health(self) -> RootCoordCoreHealth:
+        return RootCoordCoreHealth(
+            dd_position=self.checkpoint.position,
+            collections=len(self.view.collections),
+            aliases=len(self.view.aliases),
+            processed_since_start=self.processed,
+        )
 
 
 def _decode(raw: bytes) -> ddl.DdlEvent | ddl.DdlReply | None:

@@ -31,13 +31,13 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from agents.service import OnCrash, Service
 from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter
 from schemas.index import INDEX_DIR
 from schemas.segment import DELTA_LOG_DIR, SegmentInfo, SegmentState
+from schemas.status import ObjectGcHealth
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.segment_meta import SegmentMeta
@@ -169,11 +169,11 @@ class ObjectGarbageCollector(Service):
         self.removed += len(doomed)
         return len(doomed)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "scans": self.scans,
-            "removed": self.removed,
-            "partial_removed": self.partial_removed,
-            "last_error": self.last_error,
-        }
+    def health(self) -> ObjectGcHealth:
+        return ObjectGcHealth(
+            **dict(super().health()),
+            scans=self.scans,
+            removed=self.removed,
+            partial_removed=self.partial_removed,
+            last_error=self.last_error,
+        )

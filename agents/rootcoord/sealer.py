@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from agents.service import OnCrash, Service
 from schemas.segment import SegmentInfo, SegmentSealed, SegmentState
+from schemas.status import SealerHealth
 from state.meta.segment_alloc import SegmentAssigner
 from state.meta.segment_meta import SegmentMeta
 from state.meta.tso import TimestampOracle, ts_from_ms
@@ -100,5 +100,5 @@ class SegmentSealer(Service):
         self.announced += 1
         log.info("sealer: segment %d of %s sealed (%s)", seal.segment_id, seal.vchannel, seal.reason.value)
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "announced": self.announced, "sealed_idle": self.sealed_idle}
+    def health(self) -> SealerHealth:
+        return SealerHealth(**dict(super().health()), announced=self.announced, sealed_idle=self.sealed_idle)

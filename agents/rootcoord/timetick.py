@@ -43,7 +43,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
@@ -52,6 +51,7 @@ from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import ProxyTimeTick, TimeTickEvent
+from schemas.status import TimeTickHealth
 from state.meta.quiet_proxies import QuietProxies
 from state.meta.registry import NodeRegistry
 from state.meta.timetick_checkpoint import TimeTickCheckpoint
@@ -246,22 +246,22 @@ class TimeTickAgent(Service):
                 async with asyncio.timeout(max(0.0, interval_s - (time.monotonic() - started))):
                     await self._fed.wait()
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> TimeTickHealth:
         since = None if self._last_round_at is None else round(time.monotonic() - self._last_round_at, 3)
-        return {
-            **super().health(),
-            "running": self.loops_running > 0,
-            "interval_ms": self.config.time_tick_interval_ms,
-            "last_published": dict(self.sync.last_published),
-            "live_proxies": sorted(self._live),
-            "quiet_proxies": sorted(self._quiet_ids),
-            "idle_interval_ms": self.config.time_tick_idle_ms,
-            "reports_held": {str(k): v for k, v in self.sync.reports_held().items()},
-            "rounds": self._rounds,
-            "events_published": self._events_published,
-            "since_last_round_s": since,
-            "errors": self._errors,
-            "last_error": self._last_error,
-            "malformed_reports": self._bad_reports,
-            "unknown_pchannels": self.sync.unknown_pchannels,
-        }
+        return TimeTickHealth(
+            **dict(super().health()),
+            running=self.loops_running > 0,
+            interval_ms=self.config.time_tick_interval_ms,
+            last_published=dict(self.sync.last_published),
+            live_proxies=sorted(self._live),
+            quiet_proxies=sorted(self._quiet_ids),
+            idle_interval_ms=self.config.time_tick_idle_ms,
+            reports_held=self.sync.reports_held(),
+            rounds=self._rounds,
+            events_published=self._events_published,
+            since_last_round_s=since,
+            errors=self._errors,
+            last_error=self._last_error,
+            malformed_reports=self._bad_reports,
+            unknown_pchannels=self.sync.unknown_pchannels,
+        )

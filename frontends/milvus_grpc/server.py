@@ -22,6 +22,7 @@ from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.service import MilvusServicer
 from frontends.milvus_grpc.stubs import milvus_pb2_grpc
 from schemas.auth import check_token
+from schemas.status import GrpcFrontEndHealth
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,10 @@ class GrpcFrontEnd(Service):
         if server is not None:
             await server.stop(STOP_GRACE_S)
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "address": self.address, "auth": self.client.config.authorization_enabled}
+    def health(self) -> GrpcFrontEndHealth:
+        return GrpcFrontEndHealth(
+            **dict(super().health()), address=self.address, auth=self.client.config.authorization_enabled
+        )
 
 
 __all__ = ["AUTH_FAILURE", "GrpcFrontEnd", "credential_user"]

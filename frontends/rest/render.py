@@ -173,7 +173,7 @@ def database(info: DatabaseInfo) -> dict[str, Any]:
     }
 
 
-def health(check: HealthCheck) -> dict[str, Any]:
+def check_health(check: HealthCheck) -> dict[str, Any]:
     """CheckHealth's fields, camelCase (Osprey extension: Milvus's REST has no such route)."""
     return {
         "isHealthy": check.healthy,

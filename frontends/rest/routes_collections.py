@@ -313,5 +313,5 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
     "databases/describe": Endpoint(
         "describe_database", render=render.database, parse=lambda b: Parsed({"db_name": b.string("dbName", default="")})
     ),
-    "health/check": Endpoint("check_health", render=render.health),
+    "health/check": Endpoint("check_health", render=render.check_health),
 }

@@ -23,6 +23,7 @@ from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, 
 from schemas.codec import decode
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.ingest import MAX_CHUNK_BYTES
+from schemas.status import RestFrontEndHealth
 
 log = logging.getLogger(__name__)
 
@@ -212,12 +213,12 @@ class RestFrontEnd(Service):
         """``http://host:port`` of the front end (the bound port once started)."""
         return f"http://{self.host}:{self.port}"
 
-    def health(self) -> dict[str, Any]:
-        return {
-            **super().health(),
-            "url": self.url,
-            "auth": self.users is not None,
-            "requests": self.requests,
-            "errors": self.errors,
-            "unauthenticated": self.unauthenticated,
-        }
+    def health(self) -> RestFrontEndHealth:
+        return RestFrontEndHealth(
+            **dict(super().health()),
+            url=self.url,
+            auth=self.users is not None,
+            requests=self.requests,
+            errors=self.errors,
+            unauthenticated=self.unauthenticated,
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from schemas.errors import CollectionNotFound
 from schemas.meta import CollectionDescription, CollectionInfo
+from schemas.status import MetaCacheHealth
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.snapshot import SnapshotKV
 
@@ -89,5 +90,5 @@ class MetaCache:
         if self._view is not None and any(self._view.resolve(n) is not None for n in names):
             self._view = None
 
-    def health(self) -> dict[str, int]:
-        return {"collections": 0 if self._view is None else len(self._view.collections), "loads": self.loads}
+    def health(self) -> MetaCacheHealth:
+        return MetaCacheHealth(collections=0 if self._view is None else len(self._view.collections), loads=self.loads)

@@ -35,6 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas.errors import InvalidParameter
+from schemas.status import LeaseHealth
 from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -197,17 +198,17 @@ class Lease:
                 log.warning("lease %s not deleted on stop (expires in %ss): %s", self.key, self._registry.ttl_s, exc)
             self._state = "stopped"
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> LeaseHealth:
         since = None if self._last_refresh is None else round(time.monotonic() - self._last_refresh, 3)
-        return {
-            "role": self.role,
-            "node_id": self.node_id,
-            "state": self._state,
-            "ttl_s": self._registry.ttl_s,
-            "since_last_refresh_s": since,
-            "refresh_errors": self._refresh_errors,
-            "held_for_certain": self.held_for_certain(),
-        }
+        return LeaseHealth(
+            role=self.role,
+            node_id=self.node_id,
+            state=self._state,
+            ttl_s=self._registry.ttl_s,
+            since_last_refresh_s=since,
+            refresh_errors=self._refresh_errors,
+            held_for_certain=self.held_for_certain(),
+        )
 
     async def _keepalive(self) -> None:
         period_s = self._registry.ttl_s * KEEPALIVE_FRACTION

@@ -32,8 +32,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
+from schemas.status import NodeCacheHealth
 from state.objectstore.store import check_key, sha256_file
 
 __all__ = ["CachedFileCorrupt", "NodeCache"]
@@ -128,19 +128,19 @@ class NodeCache:
         with self._mutex:
             return set(self._entries)
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> NodeCacheHealth:
         with self._mutex:
             entries = list(self._entries.values())
-        return {
-            "folder": str(self.folder),
-            "bytes": sum(e.size for e in entries),
-            "capacity_bytes": self.capacity_bytes,
-            "files": len(entries),
-            "pinned": sum(1 for e in entries if e.pins),
-            "hits": self.hits,
-            "misses": self.misses,
-            "evicted": self.evicted,
-        }
+        return NodeCacheHealth(
+            folder=str(self.folder),
+            bytes=sum(e.size for e in entries),
+            capacity_bytes=self.capacity_bytes,
+            files=len(entries),
+            pinned=sum(1 for e in entries if e.pins),
+            hits=self.hits,
+            misses=self.misses,
+            evicted=self.evicted,
+        )
 
     # -- read
     @contextlib.contextmanager

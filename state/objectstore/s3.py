@@ -24,12 +24,12 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from schemas.errors import InvalidParameter
+from schemas.status import S3ObjectStoreHealth
 from state.objectstore.cache import NodeCache
 from state.objectstore.store import ObjectInfo, ObjectStore, check_key
 
@@ -181,8 +181,8 @@ class S3ObjectStore(ObjectStore):
         the staging folders of a killed process when it opened."""
         return 0
 
-    def health(self) -> dict[str, Any]:
-        return {**super().health(), "cache": self.cache.health()}
+    def health(self) -> S3ObjectStoreHealth:
+        return S3ObjectStoreHealth(**dict(super().health()), cache=self.cache.health())
 
     def pin(self, keys: Sequence[str]) -> None:
         self.cache.pin(keys)

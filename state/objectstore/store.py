@@ -31,9 +31,9 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from schemas.errors import InvalidParameter
+from schemas.status import ObjectStoreHealth
 
 __all__ = ["ObjectInfo", "ObjectStore", "check_key", "sha256_file"]
 
@@ -153,9 +153,9 @@ class ObjectStore(abc.ABC):
     def unpin(self, keys: Sequence[str]) -> None:  # noqa: B027
         """Undo one :meth:`pin` of ``keys``."""
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> ObjectStoreHealth:
         """Where the store is, and (S3) its node cache's figures: for ``osprey status``."""
-        return {"url": self.url, "shared": self.shared}
+        return ObjectStoreHealth(url=self.url, shared=self.shared)
 
     def close(self) -> None:  # noqa: B027
         """Release what the store holds (the node cache's lock)."""

@@ -11,11 +11,10 @@ size), by a sort and numpy's default (linear) interpolation written out: ``np.pe
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from schemas.errors import InvalidParameter
+from schemas.status import LatencySummary
 
 __all__ = ["DEFAULT_WINDOW_CALLS", "LatencyWindow"]
 
@@ -48,21 +47,21 @@ class LatencyWindow:
             return np.array(self._durations[: self.count], dtype=np.float64)
         return np.array(self._durations[self._next :] + self._durations[: self._next], dtype=np.float64)
 
-    def summary(self) -> dict[str, Any]:
-        """``{"count", "window", "p50_ms", "p99_ms", "max_ms"}`` (the last three None before any call):
-        ``count`` every call since start, ``window`` how many of the last ones the figures cover."""
+    def summary(self) -> LatencySummary:
+        """``count``, ``window``, ``p50_ms``, ``p99_ms``, ``max_ms`` (the last three None before any
+        call): ``count`` every call since start, ``window`` how many of the last ones the figures cover."""
         window = self.recent()
         if not len(window):
-            return {"count": 0, "window": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+            return LatencySummary(count=0, window=0, p50_ms=None, p99_ms=None, max_ms=None)
         ordered = np.sort(window)
         p50, p99 = (_percentile(ordered, q) * MS_PER_S for q in (50, 99))
-        return {
-            "count": self.count,
-            "window": len(window),
-            "p50_ms": round(float(p50), 3),
-            "p99_ms": round(float(p99), 3),
-            "max_ms": round(float(ordered[-1]) * MS_PER_S, 3),
-        }
+        return LatencySummary(
+            count=self.count,
+            window=len(window),
+            p50_ms=round(float(p50), 3),
+            p99_ms=round(float(p99), 3),
+            max_ms=round(float(ordered[-1]) * MS_PER_S, 3),
+        )
 
 
 def _percentile(ordered: np.ndarray, q: float) -> float:

@@ -26,6 +26,7 @@ from functools import cached_property
 import numpy as np
 
 from schemas.dml import ALL_PARTITIONS
+from schemas.status import DeleteBufferHealth
 from state.segcore.segment import MAX_TIMESTAMP
 
 __all__ = ["DEFAULT_DELETE_BUFFER_BYTES", "DeleteBuffer", "DeleteRecord"]
@@ -119,14 +120,14 @@ class DeleteBuffer:
             out[hit] = np.minimum(out[hit], np.uint64(record.ts))
         return out
 
-    def health(self) -> dict[str, int]:
-        return {
-            "records": len(self._records),
-            "keys": self.keys,
-            "bytes": self.bytes,
-            "max_bytes": self.max_bytes,
-            "complete_above": self.complete_above,
-            "durable_offset": self.durable_offset,
-            "pending": len(self._pending),
-            "evicted": self.evicted,
-        }
+    def health(self) -> DeleteBufferHealth:
+        return DeleteBufferHealth(
+            records=len(self._records),
+            keys=self.keys,
+            bytes=self.bytes,
+            max_bytes=self.max_bytes,
+            complete_above=self.complete_above,
+            durable_offset=self.durable_offset,
+            pending=len(self._pending),
+            evicted=self.evicted,
+        )

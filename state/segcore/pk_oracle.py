@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.dml import ALL_PARTITIONS
+from schemas.status import PkOracleHealth
 from state.segcore.pk_stats import PkBloom
 from state.segcore.segment import GrowingSegment
 
@@ -91,12 +92,12 @@ class PkOracle:
                 out.append((entry.segment, positions))
         return out
 
-    def health(self) -> dict[str, int]:
+    def health(self) -> PkOracleHealth:
         sealed = sum(1 for e in self._entries.values() if e.bloom is not None)
-        return {
-            "sealed": sealed,
-            "growing": len(self._entries) - sealed,
-            "bloom_checks": self.bloom_checks,
-            "bloom_hits": self.bloom_hits,
-            "bloom_bytes": sum(e.bloom.size_bytes for e in self._entries.values() if e.bloom is not None),
-        }
+        return PkOracleHealth(
+            sealed=sealed,
+            growing=len(self._entries) - sealed,
+            bloom_checks=self.bloom_checks,
+            bloom_hits=self.bloom_hits,
+            bloom_bytes=sum(e.bloom.size_bytes for e in self._entries.values() if e.bloom is not None),
+        )

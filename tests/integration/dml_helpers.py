@@ -4,7 +4,6 @@ collection acknowledged before a call, bounded by the time-tick contract."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -13,6 +12,7 @@ from schemas.codec import decode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, InsertEvent, TimeTickEvent
 from streams.channels import pchannel_partition
+from tests.eventually import eventually_sync
 
 
 async def insert_events(
@@ -41,8 +41,8 @@ def _read_until_ticks(
         consumer.seek_to_beginning(*parts)
         waiting = set(partitions)
         out = []
-        deadline = time.monotonic() + budget_s
-        while waiting and time.monotonic() < deadline:
+
+        def ticked_everywhere() -> bool:
             for tp, records in consumer.poll(timeout_ms=200).items():
                 for record in records:
                     event = decode(record.value, DML_EVENT)
@@ -52,7 +52,10 @@ def _read_until_ticks(
                         waiting.discard(tp.partition)
                 if tp.partition not in waiting:
                     consumer.pause(tp)
+            return not waiting
+
+        what = f"a time tick above the marker on dml partitions {partitions}"
+        eventually_sync(what, ticked_everywhere, budget_s, poll_s=0)
     finally:
         consumer.close()
-    assert not waiting, f"no time tick above the marker on dml partitions {sorted(waiting)} within {budget_s} s"
     return out

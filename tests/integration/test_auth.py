@@ -324,6 +324,6 @@ async def test_auth_off_needs_no_header(auth_config: OspreyConfig, stack: LocalC
                 await ok(http, front.url, "collections/create", {"collectionName": name, "dimension": DIM}, {})
                 assert name in await ok(http, front.url, "collections/list", {}, bearer_headers("root:wrong"))
                 await ok(http, front.url, "collections/drop", {"collectionName": name}, {})
-            assert front.health()["auth"] is False and front.health()["unauthenticated"] == 0
+            assert front.health().auth is False and front.health().unauthenticated == 0
         finally:
             await front.stop()

@@ -32,7 +32,6 @@ from schemas.segment import MANIFEST_FILE, ROW_TS_COLUMN, SealReason, SegmentInf
 from state.meta.redis_client import connect
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
-from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
 from state.objectstore import ObjectStore
 from state.segcore.segment_files import insert_log, read_manifest, verify_files
@@ -40,7 +39,9 @@ from streams.channels import pchannel_partition
 from streams.kafka import make_consumer
 from streams.topics import Topics
 from tests.conftest import make_config, object_store_of
+from tests.eventually import eventually, eventually_sync
 from tests.integration.ddl_helpers import name
+from tests.integration.test_querynode_sealed import node_doc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,7 +49,6 @@ DIM = 16
 MAX_ROWS = 1_000  # segment_max_rows of this module: small segments, quickly sealed
 IDLE_S = 3.0
 FLUSH_WAIT_S = 60.0
-POLL_S = 0.1
 
 
 def schema() -> dict[str, Any]:
@@ -137,12 +137,12 @@ async def meta(dn_config: OspreyConfig) -> AsyncIterator[SegmentMeta]:
 
 async def flushed(meta: SegmentMeta, collection_id: int, rows_expected: int) -> list[SegmentInfo]:
     """The collection's flushed segments, once they hold ``rows_expected`` rows together."""
-    deadline = time.monotonic() + FLUSH_WAIT_S
-    while True:
+
+    async def enough() -> list[SegmentInfo] | None:
         segments = [s for s in await meta.segments(collection_id) if s.state is SegmentState.FLUSHED]
-        if sum(s.num_rows for s in segments) >= rows_expected or time.monotonic() > deadline:
-            return segments
-        await asyncio.sleep(POLL_S)
+        return segments if sum(s.num_rows for s in segments) >= rows_expected else None
+
+    return await eventually(f"{rows_expected} rows of collection {collection_id} flushed", enough, FLUSH_WAIT_S)
 
 
 def _read_log(store: ObjectStore, path: str, columns: list[str] | None = None) -> pa.Table:
@@ -216,10 +216,11 @@ async def test_flush_seals_and_waits_until_flushed(
     cid = await client.create_collection(coll, schema(), shards_num=2)
     inserted = rows(0, 300, seed=3)
     await client.insert(coll, inserted)
-    deadline = time.monotonic() + 10.0
-    while (stats := await client.get_collection_stats(coll)).row_count != 300:  # buffered rows, reported
-        assert time.monotonic() < deadline, stats
-        await asyncio.sleep(POLL_S)
+
+    async def all_reported() -> bool:  # buffered rows, reported
+        return (await client.get_collection_stats(coll)).row_count == 300
+
+    await eventually("the 300 buffered rows to be reported", all_reported)
     result = await client.flush(coll)
     stats = await client.get_collection_stats(coll)
     assert (stats.row_count, stats.flushed_rows, stats.buffered_rows) == (300, 300, 0)
@@ -303,23 +304,11 @@ async def test_restart_replays_only_the_tail(
     datanode = workers["datanode"]
     datanode.kill()
     await restart(starter, datanode)
-    redis = connect(dn_config)
-    try:
-        board = StatusBoard(redis, dn_config.cluster)
-        deadline = time.monotonic() + 30.0
-        while True:
-            docs = await board.read("datanode")
-            newest = docs[max(docs)] if docs else {}
-            if all(p in newest.get("pchannels", {}) for p in before):
-                break
-            assert time.monotonic() < deadline, f"the restarted data node published no status: {docs}"
-            await asyncio.sleep(POLL_S)
-    finally:
-        await redis.aclose()
+    newest = await node_doc(dn_config, "datanode", lambda d: all(p in d.pchannels for p in before))
     for pchannel, checkpoint in before.items():
         assert checkpoint is not None and checkpoint.offset > 0
-        state = newest["pchannels"][pchannel]
-        started_at = state["position"] - state["applied"] + 1
+        state = newest.pchannels[pchannel]
+        started_at = state.position - state.applied + 1
         # only the tail after the checkpoint was applied (records read before it are skipped, not applied)
         assert started_at >= checkpoint.offset, (pchannel, state, checkpoint)
 
@@ -336,18 +325,16 @@ async def test_the_dml_log_start_advances_behind_the_checkpoints(
     consumer = make_consumer(dn_config)
     await consumer.start()
     try:
-        deadline = time.monotonic() + 30.0
-        while True:
-            log_start = (await consumer.beginning_offsets([tp]))[tp]
-            checkpoint = await meta.pchannel_checkpoint(pchannel)
-            assert checkpoint is not None
-            if log_start > 0:
-                break
-            assert time.monotonic() < deadline, "the dml log start never moved"
-            await asyncio.sleep(POLL_S)
-        assert log_start <= checkpoint.offset  # never past what is flushed
+
+        async def log_start() -> int:
+            return (await consumer.beginning_offsets([tp]))[tp]
+
+        start = await eventually("the dml log start to move", log_start)
+        checkpoint = await meta.pchannel_checkpoint(pchannel)  # read after the log start, as it only grows
+        assert checkpoint is not None
+        assert start <= checkpoint.offset  # never past what is flushed
         end = (await consumer.end_offsets([tp]))[tp]
-        assert log_start <= end
+        assert start <= end
     finally:
         await consumer.stop()
 
@@ -373,14 +360,11 @@ def read_back_big(store: ObjectStore, segments: list[SegmentInfo]) -> list[int]:
 
 def _kill_when_writing(worker: WorkerProcess, root: Path, pattern: str, timeout_s: float) -> str:
     """SIGKILL ``worker`` as soon as a staging directory (``pattern``) appears under ``root``; the
-    name of that directory ('' if none appeared within ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for tmp in root.glob(pattern):
-            pid = worker.pid()
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            worker.kill()  # waits for it and forgets the pid
-            return tmp.name
-        time.sleep(0.001)
-    return ""
+    name of that directory."""
+    what = "the data node to start writing a segment"
+    tmp = eventually_sync(what, lambda: next(root.glob(pattern), None), timeout_s, poll_s=0.001)
+    pid = worker.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    worker.kill()  # waits for it and forgets the pid
+    return tmp.name

@@ -26,6 +26,7 @@ from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name
 from streams.topics import Topics
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import meta_dump, name, publish_raw, read_topic, schema
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,7 @@ async def test_meta_gc_never_removes_the_latest_value(client: InProcessClient, m
     tight = SnapshotKV(
         proxy.redis, module_config.cluster, TimestampOracle(proxy.redis, module_config.cluster), retention_s=0.001
     )
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # time passing on purpose: every version is older than the 1 ms retention
     await tight.gc()
     assert await tight.load(collection_info_key(cid)) is not None
     assert (await client.describe_collection(coll)).info.collection_id == cid
@@ -371,13 +372,14 @@ async def test_alter_alias_published_out_of_timestamp_order_keeps_the_later(
     assert (await client.describe_alias(z)).collection_name == b
 
 
-async def wait_replies(config: OspreyConfig, proxy_ids: set[int], timeout_s: float = 20.0) -> dict[int, dict]:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
+async def wait_replies(config: OspreyConfig, proxy_ids: set[int]) -> dict[int, dict]:
+    """The last dd reply to each of ``proxy_ids``, once each has one."""
+
+    def replied() -> dict[int, dict] | None:
         found = {r["proxy_id"]: r for r in read_topic(config, Topics.of(config).dd_reply) if r["proxy_id"] in proxy_ids}
-        if set(found) == proxy_ids or asyncio.get_running_loop().time() > deadline:
-            return found
-        await asyncio.sleep(0.2)
+        return found if set(found) == proxy_ids else None
+
+    return await eventually(f"dd replies to proxies {sorted(proxy_ids)}", replied, poll_s=0.2)
 
 
 async def test_duplicate_publish_is_applied_once(client: InProcessClient, module_config: OspreyConfig) -> None:
@@ -393,9 +395,13 @@ async def test_duplicate_publish_is_applied_once(client: InProcessClient, module
         "collection_schema": schema(),
     }
     publish_raw(module_config, Topics.of(module_config).dd, [json.dumps(event).encode()] * 2)
-    await wait_replies(module_config, {900_000_010})
-    await asyncio.sleep(0.5)
-    replies = [r for r in read_topic(module_config, Topics.of(module_config).dd_reply) if r["proxy_id"] == 900_000_010]
+
+    def a_reply_to_each() -> list[dict] | None:
+        topic = Topics.of(module_config).dd_reply
+        replies = [r for r in read_topic(module_config, topic) if r["proxy_id"] == 900_000_010]
+        return replies if len(replies) >= 2 else None
+
+    replies = await eventually("a reply to each of the two publishes", a_reply_to_each, poll_s=0.2)
     assert len(replies) == 2 and all(r["code"] == 0 for r in replies)  # the stored reply, sent again
     assert replies[0]["collection_id"] == replies[1]["collection_id"]
     assert [c.collection_name for c in await client.show_collections()].count(coll) == 1

@@ -9,7 +9,6 @@ repeating a row, and a delete issued meanwhile sticks."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from schemas.config import OspreyConfig
 from schemas.errors import InvalidParameter, RequestTimeout, ServiceUnavailable
 from state.objectstore import ObjectStore
 from tests.conftest import make_config, object_store_of
+from tests.eventually import eventually, eventually_answered
 from tests.integration.ddl_helpers import name
 from tests.integration.test_querynode_sealed import node_doc
 
@@ -194,14 +194,13 @@ async def test_deleted_rows_vanish_at_the_delete_timestamp(client: InProcessClie
 
     # ./osprey status counts the delete keys forwarded to each segment
     info = (await client.describe_collection(coll)).info
-    deadline = time.monotonic() + 30
-    while True:
+
+    async def all_forwarded() -> bool:
         vchannels = (await status(del_config))["vchannels"]
         forwarded = sum(sum(vchannels.get(v, {}).get("forwarded_deletes", {}).values()) for v in info.vchannels)
-        if forwarded >= len(by_ids) - 1:  # the absent key is forwarded nowhere
-            break
-        assert time.monotonic() < deadline, vchannels
-        await asyncio.sleep(0.3)
+        return forwarded >= len(by_ids) - 1  # the absent key is forwarded nowhere
+
+    await eventually("status to count every present delete key as forwarded", all_forwarded, poll_s=0.3)
 
     with pytest.raises(InvalidParameter):
         await client.delete(coll)  # neither ids nor filter
@@ -250,13 +249,11 @@ async def test_latest_version_wins_and_upsert(client: InProcessClient) -> None:
 
 
 async def wait_answer(client: InProcessClient, coll: str) -> list[int]:
-    deadline = time.monotonic() + RECOVERY_S
-    while True:
-        try:
-            return await strong_ids(client, coll)
-        except (ServiceUnavailable, RequestTimeout):
-            assert time.monotonic() < deadline, "the restarted node never answered"
-            await asyncio.sleep(0.5)
+    """The collection's keys read Strong, once the (restarted) query node answers."""
+    unready = (ServiceUnavailable, RequestTimeout)
+    return await eventually_answered(
+        "the restarted node to answer", lambda: strong_ids(client, coll), unready, RECOVERY_S, 0.5
+    )
 
 
 async def test_deletes_survive_kill_of_querynode_and_datanode(
@@ -278,7 +275,7 @@ async def test_deletes_survive_kill_of_querynode_and_datanode(
     ref.delete(gone)
     await client.delete(coll, filter="id >= 20100 and id < 20150")
     ref.delete(list(range(20_100, 20_150)))
-    await node_doc(del_config, "datanode", lambda d: d.get("delta_logs", 0) >= 1)  # the deletes are in a log
+    await node_doc(del_config, "datanode", lambda d: d.delta_logs >= 1)  # the deletes are in a log
 
     loop = asyncio.get_running_loop()
     querynode = workers["querynode"]
@@ -294,13 +291,13 @@ async def test_deletes_survive_kill_of_querynode_and_datanode(
     await client.delete(coll, ids=more)
     ref.delete(more)
     await client.flush(coll)  # the growing rows with their deletes are sealed and flushed now
-    await node_doc(del_config, "datanode", lambda d: d.get("delta_logs", 0) >= 1)
+    await node_doc(del_config, "datanode", lambda d: d.delta_logs >= 1)
     querynode.kill()
     await loop.run_in_executor(starter, querynode.start)
     assert set(await wait_answer(client, coll)) == ref.ids()
     await check_reads(client, coll, ref, rng)
-    doc = await node_doc(del_config, "querynode", lambda d: bool(d.get("pchannels")))
-    assert sum(p.get("recovered_deletes", 0) for p in doc["pchannels"].values()) >= len(gone)
+    doc = await node_doc(del_config, "querynode", lambda d: bool(d.pchannels))
+    assert sum(p.recovered_deletes for p in doc.pchannels.values()) >= len(gone)
 
 
 async def test_compaction_swaps_segments_without_a_gap(
@@ -323,7 +320,7 @@ async def test_compaction_swaps_segments_without_a_gap(
     gone = list(range(50_000, 50_300))  # 300 of the first 700 rows: over the 20% threshold
     await client.delete(coll, ids=gone)
     ref.delete(gone)
-    await node_doc(del_config, "datanode", lambda d: d.get("delta_logs", 0) >= 1)
+    await node_doc(del_config, "datanode", lambda d: d.delta_logs >= 1)
     before = {s.segment_id for s in await client.proxy.segment_meta.segments(cid) if s.state.value == "Flushed"}
 
     compacting = asyncio.ensure_future(client.compact(coll))
@@ -346,22 +343,20 @@ async def test_compaction_swaps_segments_without_a_gap(
         del_config,
         "querynode",
         lambda d: any(
-            str(r.segment_id) in v.get("segments", {})
-            for p in d.get("pchannels", {}).values()
-            for v in p.get("vchannels", {}).values()
-            for r in results
+            r.segment_id in v.segments for p in d.pchannels.values() for v in p.vchannels.values() for r in results
         ),
     )
-    served = {int(sid) for p in doc["pchannels"].values() for v in p["vchannels"].values() for sid in v["segments"]}
+    served = {sid for p in doc.pchannels.values() for v in p.vchannels.values() for sid in v.segments}
     assert not served & replaced
     await check_reads(client, coll, ref, rng)
 
     # the replaced files go after the grace period; a restarted query node recovers the result
     old_paths = [s.path for s in records if s.segment_id in replaced]
-    deadline = time.monotonic() + 30
-    while any(list(objects.list(p)) for p in old_paths):
-        assert time.monotonic() < deadline, "replaced segment files were never removed"
-        await asyncio.sleep(0.5)
+    await eventually(
+        "the replaced segment files to be removed",
+        lambda: not any(list(objects.list(p)) for p in old_paths),
+        poll_s=0.5,
+    )
     querynode = workers["querynode"]
     querynode.kill()
     await asyncio.get_running_loop().run_in_executor(starter, querynode.start)
@@ -388,18 +383,22 @@ async def test_a_dropped_collections_objects_are_collected(client: InProcessClie
     kept_cid = (await client.describe_collection(keep)).info.collection_id
     dropped_cid = (await client.describe_collection(drop)).info.collection_id
     both = (kept_cid, dropped_cid)
-    deadline = time.monotonic() + RECOVERY_S
-    while not all({k.split("/")[0] for k in keys_of(objects, c)} == {"segments", "deltalogs"} for c in both):
-        assert time.monotonic() < deadline, "the delete logs were never written"
-        await asyncio.sleep(0.2)
+    await eventually(
+        "the delete logs to be written",
+        lambda: all({k.split("/")[0] for k in keys_of(objects, c)} == {"segments", "deltalogs"} for c in both),
+        RECOVERY_S,
+        poll_s=0.2,
+    )
     kept = keys_of(objects, kept_cid)
     orphan = f"segments/{kept_cid}/1/999999999/manifest.json"  # committed, never recorded
     objects.put_bytes(orphan, b"{}")
     await client.release_collection(drop)
     await client.drop_collection(drop)
-    deadline = time.monotonic() + GC_GRACE_S + 30
-    while keys_of(objects, dropped_cid) or objects.exists(orphan):
-        assert time.monotonic() < deadline, "the dropped collection's objects were never collected"
-        await asyncio.sleep(0.5)
+    await eventually(
+        "the dropped collection's objects to be collected",
+        lambda: not keys_of(objects, dropped_cid) and not objects.exists(orphan),
+        GC_GRACE_S + 60,
+        poll_s=0.5,
+    )
     assert keys_of(objects, kept_cid) == kept, "the garbage collector took what a record names"
     assert set(await wait_answer(client, keep)) == set(range(300)) - {1, 2, 3}

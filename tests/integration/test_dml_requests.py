@@ -34,15 +34,16 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml_request import DmlRequest
 from schemas.ingest import DeadLetter
+from schemas.status import QueryNodeHealth
 from state.meta.status_board import StatusBoard
 from streams.topics import Topics
 from tests.conftest import make_config
+from tests.eventually import eventually, eventually_sync
 
 pytestmark = pytest.mark.integration
 
 DIM = 4
 RESULT_WAIT_S = 60.0
-STATUS_FRESH_S = 2.5  # components publish their status documents every second
 
 
 @pytest.fixture(scope="module")
@@ -99,17 +100,19 @@ def results(config: OspreyConfig, wanted: int, key: str) -> list[dict[str, Any]]
     """The first ``wanted`` results on dml-result under record key ``key``, in order."""
     consumer = from_start(config, Topics.of(config).dml_result, idle_ms=1_000)
     out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + RESULT_WAIT_S
+
+    def enough() -> bool:
+        for record in consumer:  # what has come, until the topic is idle for idle_ms
+            if record.key == key.encode():
+                out.append(json.loads(record.value))
+                if len(out) >= wanted:
+                    break
+        return len(out) >= wanted
+
     try:
-        while len(out) < wanted and time.monotonic() < deadline:
-            for record in consumer:
-                if record.key == key.encode():
-                    out.append(json.loads(record.value))
-                    if len(out) >= wanted:
-                        break
+        eventually_sync(f"{wanted} results under {key!r}", enough, RESULT_WAIT_S, poll_s=0)
     finally:
         consumer.close()
-    assert len(out) >= wanted, f"{len(out)} of {wanted} results under {key!r} within {RESULT_WAIT_S:g} s: {out}"
     return out
 
 
@@ -119,17 +122,18 @@ def answers_by_request(
     """request id -> its results under record key ``key``, once each of ``request_ids`` has ``at_least``."""
     consumer = from_start(config, Topics.of(config).dml_result, idle_ms=1_000)
     out: dict[str, list[dict[str, Any]]] = {rid: [] for rid in request_ids}
-    deadline = time.monotonic() + RESULT_WAIT_S * 2
+
+    def enough() -> bool:
+        for record in consumer:  # what has come, until the topic is idle for idle_ms
+            if record.key == key.encode():
+                result = json.loads(record.value)
+                out.setdefault(result["request_id"], []).append(result)
+        return all(len(a) >= at_least for a in out.values())
+
     try:
-        while time.monotonic() < deadline and any(len(a) < at_least for a in out.values()):
-            for record in consumer:
-                if record.key == key.encode():
-                    result = json.loads(record.value)
-                    out.setdefault(result["request_id"], []).append(result)
+        eventually_sync(f"{at_least} results to each request under {key!r}", enough, RESULT_WAIT_S * 2, poll_s=0)
     finally:
         consumer.close()
-    short = {rid: len(a) for rid, a in out.items() if len(a) < at_least}
-    assert not short, f"requests with fewer than {at_least} results: {short}"
     assert sorted(out) == sorted(request_ids), sorted(set(out) - set(request_ids))
     return out
 
@@ -308,17 +312,23 @@ async def test_every_request_published_twice_is_applied_once(
 
 async def physical_rows(client: InProcessClient, collection_id: int, fresh_after: float) -> int:
     """Rows the query nodes hold in the collection's segments, every version counted, from status
-    documents published after ``fresh_after`` (time.monotonic): they are published each second,
-    so this waits STATUS_FRESH_S past it."""
-    await asyncio.sleep(max(0.0, fresh_after + STATUS_FRESH_S - time.monotonic()))
-    nodes = await StatusBoard(client.proxy.redis, client.proxy.config.cluster).read("querynode")
+    documents published after ``fresh_after`` (time.time(); each document carries its
+    ``published_at``, and a new one comes every second)."""
+    board = StatusBoard(client.proxy.redis, client.proxy.config.cluster)
+
+    async def fresh_docs() -> dict[int, QueryNodeHealth] | None:
+        docs = await board.read_published("querynode", QueryNodeHealth)
+        fresh = docs and all(d.published_at > fresh_after for d in docs.values())
+        return {nid: d.doc for nid, d in docs.items()} if fresh else None
+
+    nodes = await eventually("every query node's status published after the read", fresh_docs)
     return sum(
-        segment["rows"]
+        segment.rows
         for doc in nodes.values()
-        for pchannel in doc.get("pchannels", {}).values()
-        for delegator in pchannel.get("vchannels", {}).values()
-        if delegator["collection_id"] == collection_id
-        for segment in delegator["segments"].values()
+        for pchannel in doc.pchannels.values()
+        for delegator in pchannel.vchannels.values()
+        if delegator.collection_id == collection_id
+        for segment in delegator.segments.values()
     )
 
 
@@ -351,7 +361,7 @@ async def test_applied_but_not_recorded_is_applied_once(
             (f"{p}-2", True, False),
         ]
         seen = await rows_of(client, name)
-        read_at = time.monotonic()
+        read_at = time.time()
         assert sorted(seen) == [1, 2, 3, 4, 5, 6]
         assert seen[1]["title"] == "up" and seen[2]["title"] == "up" and seen[3]["title"] == "t3"
         assert await physical_rows(client, collection_id, read_at) == 6 + 2
@@ -412,13 +422,11 @@ async def proxies_dml_status(config: OspreyConfig) -> dict[int, dict[str, Any]]:
 
 async def wait_for_status(config: OspreyConfig, found: Any, timeout_s: float = RESULT_WAIT_S) -> Any:
     """The first truthy ``found(proxy id -> dml_requests status)``, polled for ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        docs = await proxies_dml_status(config)
-        if got := found(docs):
-            return got
-        assert time.monotonic() < deadline, docs
-        await asyncio.sleep(0.2)
+
+    async def check() -> Any:
+        return found(await proxies_dml_status(config))
+
+    return await eventually("the proxies' dml_requests status as wanted", check, timeout_s, poll_s=0.2)
 
 
 async def test_a_second_proxy_joins_and_leaves_mid_stream_each_request_applied_once(

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,13 +46,16 @@ from frontends.inprocess import InProcessClient
 from schemas.arrow_ipc import ipc_stream
 from schemas.config import OspreyConfig
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
+from schemas.status import DataNodeHealth, QueryNodeHealth, StatusModel
 from spark_streaming.ingest_client import IngestClient, proxy_url
+from tests.eventually import eventually_sync
 from tests.integration.test_cli import osprey as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
+D = TypeVar("D", bound=StatusModel)
 CHUNK_ROWS = 1_000  # rows per stream-writer chunk
 BATCH_ROWS = 50
 HTTP_TIMEOUT_S = 20.0
@@ -109,27 +112,21 @@ def rows(ids: range | list[int], seed: int) -> list[dict[str, Any]]:
 
 def strong_ids(config: OspreyConfig, collection: str, timeout_s: float = RECOVER_TIMEOUT_S) -> list[int]:
     """Every PK a Strong query returns (duplicates kept), retried until the restarted stack answers."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
+    last: list[Any] = [None]
+    body = {"collectionName": collection, "filter": "id >= 0", "outputFields": ["id"], "consistencyLevel": "Strong"}
+
+    def answered() -> tuple[list[int]] | None:
         try:
-            answer = post(
-                config,
-                "entities/query",
-                {
-                    "collectionName": collection,
-                    "filter": "id >= 0",
-                    "outputFields": ["id"],
-                    "consistencyLevel": "Strong",
-                },
-            )
-            if answer["code"] == 0:
-                return [int(row["id"]) for row in answer["data"]]
-            last = answer
+            answer = last[0] = post(config, "entities/query", body)
         except (OSError, urllib.error.URLError) as err:
-            last = err
-        time.sleep(POLL_S)
-    raise AssertionError(f"no Strong query answered within {timeout_s:g} s; last: {last!r}")
+            last[0] = err
+            return None
+        if answer["code"] != 0:
+            return None
+        return ([int(row["id"]) for row in answer["data"]],)  # a tuple: no row is an answer too
+
+    [ids] = eventually_sync("a Strong query answered", answered, timeout_s, POLL_S, explain=lambda: f"last {last[0]!r}")
+    return ids
 
 
 def assert_exactly_once(found: list[int], acknowledged: set[int], sent: set[int]) -> None:
@@ -174,7 +171,7 @@ class InsertStream:
                 )
             except (OSError, urllib.error.URLError) as err:
                 self.failures.append(repr(err))
-                time.sleep(POLL_S)
+                time.sleep(POLL_S)  # a client's backoff before its next insert
                 continue
             if answer["code"] == 0:
                 assert answer["data"]["insertCount"] == BATCH_ROWS
@@ -182,15 +179,25 @@ class InsertStream:
                 self.acks += 1
             else:
                 self.failures.append(str(answer))
-                time.sleep(POLL_S)
+                time.sleep(POLL_S)  # a client's backoff before its next insert
 
     def wait_acks(self, n: int, timeout_s: float = STREAM_TIMEOUT_S) -> None:
         """Block until ``n`` more inserts than now were acknowledged."""
-        target, deadline = self.acks + n, time.monotonic() + timeout_s
-        while self.acks < target:
-            assert time.monotonic() < deadline, f"only {self.acks} of {target} acks; failures: {self.failures[-3:]}"
+        target = self.acks + n
+
+        def acked() -> bool:
+            if self.acks >= target:
+                return True
             assert self._thread.is_alive(), "the insert stream died"
-            time.sleep(POLL_S / 4)
+            return False
+
+        eventually_sync(
+            f"{target} acks",
+            acked,
+            timeout_s,
+            POLL_S / 4,
+            explain=lambda: f"{self.acks} acks, failures {self.failures[-3:]}",
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -241,36 +248,38 @@ async def _pchannel_checkpoints(config: OspreyConfig, collection: str) -> dict[s
         await redis.aclose()
 
 
-async def _querynode_status(config: OspreyConfig) -> dict[str, Any]:
+async def _newest_status(config: OspreyConfig, role: str, model: type[D]) -> D | None:
     from state.meta.redis_client import connect
     from state.meta.status_board import StatusBoard
 
     redis = connect(config)
     try:
-        docs = await StatusBoard(redis, config.cluster).read("querynode")
-        return docs[max(docs)] if docs else {}
+        docs = await StatusBoard(redis, config.cluster).read(role, model)
+        return docs[max(docs)] if docs else None
     finally:
         await redis.aclose()
 
 
-def recovered_status(config: OspreyConfig, pchannels: Any) -> dict[str, Any]:
+def recovered_status(config: OspreyConfig, pchannels: Any) -> QueryNodeHealth:
     """The newest query node's status once it reports every pchannel of ``pchannels`` recovered
     (a segment loaded from the object store) and consuming again (a time tick applied: tsafe > 0,
     so its position is past the replay's start): the document is published every second or so,
     so the one read right after the first Strong read may predate the recovery or the first tick
-    after it; the last one read after STATUS_WAIT_S otherwise."""
-    deadline = time.monotonic() + STATUS_WAIT_S
-    while True:
-        doc = asyncio.run(_querynode_status(config))
-        states = doc.get("pchannels", {})
-        if all(
-            states.get(p, {}).get("recovered_segments", 0) >= 1 and states.get(p, {}).get("tsafe", 0) > 0
-            for p in pchannels
-        ):
+    after it."""
+    last: list[QueryNodeHealth | None] = [None]
+
+    def recovered() -> QueryNodeHealth | None:
+        doc = last[0] = asyncio.run(_newest_status(config, "querynode", QueryNodeHealth))
+        if doc is None:
+            return None
+        states = doc.pchannels
+        if all(p in states and states[p].recovered_segments >= 1 and states[p].tsafe > 0 for p in pchannels):
             return doc
-        if time.monotonic() > deadline:
-            return doc
-        time.sleep(POLL_S)
+        return None
+
+    what = "the query node's status of every pchannel recovered"
+    explain = lambda: str(None if last[0] is None else last[0].pchannels)  # noqa: E731
+    return eventually_sync(what, recovered, STATUS_WAIT_S, POLL_S, explain=explain)
 
 
 def create(config: OspreyConfig, collection: str) -> None:
@@ -287,7 +296,7 @@ def kill_and_restart(cluster: LocalCluster, victims: list[Any], stream: InsertSt
             os.kill(pid, signal.SIGKILL)
     for process in victims:
         process.kill()  # reaps it and forgets its pid
-    time.sleep(1.0)  # the stream meets the dead parts
+    time.sleep(1.0)  # down for a while on purpose: the stream meets the dead parts
     cluster.up(proxy=True)
     stream.wait_acks(ACKS_AFTER_RESTART, timeout_s=RECOVER_TIMEOUT_S)
     stream.stop()
@@ -318,7 +327,13 @@ def prepare_deletes(config: OspreyConfig, collection: str) -> set[int]:
     ok(config, "entities/delete", {"collectionName": collection, "ids": [0, 1, 500, 999, 1_000, 1_199]})
     ok(config, "entities/delete", {"collectionName": collection, "filter": "id >= 1100 and id < 1150"})
     live -= {0, 1, 500, 999, 1_000, 1_199, *range(1_100, 1_150)}
-    time.sleep(1.5)  # the data node writes the deletes so far to delete logs (checkpoint interval)
+    deleted = 1_200 - len(live)
+
+    def logged() -> bool:  # the data node writes the deletes so far to delete logs (checkpoint interval)
+        doc = asyncio.run(_newest_status(config, "datanode", DataNodeHealth))
+        return doc is not None and doc.deletes_logged >= deleted
+
+    eventually_sync(f"the {deleted} deletes so far in delete logs", logged, poll_s=POLL_S)
     ok(config, "entities/delete", {"collectionName": collection, "filter": "id >= 200 and id < 220"})  # maybe dml only
     live -= set(range(200, 220))
     assert_exactly_once(strong_ids(config, collection), live, live)
@@ -348,9 +363,9 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     assert_exactly_once(strong_ids(config, "dels"), live, live)
     doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
-        state = doc["pchannels"][pchannel]
-        assert state["recovered_segments"] >= 1, state  # loaded from the object store
-        started_at = state["position"] - state["applied"] + 1
+        state = doc.pchannels[pchannel]
+        assert state.recovered_segments >= 1, state  # loaded from the object store
+        started_at = state.position - state.applied + 1
         assert started_at >= offset, (pchannel, state, offset)  # replayed only the tail
 
 
@@ -479,8 +494,8 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
         assert_exactly_once(strong_ids(config, name), ids, ids)
     doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
-        state = doc["pchannels"][pchannel]
-        assert state["recovered_segments"] >= 1 and state["position"] - state["applied"] + 1 >= offset, state
+        state = doc.pchannels[pchannel]
+        assert state.recovered_segments >= 1 and state.position - state.applied + 1 >= offset, state
     in_p1 = post(
         config,
         "entities/query",

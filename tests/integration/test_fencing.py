@@ -42,6 +42,7 @@ from schemas.collection import ConsistencyLevel
 from schemas.config import OspreyConfig
 from schemas.dq import QueryRequest
 from schemas.errors import OspreyError
+from schemas.status import DataNodeHealth, ProxyHealth, QueryNodeHealth, StatusModel
 from state.meta.channel_fence import ChannelFences
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
@@ -133,25 +134,34 @@ async def live_pids(config: OspreyConfig, role: str) -> set[int]:
     return {int(info.get("pid", 0)) for info in alive.values()}
 
 
-async def status_of(config: OspreyConfig, role: str, pid: int) -> dict[str, Any] | None:
-    """The status document of the live process ``pid`` of ``role`` (None if it has none)."""
+STATUS_MODELS: dict[str, type[StatusModel]] = {
+    "proxy": ProxyHealth,
+    "querynode": QueryNodeHealth,
+    "datanode": DataNodeHealth,
+}
+
+
+async def status_of(config: OspreyConfig, role: str, pid: int, published_after: float = 0.0) -> Any:
+    """The status document of the live process ``pid`` of ``role`` (its model: ``STATUS_MODELS``),
+    if it has one published after ``published_after`` (Unix seconds); else None."""
     redis = connect(config)
     try:
         alive = await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
-        docs = await StatusBoard(redis, config.cluster).read(role)
+        docs = await StatusBoard(redis, config.cluster).read_published(role, STATUS_MODELS[role])
     finally:
         await redis.aclose()
     ids = [nid for nid, info in alive.items() if int(info.get("pid", 0)) == pid]
-    return docs.get(ids[0]) if ids else None
+    published = docs.get(ids[0]) if ids else None
+    return published.doc if published is not None and published.published_at > published_after else None
 
 
 async def claimed_by(config: OspreyConfig, fences: ChannelFences, pchannels: set[str], pid: int) -> bool:
     """Whether the data node ``pid`` consumes ``pchannels`` and holds the claim of each."""
     doc = await status_of(config, "datanode", pid)
-    if doc is None or not pchannels <= set(doc.get("pchannels", {})):
+    if doc is None or not pchannels <= set(doc.pchannels):
         return False
     holders = [await fences.holder(p) for p in pchannels]
-    return all(h is not None and h.split(":")[0] == str(doc["node_id"]) for h in holders)
+    return all(h is not None and h.split(":")[0] == str(doc.node_id) for h in holders)
 
 
 async def all_ids(client: InProcessClient, collection: str, **options: Any) -> list[int]:
@@ -249,16 +259,16 @@ async def test_a_proxy_paused_past_its_lease_answers_as_written_only_what_it_can
     in_flight = {i for batch, sent, _err in writes.failed if sent < paused_at for i in batch}
     assert not (in_flight & (set(final) - set(seen_then))), "a failed write appeared behind the time tick"
 
-    async def rejoined() -> dict[str, Any] | None:
+    async def rejoined() -> ProxyHealth | None:
         doc = await status_of(config, "proxy", pid)  # a document from before the pause may live on
-        fence = (doc or {}).get("dml_fence", {})
-        return doc if fence.get("state") == "held" and fence.get("losses", 0) >= 1 else None
+        fence = None if doc is None else doc.dml_fence
+        return doc if fence is not None and fence.state == "held" and fence.losses >= 1 else None
 
     doc = await eventually("the proxy's status to show it rejoined", rejoined)
     # the writes in flight across the pause failed at their acknowledgement (those sent after the
     # wake, before the new lease, are refused at admission; whether any is depends on timing)
-    assert doc["dml_fence"]["losses"] >= 1 and doc["dml_fence"]["failed"] + doc["dml_fence"]["refused"] >= 1
-    assert doc["lease"]["rejoins"] >= 1 and doc["lease"]["state"] == "running"
+    assert doc.dml_fence.losses >= 1 and doc.dml_fence.failed + doc.dml_fence.refused >= 1
+    assert doc.lease.rejoins >= 1 and doc.lease.state == "running"
     shown = await status(config)  # ./osprey status
     assert any(lease and lease["rejoins"] >= 1 for lease in shown["leases"]["proxy"].values())
 
@@ -282,7 +292,7 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
 
     async def pchannels(pid: int) -> set[str]:
         doc = await status_of(config, "datanode", pid)
-        return set((doc or {}).get("pchannels", {}))
+        return set() if doc is None else set(doc.pchannels)
 
     async def split() -> bool:
         a, b = await pchannels(paused_pid), await pchannels(other_pid)
@@ -301,12 +311,12 @@ async def test_a_data_node_paused_mid_flush_past_its_lease_cannot_commit_it(
 
     async def flushing_since(moment: float) -> int | None:
         """The segment the first node is flushing, per a status document written after ``moment``."""
-        doc = await status_of(config, "datanode", paused_pid)
-        return None if doc is None or doc["published_at"] <= moment else doc.get("flushing")
+        doc = await status_of(config, "datanode", paused_pid, published_after=moment)
+        return None if doc is None else doc.flushing
 
     async def fenced_writes() -> int:
         doc = await status_of(config, "datanode", paused_pid)
-        return int((doc or {}).get("fenced_writes", 0))
+        return 0 if doc is None else doc.fenced_writes
 
     writer = asyncio.create_task(write())
     redis = connect(config)
@@ -382,9 +392,9 @@ async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
 
     async def owned(pid: int) -> set[str]:
         doc = await status_of(config, "querynode", pid)
-        return {p for p, s in (doc or {}).get("pchannels", {}).items() if not s.get("recovering")}
+        return set() if doc is None else {p for p, s in doc.pchannels.items() if not s.recovering}
 
-    async def split() -> dict[str, Any] | None:
+    async def split() -> QueryNodeHealth | None:
         a, b = await owned(paused_pid), await owned(other_pid)
         ok = len(a) == len(b) == config.dml_partitions // 2
         return await status_of(config, "querynode", paused_pid) if ok else None
@@ -399,7 +409,7 @@ async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
             return len(await owned(other_pid)) == config.dml_partitions
 
         await eventually("the other query node to own every pchannel", other_owns_all)
-        other_address = (await status_of(config, "querynode", other_pid) or {})["address"]
+        other_address = (await status_of(config, "querynode", other_pid)).address
 
         async def routed_to_other() -> bool:
             # the proxy routes by the shard owners it read last (kept shard_owners_ttl_s): a count
@@ -409,7 +419,7 @@ async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
 
         await eventually("the proxy to route every pchannel to the other node", routed_to_other)
         assert await client.count("paused_querynode") == len(ids)  # served by the other node
-        direct = await pool.get(paused_doc["address"])
+        direct = await pool.get(paused_doc.address)
         described = await client.describe_collection("paused_querynode")
         request = QueryRequest(
             request_id=1,
@@ -430,6 +440,6 @@ async def test_a_query_node_paused_past_its_lease_answers_not_the_owner(
 
     async def rejoined() -> bool:
         doc = await status_of(config, "querynode", paused_pid)
-        return doc is not None and (doc.get("lease") or {}).get("rejoins", 0) >= 1
+        return doc is not None and doc.lease is not None and doc.lease.rejoins >= 1
 
     await eventually("the woken query node to register a new lease", rejoined)

@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from frontends.embedded.broker import KafkaBroker
 from streams.fetch_wait import FetchWaitPolicy, adapt_fetch_wait
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -22,6 +23,7 @@ PARTITIONS = 4
 BUSY_MS = 20
 IDLE_MS = 3_000  # long enough that a record waiting for the parked fetch to expire would show
 PROMPT_S = 1.0  # a record is delivered well within this (at the idle wait it would take ~3 s)
+WAIT_S = 15.0  # a condition of these tests holds within this (inside the 60 s timeout), or the test fails
 
 
 class CountingPolicy(FetchWaitPolicy):
@@ -69,11 +71,11 @@ async def consumer(broker: KafkaBroker, topic: str) -> AsyncIterator[tuple[AIOKa
     await consumer.stop()
 
 
-async def until(predicate: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+async def parked(kafka: AIOKafkaConsumer) -> None:
+    """Once the consumer's fetches ask for the idle wait."""
+    await eventually(
+        "the fetches to park the idle wait", lambda: kafka._fetcher._fetch_max_wait_ms == IDLE_MS, WAIT_S, 0.01
+    )
 
 
 async def timed_delivery(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, topic: str, partition: int) -> float:
@@ -89,27 +91,31 @@ async def test_idle_consumer_parks_long_and_delivers_at_once(
     consumer: tuple[AIOKafkaConsumer, CountingPolicy], producer: AIOKafkaProducer, topic: str
 ) -> None:
     kafka, policy = consumer
-    await until(lambda: kafka._fetcher._fetch_max_wait_ms == IDLE_MS)
+    await parked(kafka)
     before = policy.fetches
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(2.0)  # time passing on purpose: the fetches over 2 s are counted
     # at the busy wait this would be ~100 fetches; parked at the idle wait, one or two
     assert policy.fetches - before <= 3
     for partition in range(PARTITIONS):  # a record on any partition ends the parked fetch
         assert await timed_delivery(kafka, producer, topic, partition) < PROMPT_S
         assert policy.wait_ms(True) == BUSY_MS  # records seen: the next fetches wait short again
-        await until(lambda: kafka._fetcher._fetch_max_wait_ms == IDLE_MS)
+        await parked(kafka)
 
 
 async def test_records_not_taken_keep_the_short_wait(
     consumer: tuple[AIOKafkaConsumer, CountingPolicy], producer: AIOKafkaProducer, topic: str
 ) -> None:
     kafka, policy = consumer
-    await until(lambda: kafka._fetcher._fetch_max_wait_ms == IDLE_MS)
+    await parked(kafka)
     await producer.send_and_wait(topic, b"held", partition=0)
-    await until(lambda: TopicPartition(topic, 0) in kafka._fetcher._records)
+    held_tp = TopicPartition(topic, 0)
+    await eventually("the record to be fetched and held", lambda: held_tp in kafka._fetcher._records, WAIT_S, 0.01)
     # partition 0 is left out of the fetches while its record waits: they must not park long, or
-    # partition 0's next record would wait for them
-    await asyncio.sleep(0.5)
+    # partition 0's next record would wait for them. Once more empty fetches than idle_after came
+    # back, the last waits were chosen while quiet: only the guard kept them short
+    await eventually(
+        "more empty fetches in a row than idle_after", lambda: policy.empty_streak > policy.idle_after, WAIT_S, 0.01
+    )
     assert kafka._fetcher._fetch_max_wait_ms == BUSY_MS
     assert policy.empty_streak >= policy.idle_after  # idle otherwise: only the guard keeps it short
     held = await kafka.getmany(timeout_ms=1000)

@@ -6,7 +6,6 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,12 @@ import redis.asyncio as aioredis
 from schemas.errors import InvalidParameter
 from state.meta.idalloc import IdAllocator
 from state.meta.registry import Lease, NodeRegistry
+from tests.eventually import eventually
 
 TTL_S = 0.5
 POLL_S = 0.02
 GIVE_UP_S = 10.0  # a generous deadline for something that should take about one ttl
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + GIVE_UP_S
-    while not await predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        await asyncio.sleep(POLL_S)
 
 
 # -- id allocator
@@ -114,19 +107,19 @@ async def test_register_alive_stop(redis: aioredis.Redis, cluster_name: str) -> 
         assert await reg.alive("querynode") == {1: {"addr": "a:1"}, 2: {"addr": "a:2", "pchannels": [0, 1]}}
         assert await reg.alive("proxy") == {1: {"addr": "p:1"}}
         assert await reg.alive("indexnode") == {}
-        assert q1.health()["state"] == "running"
+        assert q1.health().state == "running"
         await q1.start()  # already running: no-op
         await q1.stop()
         await q1.stop()  # safe twice
-        assert q1.health()["state"] == "stopped"
+        assert q1.health().state == "stopped"
         assert await reg.alive("querynode") == {2: {"addr": "a:2", "pchannels": [0, 1]}}
         assert not await redis.exists(reg.lease_key("querynode", 1))
-        # the keepalive holds a lease well past its ttl
+        # the keepalive holds a lease well past its ttl: time passing on purpose, watched for 3 ttls
         deadline = time.monotonic() + 3 * TTL_S
         while time.monotonic() < deadline:
             assert 2 in await reg.alive("querynode")
             await asyncio.sleep(POLL_S * 5)
-        assert q2.health()["refresh_errors"] == 0
+        assert q2.health().refresh_errors == 0
     finally:
         for lease in (q1, q2, p):
             await lease.stop()
@@ -139,11 +132,13 @@ class SwallowingRegistry(NodeRegistry):
     send path does now and then on Python 3.11 (streams/tasks.py)."""
 
     swallowed = 0
+    refreshing = False  # the keepalive is inside its first refresh
 
     async def _put(self, lease: Lease, token: str, value: bytes, mode: str) -> bool:
         if mode == "refresh" and not self.swallowed:
             try:
-                await asyncio.sleep(60)
+                self.refreshing = True
+                await asyncio.Event().wait()  # the call hangs until cancelled
             except asyncio.CancelledError:
                 self.swallowed += 1
         return await super()._put(lease, token, value, mode)
@@ -153,11 +148,11 @@ async def test_stop_ends_a_keepalive_that_swallowed_its_cancel(redis: aioredis.R
     ttl_s = 3.0  # long enough that the refresh after the swallowed cancel still finds the lease ours
     reg = SwallowingRegistry(redis, cluster_name, ttl_s)
     lease = await reg.register("querynode", 7, {"n": 1})
-    await asyncio.sleep(ttl_s / 2)  # the keepalive (every ttl/3) is now inside its first refresh
+    await eventually("the keepalive (every ttl/3) to be inside its first refresh", lambda: reg.refreshing, GIVE_UP_S)
     async with asyncio.timeout(GIVE_UP_S):
         await lease.stop()
     assert reg.swallowed == 1
-    assert lease.health()["state"] == "stopped"
+    assert lease.health().state == "stopped"
     assert await reg.alive("querynode") == {}
 
 
@@ -180,14 +175,11 @@ async def test_lost_lease_is_reported(redis: aioredis.Redis, cluster_name: str) 
     lease = await reg.register("indexnode", 3, {})
     await redis.delete(reg.lease_key("indexnode", 3))  # e.g. expired while the process was paused
 
-    async def lost() -> bool:
-        return lease.lost
-
-    await wait_until(lost, "the keepalive to notice its lease is gone")
-    assert lease.health()["state"] == "lost"
+    await eventually("the keepalive to notice its lease is gone", lambda: lease.lost, GIVE_UP_S, POLL_S)
+    assert lease.health().state == "lost"
     assert await reg.alive("indexnode") == {}
     await lease.stop()
-    assert lease.health()["state"] == "stopped"
+    assert lease.health().state == "stopped"
 
 
 async def test_a_holder_knows_its_lease_without_asking_and_confirms_it_when_unsure(
@@ -198,7 +190,7 @@ async def test_a_holder_knows_its_lease_without_asking_and_confirms_it_when_unsu
     hooks: list[str] = []
     lease.on_lost.append(lambda: hooks.append("lost"))
     try:
-        assert lease.held_for_certain() and lease.health()["held_for_certain"]
+        assert lease.held_for_certain() and lease.health().held_for_certain
         assert await lease.confirm() and lease.held_for_certain()
         await redis.delete(reg.lease_key("proxy", 4))  # expired while the process was paused
         assert not await lease.confirm()  # a refresh finds it gone: lost, not recreated
@@ -221,7 +213,7 @@ async def main() -> None:
     client = aioredis.Redis.from_url(sys.argv[1], decode_responses=False)
     lease = await NodeRegistry(client, sys.argv[2], float(sys.argv[3])).register("querynode", 9, {"pid": os.getpid()})
     print("ready", flush=True)
-    await asyncio.sleep(3600)
+    await asyncio.Event().wait()  # lives (its keepalive refreshing) until killed
 
 asyncio.run(main())
 """
@@ -245,7 +237,7 @@ async def test_crashed_node_expires(redis: aioredis.Redis, redis_config, cluster
         assert child.stdout is not None
         assert (await asyncio.wait_for(child.stdout.readline(), GIVE_UP_S)).strip() == b"ready"
         assert await reg.alive("querynode") == {9: {"pid": child.pid}}
-        # alive for several ttls while the child refreshes
+        # alive for several ttls while the child refreshes: time passing on purpose, watched for 3 ttls
         deadline = time.monotonic() + 3 * TTL_S
         while time.monotonic() < deadline:
             assert 9 in await reg.alive("querynode")
@@ -257,7 +249,7 @@ async def test_crashed_node_expires(redis: aioredis.Redis, redis_config, cluster
     async def gone() -> bool:
         return await reg.alive("querynode") == {}
 
-    await wait_until(gone, "the killed node's lease to expire")
+    await eventually("the killed node's lease to expire", gone, GIVE_UP_S, POLL_S)
     assert not await redis.exists(reg.lease_key("querynode", 9))
     assert await redis.zcard(reg.role_key("querynode")) == 0  # alive() dropped the stale index entry
 

@@ -9,11 +9,10 @@ restarted loads the indexes with its segments; dropping an index recycles its fi
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -27,12 +26,13 @@ from frontends.status import status
 from schemas.config import OspreyConfig
 from schemas.errors import IndexNotFound, InvalidParameter, RequestTimeout, ServiceUnavailable
 from schemas.index import INDEX_DIR, IndexState, IndexTask
+from schemas.status import DataNodeHealth, DelegatorSegmentHealth, IndexNodeHealth, QueryNodeHealth, StatusModel
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
 from state.meta.status_board import StatusBoard
 from state.objectstore import ObjectStore
 from tests.conftest import make_config, object_store_of
-from tests.eventually import eventually
+from tests.eventually import eventually, eventually_answered
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,6 +44,7 @@ BATCH = 500
 SWITCH_READS = 1_000
 EF = 256  # far above what 1,500 rows of 16 dims need: the HNSW answers are the exact ones
 WAIT_S = 90.0
+D = TypeVar("D", bound=StatusModel)
 KILL_DIM = 384
 KILL_ROWS = 4_000  # one segment of 4,000 rows of 384 dims at efConstruction 4000: a build of seconds
 
@@ -187,32 +188,28 @@ async def tasks_of(config: OspreyConfig, collection_id: int) -> list[IndexTask]:
         await redis.aclose()
 
 
-async def querynode_segments(config: OspreyConfig) -> dict[str, dict[str, Any]]:
+async def querynode_segments(config: OspreyConfig) -> dict[int, DelegatorSegmentHealth]:
     """segment id -> its entry in the newest query node status."""
-    redis = connect(config)
-    try:
-        docs = await StatusBoard(redis, config.cluster).read("querynode")
-    finally:
-        await redis.aclose()
+    docs = await status_docs(config, "querynode", QueryNodeHealth)
     if not docs:
         return {}
-    out: dict[str, dict[str, Any]] = {}
-    for pchannel in docs[max(docs)].get("pchannels", {}).values():
-        for vchannel in pchannel.get("vchannels", {}).values():
-            out.update(vchannel.get("segments", {}))
+    out: dict[int, DelegatorSegmentHealth] = {}
+    for pchannel in docs[max(docs)].pchannels.values():
+        for vchannel in pchannel.vchannels.values():
+            out.update(vchannel.segments)
     return out
 
 
-async def status_docs(config: OspreyConfig, role: str) -> dict[int, dict[str, Any]]:
+async def status_docs(config: OspreyConfig, role: str, model: type[D]) -> dict[int, D]:
     redis = connect(config)
     try:
-        return await StatusBoard(redis, config.cluster).read(role)
+        return await StatusBoard(redis, config.cluster).read(role, model)
     finally:
         await redis.aclose()
 
 
-async def indexnode_docs(config: OspreyConfig) -> dict[int, dict[str, Any]]:
-    return await status_docs(config, "indexnode")
+async def indexnode_docs(config: OspreyConfig) -> dict[int, IndexNodeHealth]:
+    return await status_docs(config, "indexnode", IndexNodeHealth)
 
 
 async def search_ids(client: InProcessClient, coll: str, query: np.ndarray, **params: Any) -> list[int]:
@@ -309,7 +306,13 @@ async def test_zero_index_nodes_then_two_share_the_builds(
     slow = {"index_type": "HNSW", "metric_type": "L2", "efConstruction": 1500, "M": 48}
     index = await client.create_index(coll, "embedding", slow)
     cid = (await client.describe_collection(coll)).info.collection_id
-    await asyncio.sleep(1.5)  # a few coordinator scans: no node, so every task waits
+
+    async def six_tasks() -> bool:
+        return len(await tasks_of(ix_config, cid)) == 6
+
+    await eventually("the coordinator to record a task per segment", six_tasks)
+    # time passing on purpose: a few more coordinator scans, and with no node every task still waits
+    await asyncio.sleep(3 * ix_config.index_scan_interval_s)
     tasks = await tasks_of(ix_config, cid)
     assert len(tasks) == 6 and all(t.state is IndexState.UNISSUED and t.version == 0 for t in tasks)
     described = await client.describe_index(coll)
@@ -330,7 +333,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
     assert len(builders) == 2, f"two index nodes should share the builds: {[(t.build_id, t.node_id) for t in tasks]}"
 
     async def reported() -> bool:  # status documents are published every second
-        return sum(d["built"] for d in (await indexnode_docs(ix_config)).values()) >= 6
+        return sum(d.built for d in (await indexnode_docs(ix_config)).values()) >= 6
 
     await eventually("the index nodes to report their builds", reported)
     for task in tasks:
@@ -339,7 +342,7 @@ async def test_zero_index_nodes_then_two_share_the_builds(
 
     async def attached() -> bool:
         segs = await querynode_segments(ix_config)
-        return sum(1 for s in segs.values() if s.get("built_indexes")) >= 6
+        return sum(1 for s in segs.values() if s.built_indexes) >= 6
 
     await eventually("the query node to attach every index", attached)
     shown = (await status(ix_config))["indexes"][coll]["embedding"]  # ./osprey status
@@ -370,7 +373,7 @@ async def test_searches_during_the_switch_to_indexed_search(
         reads += 1
         if not switched and reads % 50 == 0:
             segs = await querynode_segments(ix_config)
-            switched = sum(1 for s in segs.values() if s.get("built_indexes")) >= 4
+            switched = sum(1 for s in segs.values() if s.built_indexes) >= 4
         assert reads < 20 * SWITCH_READS, "the index was never attached"
     assert exact >= 0.99 * reads, f"only {exact} of {reads} searches returned the exact top-{TOP_K}"
 
@@ -395,7 +398,12 @@ async def test_index_node_killed_mid_build_is_replaced(
 
     task = await eventually("the build to start", building)
     assert task.version == 1
-    await asyncio.sleep(0.2)
+
+    async def node_building() -> bool:
+        docs = await indexnode_docs(ix_config)
+        return any(doc.building is not None and doc.building.build_id == task.build_id for doc in docs.values())
+
+    await eventually("the index node to report the build under way", node_building)
     await asyncio.to_thread(first.kill)
     nodes.running.pop("first")
     await nodes.start("second")
@@ -472,20 +480,18 @@ async def test_restarted_query_node_loads_indexes_and_drop_recycles_files(
     querynode.kill()
     await asyncio.get_running_loop().run_in_executor(starter, querynode.start)
     rng = np.random.default_rng(8)
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            query = rng.standard_normal(DIM).astype(np.float32)
-            assert await search_ids(client, coll, query) == ref.top(query)
-            break
-        except (ServiceUnavailable, RequestTimeout):
-            assert time.monotonic() < deadline, "the restarted query node never answered"
-            await asyncio.sleep(0.5)
+
+    async def right_answer() -> None:
+        query = rng.standard_normal(DIM).astype(np.float32)
+        assert await search_ids(client, coll, query) == ref.top(query)
+
+    unready = (ServiceUnavailable, RequestTimeout)
+    await eventually_answered("the restarted query node to answer", right_answer, unready, WAIT_S, 0.5)
 
     async def loaded_with_index() -> bool:
         segs = await querynode_segments(ix_config)
-        ours = [segs.get(str(t.segment_id)) for t in tasks]
-        return all(s is not None and s.get("built_indexes") for s in ours)
+        ours = [segs.get(t.segment_id) for t in tasks]
+        return all(s is not None and s.built_indexes for s in ours)
 
     await eventually("the restarted query node to serve the segments with their indexes", loaded_with_index)
 
@@ -523,10 +529,11 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
     await client.delete(coll, ids=gone.tolist())
     keep = ~np.isin(ref.ids, gone)
     ref.ids, ref.vectors = ref.ids[keep], ref.vectors[keep]
-    before_logs = sum(d.get("delta_logs", 0) for d in (await status_docs(ix_config, "datanode")).values())
+    before_logs = sum(d.delta_logs for d in (await status_docs(ix_config, "datanode", DataNodeHealth)).values())
 
     async def logged() -> bool:  # the compactor reads deletes from the delete logs
-        return sum(d.get("delta_logs", 0) for d in (await status_docs(ix_config, "datanode")).values()) > before_logs
+        datanodes = await status_docs(ix_config, "datanode", DataNodeHealth)
+        return sum(d.delta_logs for d in datanodes.values()) > before_logs
 
     await eventually("the deletes in a delete log", logged)
     rootcoord = cluster.workers["rootcoord"]
@@ -549,7 +556,7 @@ async def test_compaction_and_a_rootcoord_restart_keep_indexes_whole(
 
     async def attached() -> bool:
         segs = await querynode_segments(ix_config)
-        return all(segs.get(str(t.segment_id), {}).get("built_indexes") for t in tasks)
+        return all((s := segs.get(t.segment_id)) is not None and s.built_indexes for t in tasks)
 
     await eventually("the compacted segment searched through its index", attached)
     rng = np.random.default_rng(11)

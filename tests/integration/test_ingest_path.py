@@ -16,7 +16,6 @@ import asyncio
 import http.client
 import json
 import math
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -41,6 +40,7 @@ from spark_streaming.ingest_client import IngestClient
 from streams.channels import pchannel_partition
 from streams.hashing import shard_of
 from streams.topics import Topics
+from tests.eventually import eventually_answered, eventually_sync
 from tests.integration.ddl_helpers import name
 from tests.integration.dml_helpers import insert_events as dml_insert_events
 
@@ -119,14 +119,7 @@ async def chunk_for(
 
 async def served(call: Callable[[], Awaitable[T]], budget_s: float = BUDGET_S) -> T:
     """``call()``, retried while the querynode does not serve the collection yet (bounded)."""
-    deadline = time.monotonic() + budget_s
-    while True:
-        try:
-            return await call()
-        except OspreyError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
+    return await eventually_answered("the query node to serve the collection", call, OspreyError, budget_s)
 
 
 async def strong_count(client: InProcessClient, coll: str, **options: Any) -> int:
@@ -161,11 +154,13 @@ def _read_past_a_sentinel(config: OspreyConfig, topic: str, budget_s: float) -> 
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
         out: list[Any] = []
-        deadline = time.monotonic() + budget_s
-        while consumer.position(tp) <= mark.offset:
-            assert time.monotonic() < deadline, f"{topic} not read up to offset {mark.offset} within {budget_s} s"
+
+        def past_the_sentinel() -> bool:
             for records in consumer.poll(timeout_ms=200).values():
                 out.extend(r for r in records if r.offset < mark.offset and not (r.key or b"").startswith(SENTINEL))
+            return consumer.position(tp) > mark.offset
+
+        eventually_sync(f"{topic} read up to offset {mark.offset}", past_the_sentinel, budget_s, poll_s=0)
         return out
     finally:
         consumer.close()

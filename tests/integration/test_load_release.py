@@ -6,8 +6,6 @@ loaded); the loading progress reaches 100 and the load state says NotLoad/Loadin
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,7 @@ import pytest
 from frontends.inprocess import InProcessClient
 from schemas.errors import CollectionNotLoaded, PartitionNotLoaded
 from schemas.meta import LoadState
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration]
@@ -39,13 +38,14 @@ def rows(first: int, n: int) -> dict[str, Any]:
 
 
 async def count_when_served(client: InProcessClient, coll: str, expected: int, **options: Any) -> int:
-    """A Strong count, retried while a shard is moving (never while it answers wrongly)."""
-    deadline = time.monotonic() + 30.0
-    while True:
+    """A Strong count, retried while a shard is moving, until it is ``expected``."""
+
+    async def counted() -> tuple[int] | None:
         got = await client.count(coll, **STRONG, **options)
-        if got == expected or time.monotonic() > deadline:
-            return got
-        await asyncio.sleep(0.2)
+        return (got,) if got == expected else None  # a tuple: a count of 0 is an answer too
+
+    [got] = await eventually(f"a Strong count of {expected} rows in {coll}", counted, poll_s=0.2)
+    return got
 
 
 async def test_unloaded_refuses_reads_until_loaded_then_release_and_reload(

@@ -54,6 +54,7 @@ from schemas.config import OspreyConfig
 from schemas.index import IndexState, IndexTask
 from schemas.meta import LoadState
 from schemas.segment import SegmentState
+from schemas.status import DataNodeHealth, QueryNodeHealth, QueryPchannelHealth
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
@@ -62,6 +63,7 @@ from state.meta.snapshot import SnapshotKV
 from state.meta.status_board import StatusBoard
 from state.meta.tso import TimestampOracle
 from streams.topics import ensure_topics
+from tests.eventually import eventually_sync
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3]
 
@@ -211,31 +213,28 @@ class Layout:
 def wait_until(
     what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, explain: Callable[[], str] | None = None
 ) -> Any:
-    """``check()``'s first truthy value; on timeout an assertion naming ``what`` and, if given,
-    ``explain()``: what the state was then (so a failure in CI says more than "timed out")."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            detail = f": {explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
-        time.sleep(POLL_S)
+    """:func:`eventually_sync` at this module's pace (the cluster runs on three hosts)."""
+    return eventually_sync(what, check, timeout_s, POLL_S, explain)
 
 
-async def _status(config: OspreyConfig, role: str) -> dict[int, tuple[int, dict[str, Any]]]:
+STATUS_MODELS: dict[str, type[QueryNodeHealth | DataNodeHealth]] = {
+    "querynode": QueryNodeHealth,
+    "datanode": DataNodeHealth,
+}
+
+
+async def _status(config: OspreyConfig, role: str) -> dict[int, tuple[int, Any]]:
     """node id -> (its pid from the registry, or 0 when its lease is gone; its status document)."""
     redis = connect(config)
     try:
-        docs = await StatusBoard(redis, config.cluster).read(role)
+        docs = await StatusBoard(redis, config.cluster).read(role, STATUS_MODELS[role])
         alive = await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
     finally:
         await redis.aclose()
     return {nid: (int(alive.get(nid, {}).get("pid", 0)), doc) for nid, doc in docs.items()}
 
 
-def docs_by_host(config: OspreyConfig, role: str, workers: dict[str, WorkerProcess]) -> dict[str, dict[str, Any]]:
+def docs_by_host(config: OspreyConfig, role: str, workers: dict[str, WorkerProcess]) -> dict[str, Any]:
     """host name -> the status document of its live process of ``role`` (by pid)."""
     host_of = {w.pid(): h for h, w in workers.items() if w.running()}
     return {host_of[pid]: doc for pid, doc in asyncio.run(_status(config, role)).values() if pid in host_of}
@@ -245,7 +244,9 @@ def pchannels_by_host(config: OspreyConfig, role: str, workers: dict[str, Worker
     """host name -> the dml pchannels its process of ``role`` consumes (a query node's: recovered)."""
     out = {}
     for host, doc in docs_by_host(config, role, workers).items():
-        out[host] = {p for p, state in doc.get("pchannels", {}).items() if not state.get("recovering")}
+        out[host] = {
+            p for p, state in doc.pchannels.items() if not (isinstance(state, QueryPchannelHealth) and state.recovering)
+        }
     return out
 
 
@@ -265,20 +266,22 @@ def split_evenly(config: OspreyConfig, role: str, workers: dict[str, WorkerProce
 
 def advertised(config: OspreyConfig, querynodes: dict[str, WorkerProcess]) -> dict[str, str]:
     """host name -> the address its query node advertises to the proxies (without the port)."""
-    return {h: doc["address"].rpartition(":")[0] for h, doc in docs_by_host(config, "querynode", querynodes).items()}
+    return {h: doc.address.rpartition(":")[0] for h, doc in docs_by_host(config, "querynode", querynodes).items()}
 
 
-def sealed_segments(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """segment id -> its entry, for the sealed segments whose rows a query node holds: those its
-    delegators serve from its own worker, and those it holds for another node's (balancing)."""
+def sealed_segments(doc: QueryNodeHealth) -> dict[int, dict[str, Any]]:
+    """segment id -> its entry (as JSON, with its pchannel), for the sealed segments whose rows a
+    query node holds: those its delegators serve from its own worker, and those it holds for
+    another node's (balancing)."""
     out = {}
-    for pchannel in doc.get("pchannels", {}).values():
-        for vchannel in pchannel.get("vchannels", {}).values():
-            for sid, seg in vchannel.get("segments", {}).items():
-                if seg.get("kind") == "sealed" and seg.get("node") is None:
-                    out[int(sid)] = {**seg, "pchannel": vchannel["pchannel"]}
-    for sid, seg in doc.get("guest_segments", {}).get("segments", {}).items():
-        out[int(sid)] = seg
+    for pchannel in doc.pchannels.values():
+        for vchannel in pchannel.vchannels.values():
+            for sid, seg in vchannel.segments.items():
+                if seg.kind == "sealed" and seg.node is None:
+                    out[sid] = {**seg.model_dump(mode="json"), "pchannel": vchannel.pchannel}
+    if doc.guest_segments is not None:
+        for sid, guest in doc.guest_segments.segments.items():
+            out[sid] = guest.model_dump(mode="json")
     return out
 
 
@@ -297,7 +300,7 @@ def built_tasks(config: OspreyConfig, collection_id: int) -> dict[int, IndexTask
 
 
 def attached_everywhere(
-    config: OspreyConfig, collection_id: int, docs: dict[str, dict[str, Any]]
+    config: OspreyConfig, collection_id: int, docs: dict[str, QueryNodeHealth]
 ) -> dict[int, tuple[str, str]] | None:
     """segment id -> (host, pchannel) serving it through its built index, once every built
     segment is served that way by some query node; else None."""
@@ -310,7 +313,7 @@ def attached_everywhere(
     return served if tasks and set(served) == set(tasks) else None
 
 
-def unattached(config: OspreyConfig, collection_id: int, docs: dict[str, dict[str, Any]]) -> str:
+def unattached(config: OspreyConfig, collection_id: int, docs: dict[str, QueryNodeHealth]) -> str:
     """Why :func:`attached_everywhere` is None: each built segment not served through its index,
     with its build and what each query node's status shows of it."""
     tasks = built_tasks(config, collection_id)
@@ -326,8 +329,7 @@ def unattached(config: OspreyConfig, collection_id: int, docs: dict[str, dict[st
             + ", ".join(f"{h}={seg}" for h, seg in shown.items())
         )
     status = {
-        h: {k: doc.get(k) for k in ("indexes_pending", "indexes_attached", "loaded_segments")}
-        for h, doc in docs.items()
+        h: doc.model_dump(include={"indexes_pending", "indexes_attached", "loaded_segments"}) for h, doc in docs.items()
     }
     return "; ".join(lines) + f"; query nodes: {status}"
 
@@ -406,7 +408,7 @@ class Ingest(threading.Thread):
                         self.failures.append((time.monotonic(), f"{err.code}: {err.message[:200]}"))
                         if time.monotonic() > deadline:
                             raise
-                        time.sleep(0.5)
+                        time.sleep(0.5)  # a client's backoff before it sends the batch again
                 self.acked.add(ids, vectors)
                 self.acked_at.append(time.monotonic())
                 self.next_pk += BATCH
@@ -760,7 +762,7 @@ async def test_local_folder_object_store_is_one_host_only(
 
             def released() -> bool:
                 docs = docs_by_host(shared, "querynode", querynodes)
-                return "c" in docs and not any(p.get("vchannels") for p in docs["c"].get("pchannels", {}).values())
+                return "c" in docs and not any(p.vchannels for p in docs["c"].pchannels.values())
 
             await asyncio.to_thread(wait_until, "the query node of host C to release the collection", released)
             await client.load_collection(coll, wait=False)

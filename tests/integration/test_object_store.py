@@ -39,6 +39,7 @@ from state.segcore.segment_files import (
     verify_files,
     write_segment,
 )
+from tests.eventually import eventually_sync
 from tests.unit.test_segment_files import DIM, all_types_schema, make_rows
 
 pytestmark = [pytest.mark.integration]
@@ -244,10 +245,15 @@ def test_a_writer_killed_mid_upload_leaves_no_incomplete_segment(
         cwd=root,
         env={**os.environ, "PYTHONPATH": str(root)},
     )
-    assert writer.stdout is not None
-    deadline = time.monotonic() + KILL_WAIT_S
-    while (line := writer.stdout.readline()) and int(line) < 3:
-        assert time.monotonic() < deadline
+    stdout = writer.stdout
+    assert stdout is not None
+
+    def third_begun() -> bool:
+        line = stdout.readline()  # the writer prints each segment id as it begins it
+        assert line, "the writer ended"
+        return int(line) >= 3
+
+    eventually_sync("the writer to begin its third segment", third_begun, KILL_WAIT_S, poll_s=0)
     # on S3: segment 3's files are staged (its manifest too) once its commit begins, and the
     # insert log's multipart upload is under way; on a folder: its staging folder is written
     if isinstance(store, S3ObjectStore):
@@ -256,9 +262,14 @@ def test_a_writer_killed_mid_upload_leaves_no_incomplete_segment(
     else:
         staged = Path(store.url) / "segments" / "7" / "8"
         pattern = ".3.tmp-*"
-    while not any(staged.glob(pattern)):
-        assert writer.poll() is None and time.monotonic() < deadline, "segment 3 was never staged"
-        time.sleep(POLL_S)
+
+    def third_staged() -> bool:
+        if any(staged.glob(pattern)):
+            return True
+        assert writer.poll() is None, "the writer ended before segment 3 was staged"
+        return False
+
+    eventually_sync("segment 3 to be staged", third_staged, KILL_WAIT_S, POLL_S)
     writer.kill()
     writer.wait()
     reader = (

@@ -3,6 +3,7 @@ ingest) in the foreground: the REST front end answers DDL, and a SIGTERM to honc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 
 from frontends.embedded.stack import free_port
 from frontends.rest.server import API_PREFIX
+from tests.eventually import eventually_sync
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -44,19 +46,24 @@ def post(url: str, path: str, body: dict[str, Any], timeout_s: float = REQUEST_T
 def wait_until_answering(url: str, honcho: subprocess.Popen[bytes], log: Path) -> None:
     """Poll ``collections/list`` until it succeeds (the whole stack is up), at most READY_TIMEOUT_S."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    last: object = None
-    while time.monotonic() < deadline:
+    last: list[object] = [None]
+
+    def answering() -> bool:
         assert honcho.poll() is None, f"honcho exited early:\n{log.read_text(errors='replace')[-4000:]}"
         try:
-            last = post(url, "collections/list", {}, timeout_s=max(1.0, deadline - time.monotonic()))
-            if last.get("code") == 0:  # type: ignore[union-attr]
-                return
+            answer = post(url, "collections/list", {}, timeout_s=max(1.0, deadline - time.monotonic()))
         except (OSError, urllib.error.URLError) as exc:
-            last = exc
-        time.sleep(POLL_INTERVAL_S)
-    pytest.fail(
-        f"REST front end not answering within {READY_TIMEOUT_S:g} s (last: {last!r}):\n"
-        f"{log.read_text(errors='replace')[-4000:]}"
+            last[0] = exc
+            return False
+        last[0] = answer
+        return answer.get("code") == 0
+
+    eventually_sync(
+        "the REST front end to answer",
+        answering,
+        READY_TIMEOUT_S,
+        POLL_INTERVAL_S,
+        explain=lambda: f"last {last[0]!r}:\n{log.read_text(errors='replace')[-4000:]}",
     )
 
 
@@ -99,13 +106,10 @@ def alive(pid: int) -> bool:
 
 
 def wait_gone(pids: set[int], timeout_s: float) -> set[int]:
-    """The pids still alive after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    running = {p for p in pids if alive(p)}
-    while running and time.monotonic() < deadline:
-        time.sleep(0.1)
-        running = {p for p in running if alive(p)}
-    return running
+    """The pids still alive after ``timeout_s`` (at once, once none is): the caller judges."""
+    with contextlib.suppress(AssertionError):
+        eventually_sync("the processes to exit", lambda: not any(alive(p) for p in pids), timeout_s)
+    return {p for p in pids if alive(p)}
 
 
 def stop_everything(honcho: subprocess.Popen[bytes], children: set[int]) -> None:

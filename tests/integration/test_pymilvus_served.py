@@ -7,7 +7,6 @@ databases and CheckHealth. Fields pymilvus never sends go through its own genera
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from frontends.embedded.cluster import LocalCluster
 from schemas.config import OspreyConfig
 from state.meta.redis_client import connect
 from state.meta.registry import NodeRegistry
+from tests.eventually import eventually_sync
 from tests.integration.pymilvus_stack import CLIENT_TIMEOUT_S, DIM
 
 pytestmark = pytest.mark.integration
@@ -43,14 +43,16 @@ def ok(reply: Any) -> Any:
 
 
 def wait_for(what: str, probe: Callable[[], T], done: Callable[[T], bool]) -> T:
-    """Poll ``probe`` until ``done`` of its value, at most WAIT_S; its last value."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    """Poll ``probe`` until ``done`` of its value, at most WAIT_S; that value."""
+    last: list[T] = []
+
+    def check() -> tuple[T] | None:
         value = probe()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: still {value!r} after {WAIT_S:g} s"
-        time.sleep(POLL_S)
+        last[:] = [value]
+        return (value,) if done(value) else None  # a tuple: a falsy value may be the one waited for
+
+    [value] = eventually_sync(what, check, WAIT_S, POLL_S, explain=lambda: f"still {last[0]!r}")
+    return value
 
 
 def rows(n: int, start: int = 0) -> list[dict[str, Any]]:

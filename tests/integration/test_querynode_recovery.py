@@ -11,7 +11,6 @@ A read that *succeeds* is never retried, so a partial or duplicated answer fails
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from schemas.config import OspreyConfig
 from schemas.errors import ServiceUnavailable
 from state.meta.registry import NodeRegistry
 from state.meta.shard_owners import ShardOwners
+from tests.eventually import eventually, eventually_answered
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -106,14 +106,7 @@ async def querynodes(module_config: OspreyConfig, rootcoord: WorkerProcess) -> A
 async def read(call: Callable[[], Awaitable[T]], budget_s: float = RECOVERY_S) -> T:
     """``call()`` retried while it fails with ServiceUnavailable (a shard without a live owner, or
     its tsafe not yet past the guarantee) until ``budget_s``; any other error is raised at once."""
-    deadline = time.monotonic() + budget_s
-    while True:
-        try:
-            return await call()
-        except ServiceUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
+    return await eventually_answered("a Strong read to be answered", call, ServiceUnavailable, budget_s, 0.5)
 
 
 async def owners_by_pid(client: InProcessClient, config: OspreyConfig) -> dict[str, int]:
@@ -129,14 +122,16 @@ async def wait_owners(
 ) -> dict[str, int]:
     """Poll until every dml partition is owned by a live node and the owners are exactly ``pids``."""
     pchannels = {f"{client.proxy.topics.dml}_{p}" for p in range(config.dml_partitions)}
-    deadline = time.monotonic() + budget_s
-    while True:
+    last: dict[str, int] = {}
+
+    async def owned() -> dict[str, int] | None:
         owners = await owners_by_pid(client, config)
-        if set(owners) == pchannels and set(owners.values()) == pids:
-            return owners
-        if time.monotonic() > deadline:
-            raise AssertionError(f"dml partitions not owned by {sorted(pids)} within {budget_s:g} s: {owners}")
-        await asyncio.sleep(0.25)
+        last.clear()
+        last.update(owners)
+        return owners if set(owners) == pchannels and set(owners.values()) == pids else None
+
+    what = f"the dml partitions owned by {sorted(pids)}"
+    return await eventually(what, owned, budget_s, 0.25, explain=lambda: f"owners {last}")
 
 
 # ---------------------------------------------------------------------------- reads
@@ -207,7 +202,7 @@ class Reader:
                 )
             except ServiceUnavailable:
                 self.unavailable += 1
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # a reader's backoff before it reads again
                 continue
             self.ok += 1
             found = [r["id"] for r in rows]
@@ -223,11 +218,11 @@ class Reader:
     async def stop(self) -> None:
         """Stop after at least one read succeeded (the main path may finish while this one waits
         out a timeout from before the node was back), at most RECOVERY_S."""
-        deadline = time.monotonic() + RECOVERY_S
-        while self.ok == 0 and not self._task.done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        self._stop.set()
-        await self._task
+        try:
+            await eventually("a background read to succeed", lambda: self.ok > 0 or self._task.done(), RECOVERY_S)
+        finally:
+            self._stop.set()
+            await self._task
         print(f"background reads: {self.ok} exact, {self.unavailable} unavailable")
         assert self.ok > 0, "no background read succeeded"
         assert not self.wrong, f"{len(self.wrong)} of {self.ok} successful reads were wrong: {self.wrong[:5]}"
@@ -353,13 +348,18 @@ async def test_querynode_kill9_rebuilds_from_dml(
             await insert(client, coll, lo, lo + 300, seed=lo)
             acked.extend(range(lo, lo + 300))
             lo += 300
-            await asyncio.sleep(0.2)  # ~1,000 rows/s: a few thousand rows land during the restart
+            await asyncio.sleep(0.2)  # the stream's pace, ~1,000 rows/s: a few thousand rows land during the restart
 
     async def batches(n: int) -> None:
         target = len(acked) + n * 300
-        while len(acked) < target:
+
+        def acked_enough() -> bool:
+            if len(acked) >= target:
+                return True
             assert not stream.done(), stream
-            await asyncio.sleep(0.05)
+            return False
+
+        await eventually(f"{n} more batches acknowledged", acked_enough, poll_s=0.05)
 
     stream = asyncio.create_task(insert_stream())
     await batches(3)

@@ -8,7 +8,6 @@ although the records before it were deleted from the log. Both on the local fold
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
 from schemas.errors import RequestTimeout, ServiceUnavailable
+from schemas.status import DataNodeHealth, QueryNodeHealth, StatusModel
 from state.meta.redis_client import connect
 from state.meta.segment_meta import SegmentMeta
 from state.meta.snapshot import SnapshotKV
@@ -33,6 +33,7 @@ from streams.channels import pchannel_partition
 from streams.kafka import make_consumer
 from streams.topics import Topics
 from tests.conftest import make_config
+from tests.eventually import DEFAULT_TIMEOUT_S, eventually, eventually_answered
 from tests.integration.ddl_helpers import name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -131,44 +132,52 @@ async def check_read(client: InProcessClient, coll: str, ref: Reference, rng: np
     assert await client.count(coll, consistency_level="Strong") == len(ref.ids), "a count missed or repeated rows"
 
 
-async def node_doc(config: OspreyConfig, role: str, wanted: Any, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The newest status document of ``role`` for which ``wanted(doc)`` holds."""
+STATUS_MODELS: dict[str, type[StatusModel]] = {"querynode": QueryNodeHealth, "datanode": DataNodeHealth}
+
+
+async def node_doc(
+    config: OspreyConfig, role: str, wanted: Any, timeout_s: float = DEFAULT_TIMEOUT_S, published_after: float = 0.0
+) -> Any:
+    """The newest status document of ``role`` (its model: ``STATUS_MODELS``), once it was
+    published after ``published_after`` (Unix seconds) and ``wanted(doc)`` holds for it."""
     redis = connect(config)
     try:
         board = StatusBoard(redis, config.cluster)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            docs = await board.read(role)
-            if docs and wanted(docs[max(docs)]):
-                return docs[max(docs)]
-            assert time.monotonic() < deadline, f"no {role} status as wanted: {docs}"
-            await asyncio.sleep(0.2)
+
+        async def newest_wanted() -> StatusModel | None:
+            docs = await board.read_published(role, STATUS_MODELS[role])
+            newest = docs[max(docs)] if docs else None
+            if newest is None or newest.published_at <= published_after or not wanted(newest.doc):
+                return None
+            return newest.doc
+
+        return await eventually(f"a {role} status as wanted", newest_wanted, timeout_s, poll_s=0.2)
     finally:
         await redis.aclose()
 
 
-async def log_starts(config: OspreyConfig, pchannels: list[str], timeout_s: float = 30.0) -> dict[str, int]:
+async def log_starts(config: OspreyConfig, pchannels: list[str]) -> dict[str, int]:
     """The dml log start of each pchannel, once every one has moved past 0."""
     tps = {p: TopicPartition(Topics.of(config).dml, pchannel_partition(p)) for p in pchannels}
     consumer = make_consumer(config)
     await consumer.start()
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        async def moved() -> dict[str, int] | None:
             starts = await consumer.beginning_offsets(list(tps.values()))
-            if all(starts[tp] > 0 for tp in tps.values()) or time.monotonic() > deadline:
-                return {p: int(starts[tp]) for p, tp in tps.items()}
-            await asyncio.sleep(0.2)
+            return {p: int(starts[tp]) for p, tp in tps.items()} if all(starts[tp] > 0 for tp in tps.values()) else None
+
+        return await eventually("the dml log start of every pchannel to move past 0", moved, poll_s=0.2)
     finally:
         await consumer.stop()
 
 
-def segment_kinds(doc: dict[str, Any]) -> dict[str, int]:
+def segment_kinds(doc: QueryNodeHealth) -> dict[str, int]:
     kinds: dict[str, int] = {}
-    for pchannel in doc.get("pchannels", {}).values():
-        for vchannel in pchannel.get("vchannels", {}).values():
-            for segment in vchannel.get("segments", {}).values():
-                kinds[segment["kind"]] = kinds.get(segment["kind"], 0) + 1
+    for pchannel in doc.pchannels.values():
+        for vchannel in pchannel.vchannels.values():
+            for segment in vchannel.segments.values():
+                kinds[segment.kind] = kinds.get(segment.kind, 0) + 1
     return kinds
 
 
@@ -227,22 +236,21 @@ async def test_killed_querynode_recovers_from_sealed_segments_and_the_tail(
     querynode = workers["querynode"]
     querynode.kill()
     await asyncio.get_running_loop().run_in_executor(starter, querynode.start)
-    deadline = time.monotonic() + RECOVERY_S
-    while True:  # until the consumer group gave the partitions to the new process
-        try:
-            await check_read(client, coll, ref, rng)
-            break
-        except (ServiceUnavailable, RequestTimeout):
-            assert time.monotonic() < deadline, "the restarted query node never answered"
-            await asyncio.sleep(0.5)
+    await eventually_answered(  # once the consumer group gave the partitions to the new process
+        "the restarted query node to answer",
+        lambda: check_read(client, coll, ref, rng),
+        (ServiceUnavailable, RequestTimeout),
+        RECOVERY_S,
+        0.5,
+    )
     for _ in range(20):
         await check_read(client, coll, ref, rng)
 
-    doc = await node_doc(qn_config, "querynode", lambda d: all(p in d.get("pchannels", {}) for p in before))
+    doc = await node_doc(qn_config, "querynode", lambda d: all(p in d.pchannels for p in before))
     assert segment_kinds(doc).get("sealed", 0) >= 2
     for pchannel, checkpoint in before.items():
         assert checkpoint is not None and checkpoint.offset > 0
-        state = doc["pchannels"][pchannel]
-        assert state["recovered_segments"] >= 1
-        started_at = state["position"] - state["applied"] + 1
+        state = doc.pchannels[pchannel]
+        assert state.recovered_segments >= 1
+        started_at = state.position - state.applied + 1
         assert started_at >= checkpoint.offset, (pchannel, state, checkpoint)  # only the tail was replayed

@@ -26,6 +26,7 @@ from schemas.errors import (
     ResourceGroupNodeNotEnough,
 )
 from schemas.meta import ReplicaInfo
+from schemas.status import QueryNodeHealth
 from state.meta.query_distribution import QueryDistributionStore
 from state.meta.status_board import StatusBoard
 from tests.eventually import eventually
@@ -95,8 +96,8 @@ class Searcher(ReadLoop):
 
 async def served_by(client: InProcessClient, config: OspreyConfig) -> dict[int, int]:
     """query node id -> requests its direct server answered (from its status document)."""
-    docs = await StatusBoard(client.proxy.redis, config.cluster).read("querynode")
-    return {nid: int(doc.get("direct_served", 0)) for nid, doc in docs.items()}
+    docs = await StatusBoard(client.proxy.redis, config.cluster).read("querynode", QueryNodeHealth)
+    return {nid: doc.direct_served for nid, doc in docs.items()}
 
 
 async def loaded_with_data(client: InProcessClient, rows: int, seed: int) -> tuple[str, dict[str, Any]]:

@@ -4,9 +4,7 @@ with a querynode worker too, deletes and upserts checked by Strong and time-trav
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +24,7 @@ from schemas.dml import DeleteResult, UpsertResult
 from schemas.errors import InvalidParameter
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.segment import CompactionState
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import DIM, name
 
 pytestmark = pytest.mark.integration
@@ -913,13 +912,15 @@ async def create_served(rest: Rest, auto_id: bool = False, schema: dict[str, Any
     answers 0 (the querynode serves every shard)."""
     coll = name("dml")
     await rest.ok("collections/create", {"collectionName": coll, "schema": schema or data_schema(auto_id)})
-    deadline = time.monotonic() + SERVED_BUDGET_S
-    while True:
-        answer = await rest.call("entities/query", {"collectionName": coll, "outputFields": ["count(*)"], **STRONG})
-        if answer["code"] == 0 and answer["data"] == [{"count(*)": 0}]:
-            return coll
-        assert time.monotonic() < deadline, f"{coll} not served within {SERVED_BUDGET_S} s: {answer}"
-        await asyncio.sleep(0.2)
+    last: list[Any] = [None]
+    body = {"collectionName": coll, "outputFields": ["count(*)"], **STRONG}
+
+    async def served() -> bool:
+        answer = last[0] = await rest.call("entities/query", body)
+        return answer["code"] == 0 and answer["data"] == [{"count(*)": 0}]
+
+    await eventually(f"{coll} to be served", served, SERVED_BUDGET_S, 0.2, explain=lambda: f"last answer {last[0]}")
+    return coll
 
 
 async def count(rest: Rest, coll: str, **read: Any) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from state.meta.idalloc import IdAllocator
 from state.meta.redis_client import connect
 from state.meta.snapshot import SnapshotKV
 from state.meta.tso import TimestampOracle
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import schema
 
 pytestmark = pytest.mark.integration
@@ -82,12 +84,19 @@ def event(kind: str, request_id: int, ts: int, **fields: object) -> bytes:
     return json.dumps({"kind": kind, "request_id": request_id, "proxy_id": PROXY, "ts": ts, **fields}).encode()
 
 
-async def test_redis_down_retries_the_same_event(core: tuple[RootCoord, Sink], own_redis: RedisServer) -> None:
+async def test_redis_down_retries_the_same_event(
+    core: tuple[RootCoord, Sink], own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
     rc, _sink = core
+    caplog.set_level(logging.WARNING, logger="agents.rootcoord.core")
     await handle(rc, 0, event("CreateCollection", 1, 10, collection_name="a", collection_schema=schema()))
     own_redis.kill()
     pending = asyncio.create_task(handle(rc, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")))
-    await asyncio.sleep(1.0)
+
+    def retries() -> int:
+        return sum(r.getMessage().startswith("dd offset 1: ") and "retrying" in r.getMessage() for r in caplog.records)
+
+    await eventually("the event to be retried three times", lambda: retries() >= 3)
     assert not pending.done()  # waiting for Redis, not skipping the event
     own_redis.start()
     reply = await asyncio.wait_for(pending, 30)

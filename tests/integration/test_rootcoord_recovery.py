@@ -57,7 +57,7 @@ async def test_kill_rootcoord_mid_stream(module_config: OspreyConfig, rootcoord:
         await half.wait()
         killed_at.append(len(acked))
         rootcoord.kill()
-        await asyncio.sleep(1.0)  # requests keep arriving on dd while it is down
+        await asyncio.sleep(1.0)  # down for a while on purpose: requests keep arriving on dd meanwhile
         # started from an executor thread: with die_with_parent the worker would die with that
         # thread, which lives until this test's event loop closes (after the assertions)
         await asyncio.to_thread(rootcoord.start)

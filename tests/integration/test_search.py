@@ -28,7 +28,9 @@ from schemas.config import OspreyConfig
 from schemas.dq import DQ_RESULT, QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, PartitionNotFound
 from streams.topics import Topics
+from tests.eventually import eventually, eventually_answered
 from tests.integration.ddl_helpers import name
+from tests.integration.test_querynode_sealed import node_doc
 
 pytestmark = pytest.mark.integration
 
@@ -97,17 +99,11 @@ def assert_top_k(hits: list[dict[str, Any]], distances: np.ndarray, pks: np.ndar
 
 
 async def wait_served(client: InProcessClient, coll: str, n: int, budget_s: float = 30.0) -> None:
-    """Until a Strong count of ``coll`` is ``n`` (the querynode owns every shard)."""
-    deadline = time.monotonic() + budget_s
-    while True:
-        try:
-            got = await client.count(coll, consistency_level="Strong")
-            assert got == n
-            return
-        except OspreyError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    """Until a Strong count of ``coll`` answers (the querynode owns every shard); it is ``n``."""
+    got = await eventually_answered(
+        f"{coll} to be served", lambda: client.count(coll, consistency_level="Strong"), OspreyError, budget_s, 0.2
+    )
+    assert got == n
 
 
 # ---------------------------------------------------------------------------- read your writes
@@ -410,31 +406,27 @@ async def test_status_reports_read_path_latency(
     await client.insert(coll, data)
     await wait_served(client, coll, 50)
     proxy_id = client.proxy.proxy_id
-    # the counts once the searches of earlier tests are in a published document (a node writes
-    # its status every second): two reads a publish apart that agree
-    settled, last = time.monotonic() + 15, None
-    while True:
-        nodes, _ = await _latency(module_config, proxy_id)
-        before = {nid: doc["latency"] for nid, doc in nodes.items()}
-        counts = {nid: latency.get("search", {}).get("count", 0) for nid, latency in before.items()}
-        if counts == last:
-            break
-        assert time.monotonic() < settled, counts
-        last = counts
-        await asyncio.sleep(1.2)
+    # the counts once the searches of earlier tests (all answered by now) are in a published
+    # document: one published after now (a node writes its status every second)
+    now = time.time()
+    await node_doc(module_config, "querynode", lambda doc: True, published_after=now)
+    nodes, _ = await _latency(module_config, proxy_id)
+    before = {nid: doc["latency"] for nid, doc in nodes.items()}
     proxy_before = client.proxy.latency["search"].count
     for q in data["embedding"][:5]:
         await client.search(coll, [q], limit=3, consistency_level="Strong")
     await client.query(coll, filter="age >= 0", output_fields=["id"], consistency_level="Strong")
 
-    deadline = time.monotonic() + 15  # the nodes write their status every second
-    while True:
-        nodes, proxy = await _latency(module_config, proxy_id)
+    latest: list[Any] = [None]
+
+    async def searches_published() -> bool:  # the nodes write their status every second
+        nodes, proxy = latest[0] = await _latency(module_config, proxy_id)
         searched = _since(nodes, before, "search")
-        if sum(searched.values()) >= 5 and proxy.get("search", {}).get("count", 0) >= proxy_before + 5:
-            break
-        assert time.monotonic() < deadline, (nodes, proxy)
-        await asyncio.sleep(0.2)
+        return sum(searched.values()) >= 5 and proxy.get("search", {}).get("count", 0) >= proxy_before + 5
+
+    await eventually("the five searches in the status", searches_published, poll_s=0.2, explain=lambda: str(latest[0]))
+    nodes, proxy = latest[0]
+    searched = _since(nodes, before, "search")
     assert sum(searched.values()) == 5, searched  # one query node owns the shard: each search once
     shard_searched = sum(_since(nodes, before, "shard_search").values())
     assert shard_searched == 5  # the collection has one shard: one shard search a search
@@ -598,13 +590,16 @@ async def _plain_roundtrip(
         await consumer.position(tp)
         await producer.send_and_wait(topics.dq_request, encode(request), key=request.origin.encode())
         results: list[SearchResult | QueryResult] = []
-        deadline = time.monotonic() + budget_s
-        while len(results) < expected and time.monotonic() < deadline:
+
+        async def all_results() -> bool:
             batch = await consumer.getmany(tp, timeout_ms=200)
             for record in batch.get(tp, []):
                 result = decode(record.value, DQ_RESULT)
                 if result.request_id == request.request_id and result.origin == request.origin:
                     results.append(result)
+            return len(results) >= expected
+
+        await eventually(f"{expected} results on dq-result", all_results, budget_s, poll_s=0)
         return results
     finally:
         await producer.stop()
@@ -695,7 +690,7 @@ async def test_topic_path_equals_direct_path(
     queries = np.random.default_rng(52).standard_normal((5, DIM)).astype(np.float32)
     topic_config = module_config.model_copy(update={"dq_path": "topic"})
     async with InProcessClient(topic_config) as via_topic:
-        assert via_topic.proxy.health()["dq_router"]["path"] == "topic"
+        assert via_topic.proxy.health().dq_router.path == "topic"
         for kwargs in (
             {"limit": 10},
             {
@@ -753,9 +748,10 @@ async def test_query_node_runs_with_huge_pages(querynode: Any, module_config: Os
     environ = await asyncio.to_thread(Path(f"/proc/{querynode.pid()}/environ").read_bytes)
     tunable = b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
     assert environ.split(b"\0").count(tunable) == (1 if huge_pages_possible() else 0)
-    deadline = time.monotonic() + 15  # the node writes its status every second
-    while not (nodes := (await status(module_config))["querynodes"]):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.2)
+
+    async def querynodes() -> dict[Any, Any]:  # the node writes its status every second
+        return (await status(module_config))["querynodes"]
+
+    nodes = await eventually("the query node's status", querynodes, poll_s=0.2)
     for doc in nodes.values():
         assert isinstance(doc["huge_pages_kb"], int) and doc["huge_pages_kb"] >= 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from frontends.embedded.stack import RedisServer, WorkerProcess, start_together
 from frontends.inprocess import InProcessClient
 from frontends.status import status
 from schemas.config import OspreyConfig
+from schemas.status import DelegatorSegmentHealth, GuestSegmentHealth, QueryNodeHealth
 from state.meta.status_board import StatusBoard
 from tests.conftest import make_config
 from tests.eventually import eventually
@@ -148,37 +148,38 @@ class Reader(ReadLoop):
         return wrong
 
 
-async def docs(client: InProcessClient, config: OspreyConfig) -> dict[int, dict[str, Any]]:
-    return await StatusBoard(client.proxy.redis, config.cluster).read("querynode")
+async def docs(client: InProcessClient, config: OspreyConfig) -> dict[int, QueryNodeHealth]:
+    return await StatusBoard(client.proxy.redis, config.cluster).read("querynode", QueryNodeHealth)
 
 
-def placed_elsewhere(doc: dict[str, Any]) -> int:
+def placed_elsewhere(doc: QueryNodeHealth) -> int:
     """Sealed segments a node's delegators serve from another node's worker."""
     return sum(
         1
-        for p in doc.get("pchannels", {}).values()
-        for v in p.get("vchannels", {}).values()
-        for s in v.get("segments", {}).values()
-        if s.get("node") is not None
+        for p in doc.pchannels.values()
+        for v in p.vchannels.values()
+        for s in v.segments.values()
+        if s.node is not None
     )
 
 
-def holding(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def holding(doc: QueryNodeHealth) -> dict[int, DelegatorSegmentHealth | GuestSegmentHealth]:
     """segment id -> status, for the sealed segments whose rows a node holds (its delegators' own,
     and those it holds for another node's)."""
-    out = {
-        int(sid): s
-        for p in doc.get("pchannels", {}).values()
-        for v in p.get("vchannels", {}).values()
-        for sid, s in v.get("segments", {}).items()
-        if s.get("kind") == "sealed" and s.get("node") is None
+    out: dict[int, DelegatorSegmentHealth | GuestSegmentHealth] = {
+        sid: s
+        for p in doc.pchannels.values()
+        for v in p.vchannels.values()
+        for sid, s in v.segments.items()
+        if s.kind == "sealed" and s.node is None
     }
-    out.update({int(sid): s for sid, s in doc.get("guest_segments", {}).get("segments", {}).items()})
+    if doc.guest_segments is not None:
+        out.update(doc.guest_segments.segments)
     return out
 
 
-def guest_rows(doc: dict[str, Any]) -> int:
-    return int(doc.get("guest_segments", {}).get("rows", 0))
+def guest_rows(doc: QueryNodeHealth) -> int:
+    return 0 if doc.guest_segments is None else doc.guest_segments.rows
 
 
 async def node_of(client: InProcessClient, worker: WorkerProcess) -> int | None:
@@ -211,7 +212,7 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
 
     async def spread() -> bool:
         now = await docs(client, bal_config)
-        indexed = {sid for d in now.values() for sid, seg in holding(d).items() if seg.get("built_indexes")}
+        indexed = {sid for d in now.values() for sid, seg in holding(d).items() if seg.built_indexes}
         placed = all(placed_elsewhere(d) >= 1 and guest_rows(d) > 0 for d in now.values())
         return len(now) == 2 and placed and indexed >= set(flushed.flushed_segment_ids)
 
@@ -247,7 +248,8 @@ async def test_segments_spread_over_a_replica_and_move_on_a_kill_and_a_join(
     async def c_holds_segments() -> bool:
         now = await docs(client, bal_config)
         c_id = await node_of(client, c)
-        return c_id in now and guest_rows(now[c_id]) > 0 and placed_elsewhere(now.get(a_id or 0, {})) > 0
+        a_leads = a_id in now and placed_elsewhere(now[a_id]) > 0
+        return c_id in now and guest_rows(now[c_id]) > 0 and a_leads
 
     await eventually("the new node holds segments", c_holds_segments, timeout_s=RECOVERY_BUDGET_S)
     await eventually("10 more reads answered", answered_more(readers, 10), timeout_s=RECOVERY_BUDGET_S)

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from state.meta.snapshot import GC_CHUNK_KEYS, WRITE_MAX_ATTEMPTS, SnapshotKV
 from state.meta.tso import TimestampOracle, add_ms, parse_ts, physical_ms, ts_from_ms
+from tests.eventually import eventually
 
 RETENTION_S = 1.0
 FAR_FUTURE_MS = 10 * 365 * 86_400_000
@@ -23,12 +24,13 @@ def make_kv(
 
 
 async def next_ms(tso: TimestampOracle, ts: int) -> int:
-    """A fresh timestamp in a later millisecond than ``ts`` (polls the TSO, no sleeping)."""
-    while True:
+    """A fresh timestamp in a later millisecond than ``ts`` (polls the TSO)."""
+
+    async def later() -> int | None:
         now = await tso.now()
-        if physical_ms(now) > physical_ms(ts):
-            return now
-        await asyncio.sleep(0.0005)
+        return now if physical_ms(now) > physical_ms(ts) else None
+
+    return await eventually("a timestamp in a later millisecond", later, poll_s=0.0005)
 
 
 async def test_seed_timeline(redis: aioredis.Redis, cluster_name: str) -> None:

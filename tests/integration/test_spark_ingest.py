@@ -49,6 +49,7 @@ from schemas.errors import CollectionNotFound, InvalidParameter
 from schemas.ingest import DeadLetter
 from streams.topics import Topics
 from tests.conftest import make_config
+from tests.eventually import eventually_sync
 from tests.integration.dml_helpers import insert_events
 
 pytestmark = pytest.mark.integration
@@ -239,10 +240,13 @@ def read_dead_letters(config: OspreyConfig, expect: int) -> list[DeadLetter]:
         consumer.assign([TopicPartition(topic, 0)])
         consumer.seek_to_beginning()
         letters: dict[bytes, DeadLetter] = {}
-        deadline = time.monotonic() + 30
-        while len(letters) < expect and time.monotonic() < deadline:
-            for record in consumer:
+
+        def enough() -> bool:
+            for record in consumer:  # what has come, until none for 2 s
                 letters[record.key] = decode(record.value, DeadLetter)
+            return len(letters) >= expect
+
+        eventually_sync(f"{expect} dead letters", enough, 30, poll_s=0, explain=lambda: f"{len(letters)} of them")
         return list(letters.values())
     finally:
         consumer.close()
@@ -340,16 +344,22 @@ def kill_job(job: subprocess.Popen[bytes]) -> None:
 def kill_when_partly_visible(
     config: OspreyConfig, job: subprocess.Popen[bytes], name: str, total: int, above: int = 0
 ) -> int:
-    """Wait until more than ``above`` rows (not all) are visible, then kill -9 the job; returns the
-    rows seen."""
-    deadline = time.monotonic() + JOB_TIMEOUT_S
+    """Wait until more than ``above`` rows (not all) are visible (or the job ended), then kill -9
+    the job; returns the rows seen."""
     seen = 0
-    while time.monotonic() < deadline and job.poll() is None:
+
+    def partly_visible() -> bool:
+        nonlocal seen
+        if job.poll() is not None:
+            return True  # it ended already: nothing left to kill mid-stream
         seen = count(config, name, "Eventually")
-        if above < seen < total:
-            break
-        time.sleep(POLL_S)
-    kill_job(job)
+        return above < seen < total
+
+    try:
+        what = f"more than {above} of the {total} rows visible, not all"
+        eventually_sync(what, partly_visible, JOB_TIMEOUT_S, POLL_S, explain=lambda: f"{seen} visible")
+    finally:
+        kill_job(job)
     return seen
 
 
@@ -368,9 +378,10 @@ def wait_job(job: subprocess.Popen[bytes]) -> None:
 
 
 def assert_each_pk_once(config: OspreyConfig, name: str, expected: dict[int, Any]) -> None:
-    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
-    while count(config, name) < len(expected) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+    def every_row() -> bool:
+        return count(config, name) >= len(expected)
+
+    eventually_sync(f"{len(expected)} rows of {name} visible", every_row, VISIBLE_TIMEOUT_S, POLL_S)
     ids = [r["id"] for r in rows_of(config, name, fields=("id",))]
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated rows"
     assert set(ids) == set(expected), (
@@ -392,13 +403,11 @@ def test_driver_killed_mid_stream_then_restarted_and_the_querynode_killed_while_
     seen = kill_when_partly_visible(module_config, job, "replay", len(expected))
     print(f"killed the driver with {seen} of {len(expected)} rows visible")
     restarted = start_job(module_config, tmp_path / "in", "replay", tmp_path / "ckpt")
-    deadline = time.monotonic() + JOB_TIMEOUT_S  # wait for the replay to write, then crash the querynode
-    while (
-        restarted.poll() is None
-        and time.monotonic() < deadline
-        and count(module_config, "replay", "Eventually") <= seen
-    ):
-        time.sleep(POLL_S)
+
+    def replaying() -> bool:  # the replay wrote (or the job ended): then crash the querynode
+        return restarted.poll() is not None or count(module_config, "replay", "Eventually") > seen
+
+    eventually_sync("the restarted job to write rows", replaying, JOB_TIMEOUT_S, POLL_S)
     querynode.kill()
     querynode.start()
     wait_job(restarted)
@@ -781,9 +790,7 @@ def test_kafka_sink_loads_parquet_exactly_once_across_a_driver_kill(
     seen = kill_when_partly_visible(module_config, job, name, total)
     print(f"killed the driver with {seen} of {total} rows visible")
     wait_job(start_job(module_config, tmp_path / "in", name, checkpoint, "--via", "kafka"))
-    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
-    while count(module_config, name) < total and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+    eventually_sync(f"the {total} rows visible", lambda: count(module_config, name) >= total, VISIBLE_TIMEOUT_S, POLL_S)
     ids = [r["id"] for r in rows_of(module_config, name, fields=("id",))]
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated rows"
     assert sorted(ids) == list(range(total))
@@ -813,8 +820,9 @@ def driver_java_options(job: subprocess.Popen[bytes]) -> str:
     line of the SparkSubmit JVM in its process group), waiting for the JVM to start. (The tests'
     own ``SPARK_SUBMIT_OPTS``, tests/conftest.py, reach every driver and are not looked at.)"""
     key = "--conf\0spark.driver.extraJavaOptions="
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline and job.poll() is None:
+
+    def options() -> tuple[str] | None:
+        assert job.poll() is None, "the job ended before its Spark driver JVM started"
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -825,17 +833,22 @@ def driver_java_options(job: subprocess.Popen[bytes]) -> str:
             except (OSError, ProcessLookupError):
                 continue
             if "org.apache.spark.deploy.SparkSubmit" in command and key in command:
-                return command.split(key, 1)[1].split("\0", 1)[0]
-        time.sleep(POLL_S)
-    pytest.fail("the job's Spark driver JVM did not start")
+                return (command.split(key, 1)[1].split("\0", 1)[0],)  # a tuple: empty options too
+        return None
+
+    [found] = eventually_sync("the job's Spark driver JVM to start", options, JOB_TIMEOUT_S, POLL_S)
+    return found
 
 
 def wait_visible(config: OspreyConfig, name: str, rows: int, job: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while count(config, name, "Eventually") < rows:
+    def visible() -> bool:
+        if count(config, name, "Eventually") >= rows:
+            return True
         assert job.poll() is None, job.communicate()[0].decode(errors="replace")[-4000:]
-        assert time.monotonic() < deadline, f"only {count(config, name)} of {rows} rows visible"
-        time.sleep(POLL_S)
+        return False
+
+    what = f"{rows} rows of {name} visible"
+    eventually_sync(what, visible, JOB_TIMEOUT_S, POLL_S, explain=lambda: f"only {count(config, name)} visible")
 
 
 def test_kafka_sink_follows_a_directory_for_new_parquet_files(

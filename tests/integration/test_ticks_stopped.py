@@ -56,12 +56,15 @@ async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
     await client.create_collection("ticks", SCHEMA, shards_num=2, consistency_level="Strong")
     await client.insert("ticks", {"id": [1, 2, 3], "vec": vectors([1, 2, 3])})
     assert await client.count("ticks") == 3  # Strong: ticks flow
-    await asyncio.sleep(GRACEFUL_S + 0.5)  # the rows are older than Bounded's window before ticks stop
+    # time passing on purpose: the rows get older than Bounded's window before ticks stop
+    await asyncio.sleep(GRACEFUL_S + 0.5)
 
     stop_called = time.monotonic()  # the last tick is at most IDLE_TICK_S older than this
     await asyncio.to_thread(rootcoord.stop)  # no more time ticks on any pchannel
     stopped_at = time.monotonic()  # ... and no newer than this
-    await asyncio.sleep(0.3)  # the last ticks reach the querynode
+    # (no wait for the last ticks to reach the querynode: the Eventually read does not look at
+    # tsafe, and the Bounded read below comes after the Strong read's timeout and reads seconds
+    # below the last tick)
 
     started = time.monotonic()
     assert await client.count("ticks", consistency_level="Eventually") == 3
@@ -86,7 +89,8 @@ async def test_reads_with_ticks_stopped(client, querynode, rootcoord) -> None:
         await client.count("ticks", consistency_level="Session", timeout=SHORT_TIMEOUT_S)
     assert await client.count("ticks", consistency_level="Eventually") == 3  # row 4 is past tsafe
 
-    # ... and once tsafe is more than the graceful time old, Bounded waits too
+    # ... and once tsafe is more than the graceful time old, Bounded waits too (time passing on
+    # purpose: tsafe, the last tick, is no newer than stopped_at)
     pause = GRACEFUL_S + 0.5 - (time.monotonic() - stopped_at)
     if pause > 0:
         await asyncio.sleep(pause)

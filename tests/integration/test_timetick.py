@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -33,6 +32,7 @@ from state.meta.registry import Lease, NodeRegistry
 from state.meta.tso import TimestampOracle
 from streams.channels import pchannel_name
 from streams.topics import Topics
+from tests.eventually import eventually
 from tests.integration.ddl_helpers import name, schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -75,13 +75,15 @@ class DmlTicks:
         return self.ticks[partition][-1] if self.ticks[partition] else 0
 
     async def wait_until(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
+        """Read on until ``condition()`` holds, at most WAIT_S."""
+
+        def polled() -> bool:
             self.poll()
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"not within {WAIT_S}s: {what}; last ticks {[self.last(i) for i in self.partitions]}")
+            return condition()
+
+        await eventually(
+            what, polled, WAIT_S, 0.01, explain=lambda: f"last ticks {list(map(self.last, self.partitions))}"
+        )
 
     def assert_strictly_increasing(self) -> None:
         for partition, ticks in self.ticks.items():
@@ -229,7 +231,7 @@ async def test_a_quiet_proxy_holds_nothing_until_it_clears_its_flag(
         await dml_ticks.wait_until(lambda: all(dml_ticks.last(i) > marked for i in parts), "ticks pass the TSO")
         await quiet.unmark(proxy_id)
         unmarked = await tso.now()
-        await asyncio.sleep(2 * module_config.time_tick_idle_ms / 1000)
+        await asyncio.sleep(2 * module_config.time_tick_idle_ms / 1000)  # on purpose: no tick passes it meanwhile
         dml_ticks.poll()
         assert all(dml_ticks.last(i) < unmarked for i in parts), (
             "a proxy that is not quiet holds what it has not reported"
@@ -260,10 +262,7 @@ async def test_with_a_real_proxy_no_insert_follows_a_tick_above_its_timestamp(
     )
     quiet = QuietProxies(cluster_redis, module_config.cluster)
     proxy_id = client.proxy.proxy_id
-    deadline = time.monotonic() + WAIT_S
-    while not await quiet.which([proxy_id]):
-        assert time.monotonic() < deadline, "the idle proxy did not go quiet"
-        await asyncio.sleep(0.05)
+    await eventually("the idle proxy to go quiet", lambda: quiet.which([proxy_id]), WAIT_S, 0.05)
     results += await asyncio.gather(*(client.insert(coll, rows) for _ in range(8)))
     assert not await quiet.which([proxy_id])  # a write ends the quiet spell
     last_insert = max(r.timestamp for r in results)

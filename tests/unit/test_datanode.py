@@ -364,7 +364,7 @@ async def test_a_checkpoint_never_passes_a_delete_not_in_a_delete_log() -> None:
     assert checkpoint_of(cps, "") == 1  # the pchannel's: the oldest unwritten delete
     await feed(dn, [tick(20)], first_offset=4)  # the write fails: nothing moves, nothing is lost
     assert recorder.deltas == [] and dn.flush_failures == 1
-    assert dn.health()["pchannels"][PCHANNEL]["deletes"] == {VCHANNELS[0]: 3, VCHANNELS[1]: 1}
+    assert dn.health().pchannels[PCHANNEL].deletes == {VCHANNELS[0]: 3, VCHANNELS[1]: 1}
     recorder.fail = False
     await feed(dn, [tick(30)], first_offset=5)
     [(deltas, written_with)] = recorder.deltas
@@ -373,7 +373,7 @@ async def test_a_checkpoint_never_passes_a_delete_not_in_a_delete_log() -> None:
     assert [r.pks.tolist() for r in by_vchannel[VCHANNELS[0]].records] == [[1, 2], [4]]
     assert by_vchannel[VCHANNELS[0]].tick_before == 5
     assert all(c.offset == 6 for c in written_with)  # recorded with the log: past every delete
-    assert dn.health()["deletes_logged"] == 4 and dn.channels[PCHANNEL].deltas == {}
+    assert dn.health().deletes_logged == 4 and dn.channels[PCHANNEL].deltas == {}
 
 
 async def test_deletes_below_the_vchannel_checkpoint_are_not_logged_again() -> None:

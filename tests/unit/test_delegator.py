@@ -16,6 +16,7 @@ from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.readpath.reduce import reduce_search_results
+from tests.eventually import eventually
 
 DIM = 8
 VCHANNELS = ["by-dev-dml_0_9v0", "by-dev-dml_1_9v1"]
@@ -147,8 +148,8 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
     assert_hits(hits, rows.brute_force(queries, 7, 30))
     assert await delegator.count(30, 1) == 120
     health = delegator.health()
-    assert health["tsafe"] == 31 and health["position"] == 3 and health["identities"] == 3
-    assert health["segments"] == {
+    assert health.tsafe == 31 and health.position == 3 and health.identities == 3
+    assert {sid: s.model_dump() for sid, s in health.segments.items()} == {
         100: {
             "partition_id": 11,
             "kind": "growing",
@@ -157,6 +158,7 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
             "hidden_rows": 0,
             "forwarded_deletes": 0,
             "node": None,
+            "built_indexes": {},
         },
         101: {
             "partition_id": 11,
@@ -166,9 +168,10 @@ async def test_insert_then_search_equals_brute_force(info: CollectionInfo) -> No
             "hidden_rows": 0,
             "forwarded_deletes": 0,
             "node": None,
+            "built_indexes": {},
         },
     }
-    assert delegator.worker.health()["rows"] == 120
+    assert delegator.worker.health().rows == 120
 
 
 async def test_columns_reach_the_segment(info: CollectionInfo) -> None:
@@ -194,9 +197,9 @@ async def test_same_event_twice_changes_nothing(info: CollectionInfo) -> None:
     assert delegator.process_insert(event, 5) is False  # re-sent by a retried producer batch
     delegator.update_tsafe(11)
     assert await delegator.count(10, 1) == 30
-    assert delegator.health()["identities"] == 1 and delegator.position == 5
+    assert delegator.health().identities == 1 and delegator.position == 5
     delegator.release_segments([100])
-    assert delegator.health()["identities"] == 0 and not delegator.worker.has_segment(100)
+    assert delegator.health().identities == 0 and not delegator.worker.has_segment(100)
 
 
 async def test_strong_guarantee_waits_for_tsafe(info: CollectionInfo) -> None:
@@ -212,7 +215,7 @@ async def test_strong_guarantee_waits_for_tsafe(info: CollectionInfo) -> None:
     assert not task.done()
     delegator.update_tsafe(12)
     assert await asyncio.wait_for(task, 1) == 10
-    assert delegator.health()["waiters"] == 0
+    assert delegator.health().waiters == 0
 
 
 async def test_eventually_returns_at_once_below_the_tick(info: CollectionInfo) -> None:
@@ -236,7 +239,7 @@ async def test_timeout_is_service_unavailable(info: CollectionInfo) -> None:
     assert err.value.code == 2
     assert f"tsafe of vchannel {VCHANNELS[0]} is 7, behind the guarantee timestamp 100 after" in err.value.reason
     assert "time ticks may be stopped" in err.value.reason
-    assert delegator.health()["waiters"] == 0
+    assert delegator.health().waiters == 0
     delegator.update_tsafe(3)  # never goes back
     assert delegator.tsafe == 7
 
@@ -319,7 +322,7 @@ def test_worker_stop_and_missing_segment(info: CollectionInfo) -> None:
         worker.segment(2)
     assert worker.is_healthy()
     worker.stop()
-    assert not worker.is_healthy() and worker.health()["segments"] == {}
+    assert not worker.is_healthy() and worker.health().segments == {}
     with pytest.raises(ServiceUnavailable):
         worker.count([1], 10)
 
@@ -371,8 +374,6 @@ def test_json_values_that_are_strings_survive_the_worker() -> None:
 async def test_worker_builds_the_interim_index_in_the_background(info: CollectionInfo) -> None:
     """Inserts return at once; the worker's builder thread indexes every row soon after; a search
     in between is answered (indexed part by HNSW, the rest exactly); stop joins the thread."""
-    import time
-
     rows = Rows(info)
     worker = Worker(interim_index_rows=200)
     delegator = ShardDelegator(VCHANNELS[0], info, worker)
@@ -382,9 +383,7 @@ async def test_worker_builds_the_interim_index_in_the_background(info: Collectio
     queries = rows.rng.standard_normal((3, DIM)).astype(np.float32)
     hits = await delegator.search(queries, "vec", "l2", 5, guarantee_ts=50, timeout_s=1)
     assert np.all(hits.counts == 5)
-    deadline = time.monotonic() + 30
-    while worker.segment(100).indexed_rows < 600 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await eventually("the builder thread to index all 600 rows", lambda: worker.segment(100).indexed_rows >= 600)
     assert worker.segment(100).indexed_rows == 600 and worker.segment(100).has_interim_index("vec")
     assert worker.builder is not None and worker.builder.rows_indexed == 600
     worker.stop()

@@ -474,7 +474,7 @@ def test_delete_buffer_evicts_only_durable_and_stays_exact(varchar: bool) -> Non
                 assert got.dtype == np.uint64 and got.tolist() == want_ts, (step, partition, row_ts)
     assert buffer.evicted > 0 and buffer.complete_above > 0 and len(buffer) > 0
     health = buffer.health()
-    assert health["records"] == len(buffer) and health["evicted"] == buffer.evicted
+    assert health.records == len(buffer) and health.evicted == buffer.evicted
 
 
 def test_delete_buffer_keeps_a_delete_that_is_not_durable_yet() -> None:

@@ -45,7 +45,7 @@ async def test_a_task_under_a_held_lease_is_admitted_and_acknowledged_without_as
     ts = await stats.enter(["p0"])
     await stats.confirm(ts)
     stats.leave(["p0"], ts)
-    assert lease.confirms == 0 and fence.health()["failed"] == 0
+    assert lease.confirms == 0 and fence.health().failed == 0
 
 
 async def test_an_uncertain_lease_is_confirmed_by_a_refresh_before_the_answer() -> None:
@@ -71,7 +71,7 @@ async def test_a_lease_lost_while_in_flight_fails_the_write_and_refuses_new_ones
     stats.leave(["p0"], ts)
     with pytest.raises(LeaseLost):
         await stats.enter(["p0"])
-    assert fence.health() == {"state": "lost", "generation": 1, "losses": 1, "refused": 1, "failed": 1}
+    assert fence.health().model_dump() == {"state": "lost", "generation": 1, "losses": 1, "refused": 1, "failed": 1}
 
 
 async def test_a_new_lease_admits_writes_only_after_a_report_and_never_acks_older_ones() -> None:

@@ -23,6 +23,7 @@ from state.readpath.dq_checks import dynamic_keys, prepare
 from state.readpath.search_hits import hits_of, result_full, search_result
 from state.segcore.vector_index import SearchHits
 from streams.direct import read_frame, write_frame
+from tests.eventually import eventually
 from tests.unit.test_delegator import DIM, make_collection
 
 
@@ -92,10 +93,7 @@ async def test_direct_frames_keep_their_boundaries() -> None:
     for payload in (b"", encode(batch), b"x" * 100_000):
         write_frame(writer, payload)
     await writer.drain()
-    for _ in range(100):
-        if len(got) == 3:
-            break
-        await asyncio.sleep(0.01)
+    await eventually("the three frames to be read", lambda: len(got) == 3, poll_s=0.01)
     writer.close()
     server.close()
     assert got[0] == b"" and decode(got[1], ResultBatch) == batch and got[2] == b"x" * 100_000

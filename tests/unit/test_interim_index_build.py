@@ -23,6 +23,7 @@ from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.segcore.segment import SearchHits
 from state.segcore.vector_index import IndexBusy, VectorIndex, _SearchFirstLock
+from tests.eventually import eventually_sync
 from tests.unit.test_segment import (
     LATEST,
     assert_hits_equal,
@@ -350,9 +351,7 @@ def test_searches_go_before_waiting_adds() -> None:
     assert holding.wait(WATCHDOG_S)
     s = threading.Thread(target=search)
     s.start()
-    deadline = time.monotonic() + WATCHDOG_S
-    while lock._searches_waiting == 0 and time.monotonic() < deadline:  # until the search queues
-        time.sleep(0.001)
+    eventually_sync("the search to queue", lambda: lock._searches_waiting > 0, WATCHDOG_S, poll_s=0.001)
     b = threading.Thread(target=second_add)
     b.start()
     release_first.set()
@@ -429,14 +428,14 @@ def test_worker_driven_deterministically_without_a_thread() -> None:
         )
     assert not worker.builder.running
     health = worker.health()
-    assert health["indexed_rows"] == 0 and health["index_builder"]["pending_rows"] == 1_000
+    assert health.indexed_rows == 0 and health.index_builder.pending_rows == 1_000
     worker.builder.min_rows = worker.builder.max_rows = 100
     assert worker.builder.run_once() == 200
     assert [worker.segment(s).indexed_rows for s in (100, 101)] == [100, 100]
     hits = worker.search([100, 101], vectors[[3, 700]], "vec", "L2", 5, ts=7)
     assert hits.pks[:, 0].tolist() == [100_003, 101_200]  # indexed row, then an unindexed one
     assert drive_builder(worker.builder) == 800
-    assert worker.health()["indexed_rows"] == 1_000 and worker.health()["index_builder"]["pending_rows"] == 0
+    assert worker.health().indexed_rows == 1_000 and worker.health().index_builder.pending_rows == 0
     worker.stop()
 
 

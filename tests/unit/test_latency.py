@@ -13,7 +13,8 @@ from state.readpath.latency import LatencyWindow
 
 
 def test_an_empty_window_has_no_figures() -> None:
-    assert LatencyWindow(4).summary() == {"count": 0, "window": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    empty = {"count": 0, "window": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    assert LatencyWindow(4).summary().model_dump() == empty
 
 
 def test_a_window_not_yet_full_covers_every_call() -> None:
@@ -22,8 +23,8 @@ def test_a_window_not_yet_full_covers_every_call() -> None:
         window.record(seconds)
     assert list(window.recent()) == [0.001, 0.003, 0.002]
     summary = window.summary()
-    assert summary["count"] == 3 and summary["window"] == 3
-    assert summary["p50_ms"] == pytest.approx(2.0) and summary["max_ms"] == pytest.approx(3.0)
+    assert summary.count == 3 and summary.window == 3
+    assert summary.p50_ms == pytest.approx(2.0) and summary.max_ms == pytest.approx(3.0)
 
 
 def test_a_full_window_keeps_the_last_calls_oldest_first() -> None:
@@ -32,10 +33,10 @@ def test_a_full_window_keeps_the_last_calls_oldest_first() -> None:
         window.record(i / 1000)
     assert np.allclose(window.recent(), [0.007, 0.008, 0.009, 0.010])
     summary = window.summary()
-    assert summary["count"] == 10 and summary["window"] == 4
-    assert summary["p50_ms"] == pytest.approx(8.5)
-    assert summary["p99_ms"] == pytest.approx(float(np.percentile([7, 8, 9, 10], 99)))
-    assert summary["max_ms"] == pytest.approx(10.0)
+    assert summary.count == 10 and summary.window == 4
+    assert summary.p50_ms == pytest.approx(8.5)
+    assert summary.p99_ms == pytest.approx(float(np.percentile([7, 8, 9, 10], 99)))
+    assert summary.max_ms == pytest.approx(10.0)
 
 
 def test_the_window_wraps_exactly_at_its_size() -> None:
@@ -63,8 +64,8 @@ def test_percentiles_are_numpys_linear_ones(n: int) -> None:
         window.record(float(v))
     summary = window.summary()
     p50, p99 = np.percentile(values, [50, 99]) * 1000
-    assert summary["p50_ms"] == pytest.approx(round(float(p50), 3), abs=1e-3)
-    assert summary["p99_ms"] == pytest.approx(round(float(p99), 3), abs=1e-3)
+    assert summary.p50_ms == pytest.approx(round(float(p50), 3), abs=1e-3)
+    assert summary.p99_ms == pytest.approx(round(float(p99), 3), abs=1e-3)
 
 
 def test_a_summary_imports_nothing() -> None:

@@ -53,7 +53,7 @@ def test_a_copy_is_fetched_once_then_read_from_disk(tmp_path: Path) -> None:
     assert read(cache, source, "segments/1/2/3/insert_log.parquet") == bytes([1]) * 100
     assert source.fetches == ["segments/1/2/3/insert_log.parquet"]
     assert (cache.hits, cache.misses) == (1, 1)
-    assert cache.health() | {"folder": ""} == {
+    assert cache.health().model_dump() | {"folder": ""} == {
         "folder": "",
         "bytes": 100,
         "capacity_bytes": 1 << 20,

@@ -6,12 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from frontends.embedded.stack import with_parent_death_signal
+from tests.eventually import eventually_sync
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or shutil.which("setpriv") is None, reason="needs Linux and setpriv"
@@ -20,8 +20,10 @@ pytestmark = pytest.mark.skipif(
 DEATH_WAIT_S = 10.0
 
 STARTER = """
-import subprocess, sys, time
+import os, subprocess, sys
 from frontends.embedded.stack import with_parent_death_signal
+from tests.eventually import eventually_sync
+# the child writes its pid, then lives on (a 60 s sleep) until the death signal ends it
 code = "import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(60)"
 child = subprocess.Popen(
     with_parent_death_signal([sys.executable, "-c", code]),
@@ -29,14 +31,9 @@ child = subprocess.Popen(
     stdout=subprocess.DEVNULL,
 )
 print(child.pid, flush=True)
-deadline = time.monotonic() + 10
-while time.monotonic() < deadline:
-    try:
-        if open({pid_file!r}).read():
-            break
-    except OSError:
-        pass
-    time.sleep(0.02)
+def wrote_its_pid():
+    return os.path.exists({pid_file!r}) and open({pid_file!r}).read()
+eventually_sync("the child to write its pid", wrote_its_pid, timeout_s=20, poll_s=0.02)
 """
 
 
@@ -67,10 +64,8 @@ def test_the_child_keeps_its_pid_and_dies_with_its_starter(tmp_path: Path) -> No
     )
     pid = int(starter.stdout.strip())
     assert int(pid_file.read_text()) == pid  # setpriv exec'd the command in the started process
-    deadline = time.monotonic() + DEATH_WAIT_S
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    alive = _alive(pid)
-    if alive:
-        os.kill(pid, 9)
-    assert not alive, "the child outlived the process that started it"
+    try:
+        eventually_sync("the child to die with the process that started it", lambda: not _alive(pid), DEATH_WAIT_S)
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)

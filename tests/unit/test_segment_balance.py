@@ -243,7 +243,7 @@ async def test_a_read_waiting_on_a_shard_that_moves_away_is_told_to_ask_again(re
     delegator = r.leader.pchannels[P0].delegators[V0]
 
     async def waits() -> bool:
-        return bool(delegator.health()["waiters"])
+        return bool(delegator.health().waiters)
 
     await eventually("the read waits for tsafe", waits)
     r.leader.assign(set())  # the pchannel's new leader claimed it: this node drops it
@@ -255,6 +255,6 @@ def test_a_segment_placed_again_is_not_dropped_by_an_older_queued_release() -> N
     worker = RemoteWorkers(LEADER).get(PEER, "127.0.0.1:9")
     worker.release_later(V0, 9, [SEG_A, SEG_B])  # both moved back here; the releases wait for a round
     worker.keep(SEG_A)  # SEG_A placed on the peer again before they were sent
-    assert worker.health()["releases_queued"] == 1
+    assert worker.health().releases_queued == 1
     worker.keep(SEG_B)
-    assert worker.health()["releases_queued"] == 0
+    assert worker.health().releases_queued == 0

@@ -26,6 +26,14 @@ from schemas.errors import (
 )
 from schemas.meta import CollectionDescription, CollectionInfo, LoadInfo, LoadState, PartitionInfo
 from schemas.segment import CompactionPlan, CompactionRound, CompactionState, SegmentInfo, SegmentState
+from schemas.status import (
+    DelegatorHealth,
+    DelegatorSegmentHealth,
+    DeleteBufferHealth,
+    PkOracleHealth,
+    QueryNodeHealth,
+    QueryPchannelHealth,
+)
 from state.meta.compaction_requests import CompactionTarget, stale_rounds, summarize
 from state.meta.meta_table import MetaView
 from state.meta.shard_owners import ShardOwner
@@ -66,17 +74,55 @@ PARTS = [
 OWNERS = {p: ShardOwner(node_id=1, address="a:1") for p in PCHANNELS}
 
 
-def report(served: dict[str, int], sealed: dict[str, list[int]] | None = None) -> dict[int, dict[str, Any]]:
+def delegator(vchannel: str, pchannel: str, version: int, sealed: list[int]) -> DelegatorHealth:
+    """A delegator's status serving load ``version`` with these sealed segments, its counters zero."""
+    segment = DelegatorSegmentHealth(
+        partition_id=P_HOT, kind="sealed", rows=0, indexed_rows=0, hidden_rows=0, forwarded_deletes=0, node=None
+    )
+    buffer = DeleteBufferHealth(
+        records=0, keys=0, bytes=0, max_bytes=0, complete_above=0, durable_offset=-1, pending=0, evicted=0
+    )
+    return DelegatorHealth(
+        vchannel=vchannel,
+        pchannel=pchannel,
+        collection_id=9,
+        tsafe=0,
+        position=-1,
+        waiters=0,
+        segments=dict.fromkeys(sealed, segment),
+        identities=0,
+        skipped_sealed=0,
+        load_version=version,
+        delete_events=0,
+        deleted_rows=0,
+        superseded_rows=0,
+        delete_buffer=buffer,
+        pk_oracle=PkOracleHealth(sealed=0, growing=0, bloom_checks=0, bloom_hits=0, bloom_bytes=0),
+    )
+
+
+def report(served: dict[str, int], sealed: dict[str, list[int]] | None = None) -> dict[int, QueryNodeHealth]:
     """Node 1's status: vchannel -> the load version its delegator serves, with sealed segments."""
-    pchannels: dict[str, Any] = {}
+    pchannels: dict[str, QueryPchannelHealth] = {}
     for vchannel, version in served.items():
         pchannel = PCHANNELS[VCHANNELS.index(vchannel)]
-        segments = {str(sid): {"kind": "sealed", "partition_id": P_HOT} for sid in (sealed or {}).get(vchannel, [])}
-        pchannels.setdefault(pchannel, {"vchannels": {}})["vchannels"][vchannel] = {
-            "load_version": version,
-            "segments": segments,
-        }
-    return {1: {"pchannels": pchannels}}
+        shard = pchannels.setdefault(
+            pchannel,
+            QueryPchannelHealth(
+                tsafe=0,
+                position=-1,
+                applied=0,
+                replayed=0,
+                seeks=0,
+                recovering=False,
+                recovered_segments=0,
+                recovered_rows=0,
+                recovered_deletes=0,
+                vchannels={},
+            ),
+        )
+        shard.vchannels[vchannel] = delegator(vchannel, pchannel, version, (sealed or {}).get(vchannel, []))
+    return {1: QueryNodeHealth(started=True, node_id=1, pchannels=pchannels)}
 
 
 def flushed(sid: int, partition_id: int = P_HOT, state: SegmentState = SegmentState.FLUSHED) -> SegmentInfo:

@@ -34,7 +34,7 @@ class Recorder(Service):
 
     async def on_start(self) -> None:
         self.starts += 1
-        await asyncio.sleep(0.01)  # a concurrent start must wait for this one
+        await asyncio.sleep(0.01)  # a start that takes time on purpose: a concurrent start must wait for it
         for name in ("redis", "producer", "consumer"):
             self.on_close(self._closer(name), name)
         self.spawn(self._loop, "loop", on_crash=OnCrash.RESTART)
@@ -97,8 +97,8 @@ async def test_a_loop_that_dies_is_logged_and_shows_in_health(caplog: pytest.Log
 
     with caplog.at_level(logging.ERROR):
         service.spawn(dies, "reader", on_crash=OnCrash.STOP)
-        await eventually("the loop to die", lambda: bool(service.health()["dead_loops"]), TIMEOUT_S, POLL_S)
-    assert service.health()["dead_loops"] == ["reader: ValueError('bad record')"]
+        await eventually("the loop to die", lambda: bool(service.health().dead_loops), TIMEOUT_S, POLL_S)
+    assert service.health().dead_loops == ["reader: ValueError('bad record')"]
     assert "loop reader died" in caplog.text
     await service.stop()
 
@@ -110,7 +110,7 @@ async def test_cancelling_the_caller_of_stop_is_not_swallowed() -> None:
 
     async def slow_close() -> None:
         blocked.set()
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # hangs until cancelled
 
     service.on_close(slow_close, "slow")
     stopping = asyncio.create_task(service.stop())
@@ -195,7 +195,7 @@ async def test_add_child_starts_it_and_stop_stops_children_in_reverse_among_the_
     parent = Parent()
     await parent.start()
     assert parent.events == ["start a", "start b"] and parent.a.started and parent.b.started
-    assert parent.health()["children"] == ["a", "b"]
+    assert parent.health().children == ["a", "b"]
     parent.events.clear()
     await parent.stop()
     assert parent.events == [
@@ -206,7 +206,7 @@ async def test_add_child_starts_it_and_stop_stops_children_in_reverse_among_the_
         "close a's client",
         "close redis",
     ]
-    assert not parent.a.started and not parent.b.started and parent.health()["children"] == []
+    assert not parent.a.started and not parent.b.started and parent.health().children == []
 
 
 async def test_a_child_that_fails_to_start_undoes_the_parents_start() -> None:
@@ -222,7 +222,7 @@ async def test_a_child_that_fails_to_start_undoes_the_parents_start() -> None:
         "close a's client",
         "close redis",
     ]
-    assert not parent.started and not parent.a.started and parent.health()["children"] == []
+    assert not parent.started and not parent.a.started and parent.health().children == []
 
 
 class Flaky(Service):
@@ -268,8 +268,8 @@ async def test_a_restart_loop_that_dies_twice_is_restarted_twice_with_a_growing_
     assert pauses(caplog, "flaky") == [0.01, 0.02]
     assert service.runs[1] - service.runs[0] >= 0.01 and service.runs[2] - service.runs[1] >= 0.02
     health = service.health()
-    assert health["restarts"] == {"flaky": 2} and health["fatal"] == ""
-    assert health["dead_loops"] == ["flaky: ValueError('run 2')"]  # the last error, until it ran a while
+    assert health.restarts == {"flaky": 2} and health.fatal == ""
+    assert health.dead_loops == ["flaky: ValueError('run 2')"]  # the last error, until it ran a while
     await service.stop()
     assert service.loops_running == 0 and len(service.runs) == 3
 
@@ -286,12 +286,12 @@ async def test_a_restart_loop_that_ran_a_while_is_no_longer_dead_and_starts_over
             await service.running.wait()
         assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03]  # capped at restart_backoff_max_s
         recovered = "the loop to count as recovered (it ran restart_backoff_reset_s)"
-        await eventually(recovered, lambda: not service.health()["dead_loops"], TIMEOUT_S, POLL_S)
+        await eventually(recovered, lambda: not service.health().dead_loops, TIMEOUT_S, POLL_S)
         service.running.clear()
         service.release.set()  # its fourth run dies after running a while: the pause starts over
         await eventually("five runs", lambda: len(service.runs) == 5, TIMEOUT_S, POLL_S)
     assert pauses(caplog, "flaky") == [0.01, 0.02, 0.03, 0.01]
-    assert service.health()["restarts"] == {"flaky": 4}
+    assert service.health().restarts == {"flaky": 4}
     await service.stop()
 
 
@@ -306,8 +306,8 @@ async def test_a_stop_loop_calls_the_fatal_hook_once_and_is_not_restarted(caplog
     assert calls == ["flaky service: loop follow died: ValueError('run 1')"]
     assert len(service.runs) == 1
     health = service.health()
-    assert health["fatal"] == "flaky service: loop follow died: ValueError('run 1')"
-    assert health["dead_loops"] == ["follow: ValueError('run 1')"] and health["restarts"] == {}
+    assert health.fatal == "flaky service: loop follow died: ValueError('run 1')"
+    assert health.dead_loops == ["follow: ValueError('run 1')"] and health.restarts == {}
     assert "loop follow died (ValueError('run 1')) and its policy is STOP: the process stops" in caplog.text
     await service.stop()
 
@@ -320,8 +320,8 @@ async def test_a_stop_loop_without_a_hook_marks_the_service_failed(caplog: pytes
         await eventually("no loop running", lambda: service.loops_running == 0, TIMEOUT_S, POLL_S)
     assert len(service.runs) == 1 and service.started  # nothing restarted, nothing stopped
     health = service.health()
-    assert health["fatal"] == "flaky service: loop follow died: ValueError('run 1')"
-    assert health["dead_loops"] == ["follow: ValueError('run 1')"] and health["restarts"] == {}
+    assert health.fatal == "flaky service: loop follow died: ValueError('run 1')"
+    assert health.dead_loops == ["follow: ValueError('run 1')"] and health.restarts == {}
     assert "no fatal hook, the service is marked failed" in caplog.text
     await service.stop()
 
@@ -332,16 +332,16 @@ async def test_stop_and_cancel_end_a_loop_in_its_restart_pause() -> None:
     await service.start()
     service.spawn(service.loop, "paused by stop", on_crash=OnCrash.RESTART)
     died = "the loop to die once (then in its 60 s pause)"
-    await eventually(died, lambda: bool(service.health()["dead_loops"]), TIMEOUT_S, POLL_S)
+    await eventually(died, lambda: bool(service.health().dead_loops), TIMEOUT_S, POLL_S)
     async with asyncio.timeout(5):
         await service.stop()
-    assert service.loops_running == 0 and len(service.runs) == 1 and service.health()["restarts"] == {}
+    assert service.loops_running == 0 and len(service.runs) == 1 and service.health().restarts == {}
 
     await service.start()
     task = service.spawn(service.loop, "cancelled", on_crash=OnCrash.RESTART)
     await eventually(
         "the second run to die",
-        lambda: len(service.runs) == 2 and service.health()["dead_loops"][-1].startswith("cancelled"),
+        lambda: len(service.runs) == 2 and service.health().dead_loops[-1].startswith("cancelled"),
         TIMEOUT_S,
         POLL_S,
     )
@@ -366,7 +366,7 @@ async def test_a_child_reports_a_fatal_loop_to_its_parents_hook() -> None:
     parent.a.spawn(dies, "reader", on_crash=OnCrash.STOP)
     await eventually("the fatal hook to be called", lambda: bool(calls), TIMEOUT_S, POLL_S)
     assert calls == ["a: loop reader died: OSError('broker gone')"]
-    assert parent.a.health()["fatal"] == parent.health()["fatal"] == calls[0]
+    assert parent.a.health().fatal == parent.health().fatal == calls[0]
     parent.b.spawn(dies, "writer", on_crash=OnCrash.STOP)
     await eventually("the child's hook to be called", lambda: bool(own), TIMEOUT_S, POLL_S)
     assert own == ["b: loop writer died: OSError('broker gone')"] and len(calls) == 1
@@ -423,8 +423,9 @@ async def test_the_direct_server_answers_at_most_max_inflight_at_once() -> None:
     node = SlowNode()
     async with served(node, max_inflight=2) as (server, client):
         calls = [asyncio.create_task(client.call(QueryRequest(request_id=i), timeout_s=10)) for i in range(6)]
-        await asyncio.sleep(0.2)
-        assert node.holding == 2 and server.health()["in_flight"] == 2  # the rest wait unread
+        await eventually("two requests being answered", lambda: node.holding >= 2, TIMEOUT_S, POLL_S)
+        await asyncio.sleep(0.2)  # time passing on purpose: no third request gets in meanwhile
+        assert node.holding == 2 and server.health().in_flight == 2  # the rest wait unread
         node.gate.set()
         batches = await asyncio.gather(*calls)
         assert sorted(b.request_id for b in batches) == list(range(6)) and node.most == 2
@@ -438,13 +439,13 @@ async def test_a_waiting_answer_holds_no_later_request_of_its_connection_back() 
     node = SlowNode(prompt=frozenset({2, 3}))
     async with served(node, max_inflight=4) as (server, client):
         waiting = asyncio.create_task(client.call(QueryRequest(request_id=1), timeout_s=10))
-        await asyncio.sleep(0.05)
+        await eventually("request 1 being answered", lambda: node.holding >= 1, TIMEOUT_S, POLL_S)
         for request_id in (2, 3):
             assert (await client.call(QueryRequest(request_id=request_id), timeout_s=5)).request_id == request_id
-        assert not waiting.done() and server.health()["in_flight"] == 1
+        assert not waiting.done() and server.health().in_flight == 1
         node.gate.set()
         assert (await waiting).request_id == 1
-        assert server.health()["in_flight"] == 0
+        assert server.health().in_flight == 0
 
 
 async def test_the_direct_server_stops_with_an_answer_still_waiting() -> None:
@@ -453,11 +454,12 @@ async def test_the_direct_server_stops_with_an_answer_still_waiting() -> None:
     node = SlowNode()
     async with served(node, max_inflight=1) as (server, client):
         waiting = [asyncio.create_task(client.call(QueryRequest(request_id=i), timeout_s=10)) for i in (1, 2)]
-        await asyncio.sleep(0.05)
-        assert node.holding == 1 and server.health()["in_flight"] == 1
+        await eventually("request 1 being answered", lambda: node.holding >= 1, TIMEOUT_S, POLL_S)
+        await asyncio.sleep(0.05)  # request 2 is read and waits for the slot meanwhile (nothing shows that)
+        assert node.holding == 1 and server.health().in_flight == 1
         async with asyncio.timeout(5):
             await server.stop()
-        assert not server.started and not server.health()["in_flight"]
+        assert not server.started and not server.health().in_flight
         for call in waiting:
             with pytest.raises(ServiceUnavailable, match="broke"):  # closed under the waiting call, at once
                 async with asyncio.timeout(2):

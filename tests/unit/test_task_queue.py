@@ -9,6 +9,7 @@ import pytest
 
 from agents.proxy.queue import ParallelTaskQueue
 from agents.proxy.task import Task
+from tests.eventually import eventually
 
 
 class Read(Task[int]):
@@ -37,12 +38,12 @@ async def test_run_answers_in_the_callers_task_at_most_max_active_at_once() -> N
     gate = asyncio.Event()
     reads = [Read(i, gate) for i in range(5)]
     callers = [asyncio.create_task(queue.run(r)) for r in reads]
-    await asyncio.sleep(0.05)
-    assert sum(r.ran_in is not None for r in reads) == 2 and queue.health()["active"] == 2
+    await eventually("two reads running", lambda: sum(r.ran_in is not None for r in reads) >= 2, poll_s=0.01)
+    assert sum(r.ran_in is not None for r in reads) == 2 and queue.health().active == 2
     gate.set()
     assert await asyncio.gather(*callers) == [0, 10, 20, 30, 40]
     assert [r.ran_in for r in reads] == callers  # no task of the queue's own
-    assert queue.health() == {"active": 0, "done": 5}
+    assert queue.health().model_dump() == {"active": 0, "done": 5}
 
 
 async def test_run_raises_the_tasks_error_and_frees_its_slot() -> None:
@@ -58,7 +59,7 @@ async def test_a_cancelled_caller_cancels_its_read() -> None:
     queue = ParallelTaskQueue(None, None, max_active=1)  # type: ignore[arg-type]
     read = Read(1, asyncio.Event())
     caller = asyncio.create_task(queue.run(read))
-    await asyncio.sleep(0.02)
+    await eventually("the read to run", lambda: read.ran_in is not None, poll_s=0.01)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller

@@ -19,9 +19,9 @@ async def swallows_once(started: asyncio.Event) -> None:
     """A loop around a call that loses its first cancellation, as redis-py's send path can on 3.11."""
     started.set()
     with contextlib.suppress(asyncio.CancelledError):  # swallowed: the loop goes on
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # the call: blocks until cancelled
     while True:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the loop's own work, which takes time (no condition to wait on)
 
 
 async def test_a_swallowed_cancel_is_retried() -> None:
@@ -41,11 +41,11 @@ async def test_timeout_returns_the_tasks_still_running() -> None:
     async def stubborn() -> None:
         while not stop.is_set():
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(60)
+                await asyncio.Event().wait()  # blocks until cancelled
 
     task = asyncio.create_task(stubborn())
     await asyncio.sleep(0)
-    quick = asyncio.create_task(asyncio.sleep(60))
+    quick = asyncio.create_task(asyncio.Event().wait())  # blocks until cancelled, then ends at once
     pending = await cancel_and_wait([task, quick], timeout_s=2 * RECANCEL_AFTER_S)
     assert pending == {task} and quick.cancelled()
     stop.set()

@@ -13,6 +13,7 @@ from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
 from schemas.dml import DML_EVENT, ProxyTimeTick, TimeTickEvent
 from state.meta.tso import ts_from_ms as ts
+from tests.eventually import eventually
 
 A, B, C = "c.dml_0", "c.dml_1", "c.dml_2"
 NOW = ts(5_000)  # the TSO's "now" in every round below unless said otherwise
@@ -162,13 +163,10 @@ async def test_agent_survives_failed_rounds_and_publishes_into_every_partition()
     producer = _Producer()
     agent = _agent(_Redis(), _Tso(fail_first=2), producer)
     await agent.start()
-    for _ in range(200):
-        if len(producer.sent) >= 9:
-            break
-        await asyncio.sleep(0.01)
+    await eventually("nine ticks published", lambda: len(producer.sent) >= 9, poll_s=0.01)
     await agent.stop()
     await agent.stop()  # twice is fine
-    assert agent.health()["errors"] == 2 and not agent.health()["running"]
+    assert agent.health().errors == 2 and not agent.health().running
     by_partition: dict[int, list[int]] = {}
     for topic, partition, event in producer.sent:
         assert topic == "c.dml" and event.pchannel == f"c.dml_{partition}"
@@ -191,5 +189,5 @@ def test_agent_skips_malformed_reports() -> None:
     agent = _agent(_Redis(), _Tso(fail_first=0), _Producer())
     agent.feed(b"not an event")
     agent.feed(encode(ProxyTimeTick(proxy_id=3, ticks={"c.dml_0": ts(5)})))
-    assert agent.health()["malformed_reports"] == 1
+    assert agent.health().malformed_reports == 1
     assert agent.sync.reports_held() == {3: {"c.dml_0": ts(5)}}

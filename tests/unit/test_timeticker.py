@@ -13,6 +13,7 @@ import pytest
 
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats, PChanStatistics, PChanStats
 from state.meta.tso import ts_from_ms as ts
+from tests.eventually import eventually
 
 INTERVAL_MS = 50
 A, B = "c.dml_0", "c.dml_1"
@@ -247,8 +248,7 @@ async def test_a_quiet_flag_seen_after_now_means_no_timestamp_below_now_is_in_fl
         for burst in range(120):
             await asyncio.gather(*(oracle.task(stats, (burst + k) % 7) for k in range(burst % 4 + 1)))
             until = clock.t + (burst % 6) * 0.4
-            while clock.t < until:
-                await asyncio.sleep(0)
+            await eventually("the proxy's fake clock to pass the pause", lambda u=until: clock.t >= u, poll_s=0)
 
     async def proxy_ticking() -> None:
         while not done.is_set():

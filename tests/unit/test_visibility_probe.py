@@ -36,18 +36,18 @@ async def test_one_probe_in_flight_and_one_per_interval() -> None:
     await first
     assert asked == [("c", 7, 11)]
     health = probe.health()
-    assert health["probes"] == 1 and health["failures"] == 0
-    assert health["last_taken_to_visible_ms"] == pytest.approx(300.0)
-    assert health["last_publish_to_visible_ms"] == pytest.approx(300.0)
+    assert health.probes == 1 and health.failures == 0
+    assert health.last_taken_to_visible_ms == pytest.approx(300.0)
+    assert health.last_publish_to_visible_ms == pytest.approx(300.0)
     assert probe.offer("c", 7, 13, taken_at=clock.now, published_ms=None) is None  # within the interval
     clock.now += 1.0
     second = probe.offer("c", 7, 14, taken_at=clock.now, published_ms=None)
     assert second is not None
     await second
     health = probe.health()
-    assert health["probes"] == 2 and asked[-1] == ("c", 7, 14)
-    assert health["mean_taken_to_visible_ms"] == pytest.approx(275.0)
-    assert health["mean_publish_to_visible_ms"] == pytest.approx(300.0)  # the second had no timestamp
+    assert health.probes == 2 and asked[-1] == ("c", 7, 14)
+    assert health.mean_taken_to_visible_ms == pytest.approx(275.0)
+    assert health.mean_publish_to_visible_ms == pytest.approx(300.0)  # the second had no timestamp
 
 
 async def test_a_failed_probe_is_counted_and_the_next_one_runs() -> None:
@@ -60,8 +60,8 @@ async def test_a_failed_probe_is_counted_and_the_next_one_runs() -> None:
     task = probe.offer("c", 7, 11, taken_at=clock.now, published_ms=1)
     assert task is not None
     await task  # does not raise
-    assert probe.health()["failures"] == 1 and probe.health()["last_error"] == "collection not loaded"
-    assert probe.health()["probes"] == 0 and probe.health()["mean_taken_to_visible_ms"] is None
+    assert probe.health().failures == 1 and probe.health().last_error == "collection not loaded"
+    assert probe.health().probes == 0 and probe.health().mean_taken_to_visible_ms is None
     assert probe.offer("c", 7, 0, taken_at=clock.now, published_ms=1) is None  # no timestamp: nothing to wait for
     clock.now += 1.0
     assert probe.offer("c", 7, 12, taken_at=clock.now, published_ms=1) is not None
