@@ -63,7 +63,7 @@ from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.delete_buffer import DEFAULT_DELETE_BUFFER_BYTES, DeleteBuffer, DeleteRecord
 from state.segcore.pk_oracle import PkOracle
 from state.segcore.sealed import SealedSegment
-from state.segcore.segment import MAX_TIMESTAMP, GrowingSegment
+from state.segcore.segment import MAX_TIMESTAMP, GrowingSegment, SearchPlan
 from state.segcore.shadow import SegmentShadow
 from state.segcore.vector_index import SearchHits, check_top_k, normalize_metric
 from state.segcore.versions import resolve_versions
@@ -79,6 +79,10 @@ __all__ = [
 
 EVENTUALLY_TS = 0  # guarantee timestamp of consistency level Eventually: no wait
 DEFAULT_TSAFE_TIMEOUT_S = 10.0  # seconds a request may wait for tsafe before ServiceUnavailable
+# A local search scanning at least this many query elements x rows exactly (nq * dim * rows; ~1 ms
+# of GEMM and selection on a 2-core box: 30k rows of 128-d for one query) runs off the event loop;
+# below it, the hop to a thread (~0.1-0.2 ms) would cost more than it frees
+OFFLOAD_EXACT_ELEMENTS = 4_000_000
 SEGMENT_GROWING = "growing"
 SEGMENT_SEALED = "sealed"
 
@@ -599,10 +603,11 @@ class ShardDelegator:
             ),
         )
         with _answers_awaited(asked, self._background):
-            parts = [
-                worker.search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
+            plans = [
+                worker.plan_search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
                 for worker, ids in local.items()
             ]
+            parts = await _run_plans(plans, q.size)
         parts.extend(await _gather(asked))
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
@@ -745,6 +750,20 @@ class ShardDelegator:
             delete_buffer=self.deletes.health(),
             pk_oracle=self.oracle.health(),
         )
+
+
+async def _run_plans(plans: list[SearchPlan], query_elements: int) -> list[SearchHits]:
+    """Each plan's hits: on this thread (the event loop's) when they are cheap, else on a worker
+    thread, so that the loop goes on applying inserts, deletes and time ticks meanwhile (it stalled
+    behind exact scans of growing segments and waits for a busy index: a Strong read then waited
+    seconds for tsafe, docs/benchmarks.md). Heavy: an index an add holds (the walk may wait for
+    it), or at least OFFLOAD_EXACT_ELEMENTS of exact scan (query elements x rows). A plan reads
+    only its snapshot (``GrowingSegment.plan_search``), so it may run while the loop changes the
+    segments."""
+    exact = query_elements * sum(plan.exact_rows for plan in plans)
+    if exact >= OFFLOAD_EXACT_ELEMENTS or any(plan.index_busy for plan in plans):
+        return await asyncio.to_thread(lambda: [plan.run() for plan in plans])
+    return [plan.run() for plan in plans]
 
 
 async def _gather(asked: Sequence[Coroutine[Any, Any, Any]]) -> list[Any]:

@@ -32,7 +32,7 @@ from schemas.status import IndexBuilderHealth, WorkerHealth, WorkerSegmentHealth
 from state.readpath.expr import Filter
 from state.readpath.reduce import merge_query_results, reduce_search_results
 from state.segcore.sealed import SealedSegment
-from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment
+from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment, SearchPlan
 from state.segcore.vector_index import SearchHits, VectorIndex
 
 __all__ = [
@@ -420,25 +420,46 @@ class Worker:
         ef: int | None = None,
         queries_checked: bool = False,
     ) -> SearchHits:
+        """:meth:`plan_search`, run at once on this thread."""
+        return self.plan_search(segment_ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked).run()
+
+    def plan_search(
+        self,
+        segment_ids: Sequence[int],
+        queries: np.ndarray,
+        field: str,
+        metric: str,
+        top_k: int,
+        ts: int,
+        mask_of: MaskOf | None = None,
+        ef: int | None = None,
+        queries_checked: bool = False,
+    ) -> SearchPlan:
         """Top ``top_k`` per query over the listed segments at MVCC timestamp ``ts`` (rows with insert
         ts > ``ts`` never appear), reduced with :func:`reduce_search_results` (each PK once).
         At least one segment id is required (the caller knows the PK type of an empty result).
-        ``queries_checked``: as :meth:`GrowingSegment.search`'s."""
+        ``queries_checked``: as :meth:`GrowingSegment.search`'s. Planned now, on the owner's thread
+        (the filters are evaluated, each segment's visible rows taken), run on any thread
+        (:meth:`GrowingSegment.plan_search`); its ``exact_rows`` and ``index_busy`` sum up the
+        segments'."""
         if not segment_ids:
             raise InvalidParameter("segment_ids", "must name at least one segment")
-        segments = [self.segment(sid) for sid in segment_ids]
-
-        def one(segment: GrowingSegment) -> SearchHits:
-            return segment.search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef, queries_checked)
-
-        # several segments in parallel: hnswlib and numpy release the GIL
+        plans = [
+            segment.plan_search(queries, field, metric, top_k, ts, self._masks(segment, mask_of), ef, queries_checked)
+            for segment in (self.segment(sid) for sid in segment_ids)
+        ]
         nq = 1 if np.ndim(queries) == 1 else len(queries)
-        if len(segments) == 1 or nq < SEGMENT_PARALLEL_MIN_NQ:
-            parts = [one(segment) for segment in segments]
-        else:
-            parts = list(self._search_pool().map(one, segments))
-        # reduced even when there is one segment: a PK inserted twice is twice in its segment
-        return reduce_search_results(parts, top_k, metric)
+
+        def run() -> SearchHits:
+            # several segments in parallel: hnswlib and numpy release the GIL
+            if len(plans) == 1 or nq < SEGMENT_PARALLEL_MIN_NQ:
+                parts = [plan.run() for plan in plans]
+            else:
+                parts = list(self._search_pool().map(lambda plan: plan.run(), plans))
+            # reduced even when there is one segment: a PK inserted twice is twice in its segment
+            return reduce_search_results(parts, top_k, metric)
+
+        return SearchPlan(run, sum(p.exact_rows for p in plans), any(p.index_busy for p in plans))
 
     def query(
         self,

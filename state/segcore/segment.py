@@ -32,7 +32,9 @@ binary search.
 
 Results follow Milvus conventions (see :mod:`state.segcore.vector_index`): best first, ties by PK ascending.
 Threads: one owner (the worker's event loop) calls every method except :meth:`index_step` (and
-:meth:`index_pending`), which a builder thread may call concurrently; concurrent
+:meth:`index_pending`), which a builder thread may call concurrently, and the ``run`` of a plan
+made by :meth:`GrowingSegment.plan_search`, which any thread may call (it reads what :meth:`index_step`
+reads); concurrent
 :meth:`index_step` calls run one at a time (a per-segment build lock). The builder reads rows
 below the ``row_count`` it snapshots together with the column buffers (under a short lock that
 :meth:`insert` also takes to publish reallocated buffers and the new row count): rows below
@@ -48,7 +50,8 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,7 +76,7 @@ from state.segcore.vector_index import (
     select_candidates,
 )
 
-__all__ = ["INTERIM_INDEX_ROWS", "GrowingSegment", "SearchHits"]
+__all__ = ["INTERIM_INDEX_ROWS", "GrowingSegment", "SearchHits", "SearchPlan"]
 
 # Build the interim HNSW index at 10k rows. Measured on this 2-core box (OpenBLAS; noisy, the box
 # was shared): exact search over 10k x 128-d rows is ~0.2 ms of GEMM for nq=1, over 100k rows
@@ -155,6 +158,18 @@ class _Rows:
         assert self.valid is not None
         visible: np.ndarray = inside & self.valid[np.where(inside, labels, 0)]
         return visible
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A search planned by :meth:`GrowingSegment.plan_search`: ``run()`` computes its hits (on any
+    thread). ``exact_rows``: the rows it scans exactly per query (its cost beyond a graph walk);
+    ``index_busy``: an add held the index it walks when planned (the walk may wait for it, up to
+    INDEX_LOCK_WAIT_S)."""
+
+    run: Callable[[], SearchHits]
+    exact_rows: int
+    index_busy: bool
 
 
 class GrowingSegment:
@@ -766,7 +781,28 @@ class GrowingSegment:
         ef: int | None = None,
         queries_checked: bool = False,
     ) -> SearchHits:
+        """:meth:`plan_search`, run at once on this thread."""
+        return self.plan_search(queries, field, metric, top_k, ts, mask, ef, queries_checked).run()
+
+    def plan_search(
+        self,
+        queries: np.ndarray,
+        field: str,
+        metric: str,
+        top_k: int,
+        ts: int,
+        mask: np.ndarray | None = None,
+        ef: int | None = None,
+        queries_checked: bool = False,
+    ) -> SearchPlan:
         """Top ``top_k`` rows per query among rows visible at ``ts`` and selected by ``mask``.
+
+        Planned on the owner's thread, run on any: the arguments are checked and the visible rows
+        taken (a snapshot) now; the plan's ``run`` walks the index and scans the rows exactly,
+        reading only rows below the snapshot's row count, which never change (a reallocation
+        copies them before it publishes the new buffers), and the indexes it took now, which lock
+        themselves. So the owner may go on inserting and deleting while another thread runs the
+        plan (the query node runs a heavy one off its event loop, ``agents/querynode/delegator.py``).
 
         ``queries`` (nq, dim) float32 (or one (dim,) vector). Rows the interim index holds are
         searched through it when it exists for ``(field, metric)`` and the filter keeps >=
@@ -790,21 +826,27 @@ class GrowingSegment:
         q = queries if queries_checked else self._check_queries(queries, vector_field)
         rows = self._rows(ts, mask)
         if rows.count == 0 or len(q) == 0:
-            return SearchHits.empty(len(q), top_k, metric, self._varchar_pk)
+            empty = SearchHits.empty(len(q), top_k, metric, self._varchar_pk)
+            return SearchPlan(lambda: empty, 0, False)
         # Snapshot: every row below `indexed` is in `index` (published first, never replaced).
         index = self._indexes.get(field)
         indexed = min(self._indexed, rows.total)
         if index is not None and index.metric == metric and indexed > 0:
             head, tail = rows.split(indexed)
             if head.count > top_k and head.count >= INDEX_MIN_VALID_FRACTION * indexed:
-                try:
-                    hits = self._search_index(index, q, field, metric, top_k, head, ef)
-                except IndexBusy:  # the builder holds the index (starved mid-slice): all exact
-                    return self._search_exact(q, field, metric, top_k, rows)
-                if tail.count:
-                    hits = _merge_hits(hits, self._search_exact(q, field, metric, top_k, tail), metric, top_k)
-                return hits
-        return self._search_exact(q, field, metric, top_k, rows)
+                found = index
+
+                def through_index() -> SearchHits:
+                    try:
+                        hits = self._search_index(found, q, field, metric, top_k, head, ef)
+                    except IndexBusy:  # the builder holds the index (starved mid-slice): all exact
+                        return self._search_exact(q, field, metric, top_k, rows)
+                    if tail.count:
+                        hits = _merge_hits(hits, self._search_exact(q, field, metric, top_k, tail), metric, top_k)
+                    return hits
+
+                return SearchPlan(through_index, tail.count, index.adding)
+        return SearchPlan(lambda: self._search_exact(q, field, metric, top_k, rows), rows.count, False)
 
     @staticmethod
     def _check_queries(queries: Any, field: FieldSchema) -> np.ndarray:

@@ -241,6 +241,7 @@ class _SearchFirstLock:
         self._busy = False
         self._searches_waiting = 0
         self._adds_waiting = 0
+        self.add_holds = False  # an add or a resize holds the index (a hint when read without the mutex)
 
     def acquire_search(self, timeout_s: float | None) -> None:
         """Hold the index for a search (then :meth:`release` it); IndexBusy if not free within
@@ -271,10 +272,12 @@ class _SearchFirstLock:
                 finally:
                     self._adds_waiting -= 1
             self._busy = True
+            self.add_holds = True
 
     def release(self) -> None:
         with self._mutex:
             self._busy = False
+            self.add_holds = False
             if self._searches_waiting or self._adds_waiting:
                 self._cond.notify_all()
 
@@ -354,6 +357,12 @@ class VectorIndex:
     @property
     def capacity(self) -> int:
         return int(self._index.get_max_elements())
+
+    @property
+    def adding(self) -> bool:
+        """An add (or a resize) holds the index now: a search would wait for it. A hint, read
+        without the lock (it may change right after)."""
+        return self._lock.add_holds
 
     @property
     def memory_bytes(self) -> int:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 
+from agents.querynode import delegator as delegator_module
 from agents.querynode.delegator import ShardDelegator
 from agents.querynode.worker import Worker
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
@@ -16,6 +19,8 @@ from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from state.readpath.reduce import reduce_search_results
+from state.segcore.segment import SearchPlan
+from state.segcore.vector_index import SearchHits
 from tests.eventually import eventually
 
 DIM = 8
@@ -388,3 +393,34 @@ async def test_worker_builds_the_interim_index_in_the_background(info: Collectio
     assert worker.builder is not None and worker.builder.rows_indexed == 600
     worker.stop()
     assert worker.builder._thread is None
+
+
+async def test_a_heavy_local_search_runs_off_the_event_loop(
+    info: CollectionInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose exact scan reaches OFFLOAD_EXACT_ELEMENTS runs on a worker thread (the loop
+    goes on applying the stream meanwhile); a cheap one on the loop's own thread. Same hits."""
+    rows = Rows(info)
+    delegator = ShardDelegator(VCHANNELS[0], info, Worker())
+    assert delegator.process_insert(rows.event(40, 10), position=0)
+    delegator.update_tsafe(11, position=1)
+    threads: list[int] = []
+    planned = Worker.plan_search
+
+    def recorded(self: Worker, *args: Any, **kwargs: Any) -> SearchPlan:
+        plan = planned(self, *args, **kwargs)
+
+        def run() -> SearchHits:
+            threads.append(threading.get_ident())
+            return plan.run()
+
+        return SearchPlan(run, plan.exact_rows, plan.index_busy)
+
+    monkeypatch.setattr(Worker, "plan_search", recorded)
+    queries = rows.rng.standard_normal((1, DIM)).astype(np.float32)
+    expected = rows.brute_force(queries, 5, 10)
+    assert_hits(await delegator.search(queries, "vec", "l2", 5, guarantee_ts=10, timeout_s=1), expected)
+    assert threads == [threading.get_ident()]  # 40 rows x 8 floats: below the threshold
+    monkeypatch.setattr(delegator_module, "OFFLOAD_EXACT_ELEMENTS", 40 * DIM)
+    assert_hits(await delegator.search(queries, "vec", "l2", 5, guarantee_ts=10, timeout_s=1), expected)
+    assert len(threads) == 2 and threads[1] != threading.get_ident()

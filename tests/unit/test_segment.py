@@ -4,6 +4,7 @@ interim HNSW index (threshold, recall, MVCC through the index), retrieve/count, 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -582,3 +583,30 @@ def test_select_candidates_keeps_every_tie_at_the_boundary(seed: int) -> None:
             for q in range(4):
                 assert len(set(picked[q].tolist())) == picked.shape[1]  # distinct columns
                 assert set(np.flatnonzero(scores[q] <= kth[q]).tolist()) <= set(picked[q].tolist())
+
+
+@pytest.mark.parametrize("interim_index_rows", [NEVER, 500])
+def test_a_plan_reads_its_snapshot_while_the_owner_goes_on(datasets: dict, interim_index_rows: int) -> None:
+    """plan_search takes the visible rows when planned; run later on another thread, after the
+    owner inserted (the buffers reallocated), deleted and superseded rows above the read
+    timestamp, its hits are those of the snapshot (exact, and through the interim index)."""
+    vectors, pks, queries = datasets["L2"]
+    seg = make_segment(make_schema(), interim_index_rows)
+    seg.insert(pks[:1000], 100, columns(vectors[:1000]))
+    seg.build_interim_indexes()
+    before = seg.search(queries, "vec", "L2", 20, ts=150)
+    plan = seg.plan_search(queries, "vec", "L2", 20, ts=150)
+    assert plan.exact_rows == (1000 if interim_index_rows == NEVER else 0) and not plan.index_busy
+    seg.insert(pks[1000:], 200, columns(vectors[1000:], start=1000))  # past INITIAL_CAPACITY_ROWS: new buffers
+    assert seg.hide(pks[:300], 300) == 300  # deletes above the read timestamp
+    got: list[SearchHits] = []
+    runner = threading.Thread(target=lambda: got.append(plan.run()))
+    runner.start()
+    runner.join()
+    assert np.array_equal(got[0].pks, before.pks) and np.array_equal(got[0].distances, before.distances)
+    assert_hits_equal(got[0], brute_force(vectors[:1000], pks[:1000], queries, "L2", 20), 20, "L2")
+    # planned now, the same search sees the new rows and the deletes
+    after = seg.plan_search(queries, "vec", "L2", 20, ts=LATEST)
+    valid = np.ones(1500, bool)
+    valid[:300] = False
+    assert_hits_equal(after.run(), brute_force(vectors, pks, queries, "L2", 20, valid), 20, "L2")
