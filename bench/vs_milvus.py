@@ -727,7 +727,8 @@ def plot(results: dict[str, Any]) -> Callable[[Any], Any]:
             ax.set_title(f"QPS vs recall (ef sweep), {title}; * cheapest ef at {RECALL_TARGET}")
             ax.legend()
         shown = {k: v for k, v in results.get("ratios", {}).items() if v is not None}
-        colours_of = ["tab:green" if HIGHER_IS_BETTER[k] else "tab:red" for k in shown]
+        better = compared(results["osprey"], results["milvus"]) if shown else {}
+        colours_of = ["tab:green" if better[k] else "tab:red" for k in shown]
         axes[2].barh(list(shown), list(shown.values()), color=colours_of)
         for y, value in enumerate(shown.values()):
             axes[2].annotate(f"{value:.2f}", (value, y), fontsize=7, va="center")
