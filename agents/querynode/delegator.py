@@ -47,6 +47,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -607,7 +608,7 @@ class ShardDelegator:
                 worker.plan_search(ids, queries, field, metric, top_k, ts, mask_of, ef, queries_checked)
                 for worker, ids in local.items()
             ]
-            parts = await _run_plans(plans, q.size)
+            parts = await _run_plans(plans, q.size, self.worker.heavy_searches())
         parts.extend(await _gather(asked))
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
@@ -752,17 +753,17 @@ class ShardDelegator:
         )
 
 
-async def _run_plans(plans: list[SearchPlan], query_elements: int) -> list[SearchHits]:
-    """Each plan's hits: on this thread (the event loop's) when they are cheap, else on a worker
-    thread, so that the loop goes on applying inserts, deletes and time ticks meanwhile (it stalled
-    behind exact scans of growing segments and waits for a busy index: a Strong read then waited
-    seconds for tsafe, docs/benchmarks.md). Heavy: an index an add holds (the walk may wait for
-    it), or at least OFFLOAD_EXACT_ELEMENTS of exact scan (query elements x rows). A plan reads
-    only its snapshot (``GrowingSegment.plan_search``), so it may run while the loop changes the
-    segments."""
+async def _run_plans(plans: list[SearchPlan], query_elements: int, heavy: Executor) -> list[SearchHits]:
+    """Each plan's hits: on this thread (the event loop's) when they are cheap, else on ``heavy``
+    (the worker's heavy-search thread: one at a time, the others queue), so that the loop goes on
+    applying inserts, deletes and time ticks meanwhile (it stalled behind exact scans of growing
+    segments and waits for a busy index: a Strong read then waited seconds for tsafe,
+    docs/benchmarks.md). Heavy: an index an add holds (the walk may wait for it), or at least
+    OFFLOAD_EXACT_ELEMENTS of exact scan (query elements x rows). A plan reads only its snapshot
+    (``GrowingSegment.plan_search``), so it may run while the loop changes the segments."""
     exact = query_elements * sum(plan.exact_rows for plan in plans)
     if exact >= OFFLOAD_EXACT_ELEMENTS or any(plan.index_busy for plan in plans):
-        return await asyncio.to_thread(lambda: [plan.run() for plan in plans])
+        return await asyncio.get_running_loop().run_in_executor(heavy, lambda: [plan.run() for plan in plans])
     return [plan.run() for plan in plans]
 
 

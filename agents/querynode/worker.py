@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 # thread waits for them: a search already held it). The segments are read-only meanwhile: inserts
 # run on the event loop thread, and the interim index builder takes each index's own lock.
 SEGMENT_SEARCH_THREADS = 2
+# Heavy searches run off the event loop one at a time (admission): each holds the GIL between its
+# numpy and hnswlib calls, and several at once left the loop that applies the dml stream a GIL
+# share too small to keep up (tsafe fell seconds behind at a full-rate ingest, docs/benchmarks.md)
+HEAVY_SEARCH_THREADS = 1
 # A search of one query vector runs its segments one after the other on the calling thread: each
 # segment's part is a short walk, shorter than handing it to a thread and back (bench.segment_walks,
 # docs/benchmarks.md). From this many query vectors the segments run on the threads.
@@ -286,6 +290,7 @@ class Worker:
         self._segments: dict[int, GrowingSegment] = {}
         self._stopped = False
         self._pool: ThreadPoolExecutor | None = None
+        self._heavy: ThreadPoolExecutor | None = None
         self.builder = IndexBuilder(lambda: list(self._segments.values()), slice_target_s=slice_target_s)
 
     # ------------------------------------------------------------------ segments
@@ -393,6 +398,13 @@ class Worker:
             self.builder.wake()
         return event.num_rows
 
+    def heavy_searches(self) -> ThreadPoolExecutor:
+        """The thread(s) that run heavy search plans off the event loop, HEAVY_SEARCH_THREADS at a
+        time, the others queued (created on first use)."""
+        if self._heavy is None:
+            self._heavy = ThreadPoolExecutor(HEAVY_SEARCH_THREADS, thread_name_prefix="osprey-heavy-search")
+        return self._heavy
+
     def _search_pool(self) -> ThreadPoolExecutor:
         """The threads searching several segments of one request at once (created on first use)."""
         if self._pool is None:
@@ -495,9 +507,10 @@ class Worker:
         ServiceUnavailable (idempotent)."""
         self._stopped = True
         self.builder.stop()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for pool in (self._heavy, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._heavy = self._pool = None
         self.release_segments(list(self._segments))
         self._collections.clear()
 
