@@ -367,7 +367,8 @@ async def test_upsert_on_an_auto_id_collection_assigns_new_keys(thin: Client) ->
 async def test_a_delete_needs_exactly_one_of_ids_and_filter(thin: Client, client: InProcessClient) -> None:
     coll = name("del")
     await thin.create_collection(coll, schema())
-    for kwargs in ({}, {"ids": [1], "filter": "id > 0"}):
+    both_or_neither: list[dict[str, Any]] = [{}, {"ids": [1], "filter": "id > 0"}]
+    for kwargs in both_or_neither:
         with pytest.raises(InvalidParameter) as remote:
             await thin.delete(coll, **kwargs)
         with pytest.raises(InvalidParameter) as local:

@@ -206,7 +206,11 @@ async def test_the_front_ends_answer_alike(scenario: str, drivers: list[Driver])
     for driver in drivers:
         prefix = f"cg{run}_{driver.name}_"
         transcript = Transcript(prefix)
-        await SCENARIOS[scenario](driver, transcript, lambda suffix, p=prefix: p + suffix)
+
+        def named(suffix: str, p: str = prefix) -> str:
+            return p + suffix
+
+        await SCENARIOS[scenario](driver, transcript, named)
         transcripts.append(transcript)
     reference = transcripts[0]
     assert reference.steps and all(label for label, _ in reference.steps)

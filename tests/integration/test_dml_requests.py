@@ -286,7 +286,7 @@ async def test_every_request_published_twice_is_applied_once(
     topics = Topics.of(module_config)
     name = "c" + uuid.uuid4().hex[:8]
     p = uuid.uuid4().hex[:8]
-    requests = [
+    requests: list[dict[str, Any]] = [
         {"op": "insert", "request_id": f"{p}-1", "collection": name, "rows": [row(i) for i in range(10)]},
         {"op": "delete", "request_id": f"{p}-2", "collection": name, "ids": [1, 2, 3]},
         {"op": "insert", "request_id": f"{p}-3", "collection": name, "rows": [row(1, "again")]},

@@ -465,9 +465,9 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     asyncio.run(client_insert(config, "docs", range(0, 1_000)))  # the Python InProcessClient
     acknowledged["docs"].update(range(0, 1_000))
     for start in range(1_000, 2_000, 250):  # REST, into a partition and through an alias
-        ids = range(start, start + 250)
-        ok(config, "entities/insert", {"collectionName": "docs_live", "partitionName": "p1", "data": rows(ids, start)})
-        acknowledged["docs"].update(ids)
+        pks = range(start, start + 250)
+        ok(config, "entities/insert", {"collectionName": "docs_live", "partitionName": "p1", "data": rows(pks, start)})
+        acknowledged["docs"].update(pks)
     stream_writer_ingest(config, "other", range(5_000, 8_000))  # what the Spark job's tasks send
     acknowledged["other"].update(range(5_000, 8_000))
 

@@ -18,6 +18,7 @@ from agents.interpreter import thread_niceness
 from schemas.config import OspreyConfig
 from schemas.index import INDEX_DIR, IndexState, IndexTask
 from state.meta.index_tasks import IndexTaskStore
+from state.segcore.index_files import build_index
 
 pytestmark = [pytest.mark.integration]
 
@@ -88,7 +89,7 @@ async def test_builds_run_on_a_thread_at_the_configured_niceness(
     node: IndexNode, redis: aioredis.Redis, config: OspreyConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[int, int]] = []  # (niceness, native thread id) of each build
-    real = indexnode_module.build_index
+    real = build_index  # the function the node module imported, patched there below
 
     def recorded(*args: object) -> object:
         seen.append((thread_niceness(), threading.get_native_id()))

@@ -18,7 +18,7 @@ import json
 import math
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -126,7 +126,7 @@ async def strong_count(client: InProcessClient, coll: str, **options: Any) -> in
     return await served(lambda: client.count(coll, consistency_level="Strong", **options))
 
 
-async def strong_rows(client: InProcessClient, coll: str, **options: Any) -> list[dict[str, Any]]:
+async def strong_rows(client: InProcessClient, coll: str, **options: Any) -> Sequence[dict[str, Any]]:
     return await served(
         lambda: client.query(
             coll, filter="id >= 0", output_fields=["*"], limit=16_384, consistency_level="Strong", **options
@@ -249,11 +249,11 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(
     assert await strong_count(client, coll) == len(good)
     got = await strong_rows(client, coll)
     assert [r["id"] for r in got] == [1001 + i for i in good]
-    for row, i in zip(got, good, strict=False):
-        assert np.asarray(row["vec"], np.float32).tobytes() == vectors[i].tobytes(), i
-        assert row["title"] == f"t{i}" and row["rank"] == i
-        assert row["doc"] == {"i": i, "tags": ["a", i]}
-        assert row.get("colour") == colours[i]
+    for entity, i in zip(got, good, strict=False):
+        assert np.asarray(entity["vec"], np.float32).tobytes() == vectors[i].tobytes(), i
+        assert entity["title"] == f"t{i}" and entity["rank"] == i
+        assert entity["doc"] == {"i": i, "tags": ["a", i]}
+        assert entity.get("colour") == colours[i]
     hits = await client.search(
         coll, vectors[good], limit=1, consistency_level="Strong", search_params={"metric_type": "L2"}
     )
@@ -263,9 +263,9 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(
     # the bad rows, on the dead-letter topic
     letters = await dead_letters(client, chunk.identity)
     assert sorted(letter.row for _, letter in letters) == sorted(expected)
-    for key, letter in letters:
+    for letter_key, letter in letters:
         field, rule = expected[letter.row]
-        assert key == letter.identity.encode() == f"{chunk.identity}:{letter.row}".encode()
+        assert letter_key == letter.identity.encode() == f"{chunk.identity}:{letter.row}".encode()
         assert (letter.field, letter.collection_id, letter.partition_id) == (field, cid, chunk.partition_id)
         assert letter.rule == rule if not rule.endswith(": ") else letter.rule.startswith(rule), letter.rule
         assert letter.reason == f"invalid parameter[field={letter.field}][rule={letter.rule}]"
@@ -535,6 +535,7 @@ async def test_the_commit_log_keeps_the_latest_record_of_a_batch(client: InProce
 def _raw_post(url: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
     """POST with exactly these headers; ``body`` None sends the headers only."""
     parts = urlsplit(url)
+    assert parts.hostname is not None, url
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=BUDGET_S)
     try:
         conn.putrequest("POST", path)

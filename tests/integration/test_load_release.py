@@ -20,7 +20,7 @@ from tests.integration.ddl_helpers import name
 pytestmark = [pytest.mark.integration]
 
 DIM = 8
-STRONG = {"consistency_level": "Strong"}
+STRONG: dict[str, Any] = {"consistency_level": "Strong"}
 
 
 def schema() -> dict[str, Any]:

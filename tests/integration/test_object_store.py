@@ -133,6 +133,7 @@ def test_segments_round_trip_through_the_store(store: ObjectStore) -> None:
     assert np.array_equal(table["id"].to_numpy(), pks)
     _, got_pks, got_ts, got = load_segment_columns(store, path, schema)
     assert np.array_equal(got_pks, pks) and np.array_equal(got_ts, row_ts)
+    assert isinstance(got["vec"], np.ndarray)
     assert got["vec"].tobytes() == np.asarray(columns["vec"], np.float32).tobytes()
     keys, ts = read_pk_ts(store, path, schema)
     assert np.array_equal(keys, pks) and np.array_equal(ts, row_ts)
@@ -277,7 +278,7 @@ def test_a_writer_killed_mid_upload_leaves_no_incomplete_segment(
         if not isinstance(store, S3ObjectStore)
         else open_object_store(
             OspreyConfig(data_dir=tmp_path / "reader", **settings),
-            "reader",  # type: ignore[arg-type]
+            "reader",
         )
     )
     segments = reader.children("segments/7/8")

@@ -211,7 +211,7 @@ def test_search_iterator_is_refused(milvus: MilvusClient) -> None:
 
 
 def test_partition_key_nullable_and_default_value_are_refused(milvus: MilvusClient) -> None:
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "is_partition_key": {"is_partition_key": True},
         "nullable": {"nullable": True},
         "default_value": {"default_value": "none"},

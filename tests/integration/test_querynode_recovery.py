@@ -117,6 +117,13 @@ async def owners_by_pid(client: InProcessClient, config: OspreyConfig) -> dict[s
     return {p: int(alive[o.node_id]["pid"]) for p, o in owners.items() if o.node_id in alive}
 
 
+def pid_of(node: WorkerProcess) -> int:
+    """The process id of a started query node."""
+    pid = node.pid()
+    assert pid is not None, f"{node.name} has no process"
+    return pid
+
+
 async def wait_owners(
     client: InProcessClient, config: OspreyConfig, pids: set[int], budget_s: float = RECOVERY_S
 ) -> dict[str, int]:
@@ -258,7 +265,7 @@ async def test_two_querynodes_answer_as_one(
     data = await insert(client, coll, 0, 5_000, seed=1)
     queries = np.random.default_rng(99).standard_normal((NQ, DIM)).astype(np.float32)
 
-    await wait_owners(client, module_config, {first.pid()})
+    await wait_owners(client, module_config, {pid_of(first)})
     one_search = await search(client, coll, queries)
     one_ids = await ids(client, coll)
     assert len(one_ids) == 5_000 and set(one_ids) == set(range(5_000))
@@ -267,7 +274,7 @@ async def test_two_querynodes_answer_as_one(
 
     reader = Reader(client, coll, set(one_ids), queries, [[pk for pk, _ in hits] for hits in one_search])
     second = await querynodes.start("b")
-    owners = await wait_owners(client, module_config, {first.pid(), second.pid()})
+    owners = await wait_owners(client, module_config, {pid_of(first), pid_of(second)})
     assert len(set(owners.values())) == 2
 
     assert await search(client, coll, queries) == one_search  # same PKs, bit-identical distances
@@ -294,7 +301,7 @@ async def test_two_querynodes_answer_as_one(
     # its partitions over (overwriting the dead node's claims) and rebuilds them from dml
     second.kill()
     await insert(client, coll, 6_500, 7_000, seed=3)
-    await wait_owners(client, module_config, {first.pid()})
+    await wait_owners(client, module_config, {pid_of(first)})
     await assert_rows(client, coll, set(range(7_000)))
 
 
@@ -309,7 +316,7 @@ async def test_querynode_kill9_rebuilds_from_dml(
         data = await insert(client, coll, batch * 1_000, (batch + 1) * 1_000, seed=10 + batch)
         vectors.append(data["embedding"])
         expected |= set(range(batch * 1_000, (batch + 1) * 1_000))
-    await wait_owners(client, module_config, {node.pid()})
+    await wait_owners(client, module_config, {pid_of(node)})
     await assert_rows(client, coll, expected)  # consumed before the kill
 
     killed = node.pid()
@@ -327,7 +334,7 @@ async def test_querynode_kill9_rebuilds_from_dml(
     reader = Reader(client, coll, set(expected), queries, hit_ids)  # reads while the node replays dml
     await querynodes.start("k")
     assert node.pid() != killed
-    await wait_owners(client, module_config, {node.pid()})
+    await wait_owners(client, module_config, {pid_of(node)})
     await assert_rows(client, coll, expected)
     assert [[pk for pk, _ in hits] for hits in await search(client, coll, queries)] == hit_ids
     await reader.stop()
@@ -372,7 +379,7 @@ async def test_querynode_kill9_rebuilds_from_dml(
     inserting.clear()
     await stream
     expected |= set(acked)
-    await wait_owners(client, module_config, {node.pid()})
+    await wait_owners(client, module_config, {pid_of(node)})
     await assert_rows(client, coll, expected)
 
 
@@ -384,11 +391,11 @@ async def test_stopped_querynode_hands_over(
     x = await querynodes.start("x")
     coll = await new_collection(client)
     await insert(client, coll, 0, 2_000, seed=30)
-    await wait_owners(client, module_config, {x.pid()})
+    await wait_owners(client, module_config, {pid_of(x)})
     await assert_rows(client, coll, set(range(2_000)))
 
     y = await querynodes.start("y")
-    before = await wait_owners(client, module_config, {x.pid(), y.pid()})
+    before = await wait_owners(client, module_config, {pid_of(x), pid_of(y)})
     assert any(pid == y.pid() for pid in before.values())  # x lost some partitions (and gets them back below)
     await insert(client, coll, 2_000, 3_000, seed=31)
     queries = np.random.default_rng(7).standard_normal((NQ, DIM)).astype(np.float32)
@@ -398,7 +405,7 @@ async def test_stopped_querynode_hands_over(
     reader = Reader(client, coll, set(range(3_000)), queries, [[pk for pk, _ in hits] for hits in both])
     await querynodes.stop("y")  # graceful: releases its claims and leaves the group
     assert not y.running()
-    await wait_owners(client, module_config, {x.pid()})
+    await wait_owners(client, module_config, {pid_of(x)})
     assert await search(client, coll, queries) == both
     await assert_rows(client, coll, set(range(3_000)))
     await reader.stop()

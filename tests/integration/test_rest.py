@@ -668,7 +668,7 @@ def test_index_create_route() -> None:
     defaults = create.read(Body({"collectionName": "c", "indexParams": [{"fieldName": "v"}]})).kwargs
     assert (defaults["wait"], defaults["timeout"], defaults["indexes"][0]["index_params"]) == (False, None, {})
 
-    bad = [
+    bad: list[tuple[dict[str, Any], str, str]] = [
         ({"collectionName": "c"}, "indexParams", "is required"),
         ({"collectionName": "c", "indexParams": []}, "indexParams", "at least one index"),
         ({"collectionName": "c", "indexParams": {"fieldName": "v"}}, "indexParams", "must be a list"),

@@ -127,7 +127,9 @@ async def test_restart_detected_by_run_id(redis: aioredis.Redis, cluster_name: s
     """A different run_id in the state means a restarted server: start above the window."""
     tso = TimestampOracle(redis, cluster_name)
     before = await tso.now()
-    window = int(await redis.hget(tso.key, "window"))
+    stored = await redis.hget(tso.key, "window")
+    assert stored is not None
+    window = int(stored)
     assert window >= physical_ms(before) + tso.window_ms - 1
     await redis.hset(tso.key, mapping={"run_id": "0" * 40, "window": window + 50_000})
     after = await tso.now()

@@ -31,7 +31,7 @@ def schema(
     return CollectionSchema.model_validate({"fields": fields, "enable_dynamic_field": dynamic}).with_field_ids()
 
 
-def vectors(rows: list[list[float] | None], value_type: pa.DataType | None = None) -> pa.Array:
+def vectors(rows: list[list[float | None] | None], value_type: pa.DataType | None = None) -> pa.Array:
     return pa.array(rows, pa.list_(value_type or pa.float32()))
 
 

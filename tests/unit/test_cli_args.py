@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,11 @@ from frontends.cli import (
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import InvalidParameter
 from schemas.index import IndexInfo
+
+
+async def awaited(call: Awaitable[Any]) -> Any:
+    """A client call as the coroutine asyncio.run takes (a call is any awaitable)."""
+    return await call
 
 
 def test_cli_passes_everything_after_test_to_pytest() -> None:
@@ -155,7 +161,7 @@ def test_entity_commands_call_the_client_and_print_the_result(capsys: pytest.Cap
     fake = FakeClient()
 
     def run(*argv: str) -> Any:
-        return asyncio.run(_entity_call(_parser().parse_args(["entity", *argv]))(fake))
+        return asyncio.run(awaited(_entity_call(_parser().parse_args(["entity", *argv]))(fake)))
 
     run("insert", "docs", "--data", '[{"id": 1}]')
     run("upsert", "docs", "--data", '[{"id": 1}]', "--partition", "p1")
@@ -276,7 +282,7 @@ def test_index_commands_call_the_client(capsys: pytest.CaptureFixture[str]) -> N
     fake = FakeClient()
 
     def run(*argv: str) -> Any:
-        return asyncio.run(_index_call(_parser().parse_args(["index", *argv]))(fake))
+        return asyncio.run(awaited(_index_call(_parser().parse_args(["index", *argv]))(fake)))
 
     created = run(
         "create", "docs", "vector", "--type", "HNSW", "--metric", "L2", "--param", "M=8", "--wait", "--timeout", "5"

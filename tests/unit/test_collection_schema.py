@@ -215,7 +215,7 @@ def test_missing_dtype_and_unknown_key() -> None:
 def test_field_name_rules() -> None:
     check(schema(pk(), vec(name="1v")), "collection_schema.fields[1].name", "must match [A-Za-z_][A-Za-z0-9_]*")
     check(schema(pk(), vec(name="")), "collection_schema.fields[1].name", "must be 1..255 characters")
-    check(schema(pk(), vec(name=7)), "collection_schema.fields[1].name", "must be a string")
+    check(schema(pk(), vec(name=7)), "collection_schema.fields[1].name", "must be a string")  # type: ignore[arg-type]  # a wrong type, to see it refused
     check(schema(pk(), vec(name="$v")), "collection_schema.fields[1].name", "must not start with '$'")
 
 
@@ -448,7 +448,7 @@ def test_empty_and_malformed_fields() -> None:
     check(schema(), "collection_schema.fields", "must have 1..64 fields")
     check({}, "collection_schema.fields", "is required")
     check({"fields": "id"}, "collection_schema.fields", "must be a list")
-    check(schema("id"), "collection_schema.fields[0]", "must be an object")
+    check(schema("id"), "collection_schema.fields[0]", "must be an object")  # type: ignore[arg-type]  # a wrong type, to see it refused
     check("not a schema", "collection_schema", "must be an object")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,7 @@ def test_assign_pchannels_least_loaded_then_lowest_index() -> None:
 async def test_created_timestamp_is_the_write_timestamp() -> None:
     meta = Meta()
     reply = await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA, shards_num=2)
+    assert isinstance(reply, ddl.CreateCollectionReply)
     info = meta.view.collection_by_name("a")
     assert info is not None and info.created_ts == reply.ts == reply.created_ts
     assert info.vchannels == [f"{info.collection_id}_0v", f"{info.collection_id}_1v"]
@@ -99,6 +101,7 @@ async def test_alter_alias_with_an_older_timestamp_is_superseded() -> None:
     await meta.run(ddl.CreateAlias, alias="z", collection_name="a", ts=5000)
     newer = await meta.run(ddl.AlterAlias, alias="z", collection_name="b", ts=6000)
     older = await meta.run(ddl.AlterAlias, alias="z", collection_name="c", ts=5500)
+    assert isinstance(newer, ddl.AliasReply) and isinstance(older, ddl.AliasReply)
     assert not newer.superseded and older.superseded
     assert meta.view.resolve("z").collection_name == "b"  # type: ignore[union-attr]
 
@@ -118,11 +121,16 @@ async def test_names_and_aliases_share_one_namespace() -> None:
 async def test_drops_of_missing_collections_and_aliases_write_nothing() -> None:
     """Milvus 2.6: both drops are idempotent."""
     meta = Meta()
-    for kind, fields in ((ddl.DropCollection, {"collection_name": "nope"}), (ddl.DropAlias, {"alias": "nope"})):
+    drops: list[tuple[type[ddl.DropCollection | ddl.DropAlias], dict[str, Any]]] = [
+        (ddl.DropCollection, {"collection_name": "nope"}),
+        (ddl.DropAlias, {"alias": "nope"}),
+    ]
+    for kind, fields in drops:
         event = kind(request_id=7, proxy_id=1, ts=1, **fields)
         change = await plan(event, meta.view, meta.new_id, TOPICS)
         assert not change.additions and not change.removals and not change.removal_prefixes
-        assert change.make_reply(5).collection_id == 0
+        reply = change.make_reply(5)
+        assert isinstance(reply, ddl.DropCollectionReply | ddl.AliasReply) and reply.collection_id == 0
 
 
 async def test_reads_do_not_write() -> None:
@@ -209,7 +217,7 @@ async def test_a_loaded_collection_keeps_its_replica_number_until_released() -> 
 
 
 # -- Milvus 2.6's error texts (../shared/milvus_compat.md, item 6): each starts the reason
-MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, object], type[OspreyError], str]] = [
+MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, Any], type[OspreyError], str]] = [
     (
         ddl.CreateAlias,
         {"alias": "y", "collection_name": "missing"},
@@ -295,7 +303,7 @@ MILVUS_TEXTS: list[tuple[type[ddl.DdlEvent], dict[str, object], type[OspreyError
 
 @pytest.mark.parametrize(("kind", "fields", "error", "text"), MILVUS_TEXTS)
 async def test_errors_start_with_milvus_texts(
-    kind: type[ddl.DdlEvent], fields: dict[str, object], error: type[OspreyError], text: str
+    kind: type[ddl.DdlEvent], fields: dict[str, Any], error: type[OspreyError], text: str
 ) -> None:
     meta = Meta()
     for n in ("a", "b"):
@@ -359,7 +367,7 @@ async def test_create_collection_again_with_identical_parameters_succeeds_and_wr
     )
 
 
-DIFFERENT_CREATES: list[tuple[dict[str, object], str]] = [
+DIFFERENT_CREATES: list[tuple[dict[str, Any], str]] = [
     ({"collection_schema": {**DYNAMIC, "description": "other"}}, "collection_schema.description"),
     ({"collection_schema": {**DYNAMIC, "enable_dynamic_field": False}}, "collection_schema.enable_dynamic_field"),
     (
@@ -380,9 +388,14 @@ DIFFERENT_CREATES: list[tuple[dict[str, object], str]] = [
 
 
 @pytest.mark.parametrize(("change", "field"), DIFFERENT_CREATES)
-async def test_create_collection_again_with_other_parameters_is_refused(change: dict[str, object], field: str) -> None:
+async def test_create_collection_again_with_other_parameters_is_refused(change: dict[str, Any], field: str) -> None:
     meta = Meta()
-    same = {"collection_name": "a", "collection_schema": DYNAMIC, "shards_num": 2, "consistency_level": "Strong"}
+    same: dict[str, Any] = {
+        "collection_name": "a",
+        "collection_schema": DYNAMIC,
+        "shards_num": 2,
+        "consistency_level": "Strong",
+    }
     await meta.run(ddl.CreateCollection, **same)
     before = dict(meta.kvs)
     with pytest.raises(InvalidParameter) as err:

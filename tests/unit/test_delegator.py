@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from agents.querynode import delegator as delegator_module
 from agents.querynode.delegator import ShardDelegator
-from agents.querynode.worker import Worker
+from agents.querynode.worker import QueryResult, Worker
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
@@ -80,7 +81,7 @@ class Rows:
         varchar = schema.primary_field.dtype.value == "VARCHAR"
         ids = np.arange(self.next_pk, self.next_pk + n)
         self.next_pk += n
-        pks: list[object] = [f"pk{i:05d}" for i in ids] if varchar else ids.tolist()
+        pks: Sequence[object] = [f"pk{i:05d}" for i in ids] if varchar else ids.tolist()
         vectors = self.rng.standard_normal((n, DIM)).astype(np.float32)
         values = {
             "id": pks if varchar else ids,
@@ -129,12 +130,19 @@ class Rows:
         return out
 
 
-def assert_hits(hits, expected) -> None:  # type: ignore[no-untyped-def]
+def assert_hits(hits: SearchHits, expected: list[list[tuple[object, float]]]) -> None:
     assert hits.nq == len(expected)
     for i, want in enumerate(expected):
         got = hits.hits(i)
         assert [pk for pk, _ in got] == [pk for pk, _ in want]
         np.testing.assert_allclose([d for _, d in got], [d for _, d in want], rtol=1e-4, atol=1e-4)
+
+
+def column(result: QueryResult, name: str) -> np.ndarray:
+    """A numeric column of a query's result: an array, as the worker answers it."""
+    values = result[name]
+    assert isinstance(values, np.ndarray)
+    return values
 
 
 @pytest.fixture
@@ -185,8 +193,8 @@ async def test_columns_reach_the_segment(info: CollectionInfo) -> None:
     delegator.process_insert(rows.event(5, 10), 0)
     delegator.update_tsafe(11)
     result = await delegator.query(10, 1, output_fields=["*"], limit=2, offset=1)
-    assert result["id"].tolist() == [1, 2]
-    assert result["age"].tolist() == [1, 2]
+    assert column(result, "id").tolist() == [1, 2]
+    assert column(result, "age").tolist() == [1, 2]
     assert result["tag"] == ["t1", "t2"]
     assert result["doc"] == [{"i": 1}, {"i": 2}]
     assert result["$meta"] == [{"extra": 1}, {"extra": 2}]
@@ -262,7 +270,7 @@ async def test_rows_after_guarantee_never_returned(info: CollectionInfo) -> None
     assert all(pk in visible for i in range(hits.nq) for pk, _ in hits.hits(i))
     assert_hits(hits, rows.brute_force(queries, 200, 25))
     result = await delegator.query(25, 1)
-    assert result["id"].tolist() == list(range(50))
+    assert column(result, "id").tolist() == list(range(50))
 
 
 async def test_partition_restriction(info: CollectionInfo) -> None:
@@ -277,7 +285,7 @@ async def test_partition_restriction(info: CollectionInfo) -> None:
     assert await delegator.count(10, 1, partition_ids=[11]) == 30
     empty = await delegator.search(queries, "vec", "L2", 10, 10, 1, partition_ids=[99])
     assert empty.counts.tolist() == [0, 0, 0]
-    assert (await delegator.query(10, 1, partition_ids=[99]))["id"].tolist() == []
+    assert column(await delegator.query(10, 1, partition_ids=[99]), "id").tolist() == []
 
 
 async def test_two_vchannels_reduced_equal_one_brute_force(info: CollectionInfo) -> None:
@@ -299,7 +307,7 @@ async def test_two_vchannels_reduced_equal_one_brute_force(info: CollectionInfo)
         parts = [await d.search(queries, "vec", metric, 15, 0, 1) for d in delegators]
         assert_hits(reduce_search_results(parts, 15, metric), rows.brute_force(queries, 15, 99))
     merged = [await d.query(0, 1, limit=5) for d in delegators]
-    assert sorted(merged[0]["id"].tolist() + merged[1]["id"].tolist())[:5] == [0, 1, 2, 3, 4]
+    assert sorted(column(merged[0], "id").tolist() + column(merged[1], "id").tolist())[:5] == [0, 1, 2, 3, 4]
 
 
 async def test_varchar_pk() -> None:
@@ -348,7 +356,7 @@ def test_json_values_that_are_strings_survive_the_worker() -> None:
         collection_name="js",
         collection_schema=schema,
         shards_num=1,
-        consistency_level="Bounded",
+        consistency_level=ConsistencyLevel.Bounded,
         vchannels=["77_0v"],
         pchannels=["x.dml_0"],
         created_ts=1,

@@ -126,6 +126,7 @@ def test_floats_that_are_not_finite_round_trip_in_the_header() -> None:
         request_id=1, top_k=1, nq=1, dim=1, vectors=b"\0" * 4, params={"radius": math.inf, "range_filter": -math.inf}
     )
     back = decode(encode(request), DQ_REQUEST)
+    assert isinstance(back, SearchRequest)
     assert back.params == {"radius": math.inf, "range_filter": -math.inf}
 
 

@@ -4,6 +4,7 @@ row-by-row split of JSON rows (pure logic, no broker)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def schema(auto_id: bool = False, dynamic: bool = False) -> CollectionSchema:
 
 
 def test_json_and_compact_forms_parse_to_the_same_model() -> None:
-    doc = {"op": "delete", "request_id": "r-1", "collection": "docs", "ids": [1, 2]}
+    doc: dict[str, Any] = {"op": "delete", "request_id": "r-1", "collection": "docs", "ids": [1, 2]}
     assert parse_request(json.dumps(doc).encode()) == DmlRequest(**doc)
     compact = DmlRequest(op="insert", request_id="r.2", collection="docs", arrow=b"\x00\xff")
     assert parse_request(encode(compact)) == compact

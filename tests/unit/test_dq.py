@@ -62,7 +62,7 @@ def test_search_result_round_trips_hits_int_and_varchar() -> None:
     hits = SearchHits(np.array([[3, 1, -1]], np.int64), np.array([[0.5, 0.75, np.inf]], np.float32), np.array([2]))
     result = decode(encode(search_result(search(), "v0", 4, hits, [])), DQ_RESULT)
     assert isinstance(result, type(search_result(search(), "v0", 4, hits, [])))
-    back = hits_of(result)  # type: ignore[arg-type]
+    back = hits_of(result)
     assert back.pks.tolist() == [[3, 1, -1]] and back.counts.tolist() == [2]
     assert back.distances[0, :2].tolist() == [0.5, 0.75]
     strs = SearchHits(np.array([["b", None]], dtype=object), np.array([[1.0, np.inf]], np.float32), np.array([1]))

@@ -276,7 +276,7 @@ class _BlockingAdds:
 @contextmanager
 def blocked_adds(index: VectorIndex) -> Iterator[_BlockingAdds]:
     blocker = _BlockingAdds(index._index)
-    index._index = blocker  # type: ignore[assignment]
+    index._index = blocker
     try:
         yield blocker
     finally:
@@ -296,11 +296,14 @@ def test_search_does_not_wait_for_a_starved_slice(monkeypatch: pytest.MonkeyPatc
     assert seg.index_step(1_200) == 1_200
     index = seg.interim_index("vec")
     assert index is not None
-    calls: list[float] = []
+    calls: list[float | None] = []
     original = VectorIndex.search
-    monkeypatch.setattr(
-        VectorIndex, "search", lambda self, *a, **k: calls.append(k.get("timeout_s")) or original(self, *a, **k)
-    )
+
+    def search_noting_the_wait(self: VectorIndex, *a: Any, **k: Any) -> Any:
+        calls.append(k.get("timeout_s"))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(VectorIndex, "search", search_noting_the_wait)
     with blocked_adds(index) as blocker:
         builder = threading.Thread(target=seg.index_step, args=(300,))
         builder.start()
@@ -474,8 +477,12 @@ def test_builder_thread_races_inserts_and_searches() -> None:
             [vectors[rng.integers(0, inserted, 2)] + np.float32(0.01), rng.normal(size=(2, DIM)).astype(np.float32)]
         )
         top_k = int(rng.choice([1, 10, 50]))
+
+        def this_mask(segment: object, m: np.ndarray | None = mask) -> np.ndarray | None:
+            return m
+
         hits = worker.search(
-            [100], queries, "vec", "L2", top_k, ts=read_ts, mask_of=None if mask is None else (lambda s, m=mask: m)
+            [100], queries, "vec", "L2", top_k, ts=read_ts, mask_of=None if mask is None else this_mask
         )
         assert_valid_top_k(hits, vectors, queries, "L2", top_k, visible)
         searches += 1

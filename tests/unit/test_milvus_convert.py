@@ -28,7 +28,7 @@ from schemas.errors import (
     ServiceUnavailable,
 )
 from schemas.hits import Hits
-from schemas.results import ColumnRows, QueryResults, SearchResults
+from schemas.results import ColumnRows, Columns, QueryResults, SearchResults
 
 DIM = 4
 
@@ -390,7 +390,7 @@ def test_query_count_star_is_one_int64_column() -> None:
 
 
 def test_query_rows_have_the_primary_key_first() -> None:
-    columns = {
+    columns: Columns = {
         "id": np.array([1, 2]),
         "title": ["a", "b"],
         "vec": np.array([[0.0] * DIM, [1.0] * DIM], dtype=np.float32),

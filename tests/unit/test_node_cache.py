@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from state.objectstore.cache import PART_INFIX, CachedFileCorrupt, NodeCache
+from state.objectstore.cache import PART_INFIX, CachedFileCorrupt, Fetch, NodeCache
 
 STORE = "s3://bucket/prefix"
 
@@ -29,7 +29,7 @@ class Source:
         self.objects[key] = data
         return size, hashlib.sha256(data).hexdigest()
 
-    def fetch(self, key: str):  # type: ignore[no-untyped-def]
+    def fetch(self, key: str) -> Fetch:
         def write(dest: Path) -> None:
             self.fetches.append(key)
             if key not in self.objects:

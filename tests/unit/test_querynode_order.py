@@ -40,7 +40,7 @@ async def test_a_replayed_record_is_skipped(node: QueryNode) -> None:
 
 async def test_a_gap_is_not_applied_and_asks_for_a_rewind(node: QueryNode, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr(dml_cursor.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("agents.dml_cursor.time.monotonic", lambda: clock[0])
     await node.apply(0, 0, tick(10))
     # a new pchannel state that the consumer feeds from offset 5: tsafe must not jump over 1..4
     assert await node.apply(0, 5, tick(50)) == 1

@@ -92,6 +92,9 @@ class Loader:
     async def load_index(self, task: IndexTask) -> VectorIndex | None:
         return None
 
+    async def segment_info(self, collection_id: int, segment_id: int) -> SegmentInfo | None:
+        return next((s for s in self.view[0] if s.segment_id == segment_id), None)
+
     async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery:
         return Recovery(*self.view, self.delta_logs, self.compacted)
 
@@ -124,12 +127,12 @@ async def new_node(info: CollectionInfo, loader: Loader, meta: Meta | None = Non
     node = QueryNode(
         1,
         DML_TOPIC,
-        meta or Meta(info),
-        tso=None,
+        meta or Meta(info),  # type: ignore[arg-type]  # a fake of the meta cache: what the node reads of it
+        tso=None,  # type: ignore[arg-type]  # no request needs a timestamp
         graceful_time_ms=0,
         worker=Worker(build_in_background=False),
         loader=loader,
-    )  # type: ignore[arg-type]  # no request needs a timestamp
+    )
     node.assign({0})
     await node.recover(P0)
     return node

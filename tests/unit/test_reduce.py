@@ -4,6 +4,7 @@ rows, for every metric and both PK types: best first, ties by PK, one hit per PK
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def hits_from_lists(rows: list[list[tuple[object, float]]], k: int, metric: str,
     return SearchHits(hits.pks, hits.distances, counts)
 
 
-def top(entries: list[tuple[object, float]], k: int, metric: str) -> list[tuple[object, float]]:
+def top(entries: Sequence[tuple[object, float]], k: int, metric: str) -> list[tuple[object, float]]:
     """Brute force: best distance per PK, then sort by (distance best first, pk), first k."""
     best: dict[object, float] = {}
     for pk, dist in entries:
@@ -57,7 +58,8 @@ def shard_results(
     pks = [f"doc-{i}" for i in ids] if varchar else [int(i) - 5_000 for i in ids]  # negative INT64 PKs too
     # Distances on a coarse grid (multiples of 1/8): exact in float32, many ties across shards.
     base = rng.integers(0 if metric == "L2" else -16, 17, size=(nq, n)) / 8
-    parts, union = [], [[] for _ in range(nq)]
+    parts: list[SearchHits] = []
+    union: list[list[tuple[object, float]]] = [[] for _ in range(nq)]
     for _s in range(shards):
         members = np.flatnonzero(rng.random(n) < 0.45)
         shifted = rng.random(len(members)) < 0.2  # a stale copy of the row: another distance
@@ -168,11 +170,12 @@ def test_bad_parts_raise() -> None:
     ),
 )
 def test_reduce_property(metric: str, top_k: int, parts: list[list[list[tuple[int, int]]]]) -> None:
-    built, union = [], [[], []]
+    built: list[SearchHits] = []
+    union: list[list[tuple[object, float]]] = [[], []]
     for part in parts:
         rows = []
-        for q, entries in enumerate(part):
-            entries = [(pk, float(d)) for pk, d in entries]
+        for q, int_entries in enumerate(part):
+            entries = [(pk, float(d)) for pk, d in int_entries]
             union[q].extend(entries)
             rows.append(top(entries, top_k, metric))  # a worker's answer: its own top-k, PKs unique
         built.append(hits_from_lists(rows, top_k, metric, False))

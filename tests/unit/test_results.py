@@ -8,10 +8,10 @@ import json
 import numpy as np
 
 from schemas.hits import Hits
-from schemas.results import COUNT_STAR, ColumnRows, QueryResults, SearchResults, plain
+from schemas.results import COUNT_STAR, ColumnRows, Columns, QueryResults, SearchResults, plain
 
 
-def columns() -> dict[str, object]:
+def columns() -> Columns:
     return {
         "id": np.array([1, 2, 3], dtype=np.int64),
         "title": np.array(["a", "b", "c"], dtype=object),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,8 @@ from schemas.config import OspreyConfig
 
 def test_object_store_s3_is_the_embedded_server(tmp_path: Path) -> None:
     base = OspreyConfig(data_dir=tmp_path, seaweedfs_port=28_333)
-    config = OspreyConfig(data_dir=tmp_path, seaweedfs_port=28_333, **object_store_flag("s3", base))
+    flags: dict[str, Any] = object_store_flag("s3", base)  # setting names and values, as `--set` gives them
+    config = OspreyConfig(data_dir=tmp_path, seaweedfs_port=28_333, **flags)
     assert config.object_store == "s3://osprey"
     assert config.object_store_endpoint == "http://127.0.0.1:28333"
     assert (config.object_store_access_key, config.object_store_secret_key) == (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -55,7 +56,7 @@ def columns(vectors: np.ndarray, start: int = 0) -> dict[str, object]:
 
 def brute_force(
     vectors: np.ndarray, pks: np.ndarray, queries: np.ndarray, metric: str, top_k: int, valid: np.ndarray | None = None
-) -> tuple[list[list[object]], list[np.ndarray]]:
+) -> tuple[list[list[Any]], list[np.ndarray]]:
     """Full float64 distance matrix, then per query a sort by (distance best first, pk)."""
     x = vectors.astype(np.float64)
     q = queries.astype(np.float64)
@@ -93,7 +94,7 @@ def near_tie_groups(dist: np.ndarray) -> list[slice]:
 
 
 def assert_hits_equal(
-    hits: SearchHits, expected: tuple[list[list[object]], list[np.ndarray]], top_k: int, metric: str
+    hits: SearchHits, expected: tuple[list[list[Any]], list[np.ndarray]], top_k: int, metric: str
 ) -> None:
     """Same PKs in the same order and allclose distances, with padding past counts.
 
@@ -276,8 +277,8 @@ def test_many_small_inserts_equal_one_big_insert(gaussian: tuple) -> None:
     assert np.array_equal(small.pks_view(), big.pks_view())
     assert np.array_equal(small.timestamps_view(), big.timestamps_view())
     for metric in METRICS:
-        a, b = small.search(queries, "vec", metric, 10, 50), big.search(queries, "vec", metric, 10, 50)
-        assert np.array_equal(a.pks, b.pks) and np.allclose(a.distances, b.distances)
+        got_small, got_big = small.search(queries, "vec", metric, 10, 50), big.search(queries, "vec", metric, 10, 50)
+        assert np.array_equal(got_small.pks, got_big.pks) and np.allclose(got_small.distances, got_big.distances)
     assert small.memory_bytes >= vectors.nbytes
 
 
@@ -329,7 +330,7 @@ def test_bad_inputs_raise_invalid_parameter_naming_the_field(gaussian: tuple) ->
     vectors, pks, queries = gaussian
     seg = make_segment(make_schema())
     good = columns(vectors[:4])
-    bad_cases = {
+    bad_cases: dict[str, list[dict[str, object]]] = {
         "vec": [
             {"vec": vectors[:4, :8]},
             {"vec": vectors[:3]},
@@ -392,9 +393,14 @@ def test_interim_index_kicks_in_at_threshold_and_keeps_growing(monkeypatch: pyte
     index = seg.interim_index("vec")
     assert index is not None and index.size == 2000 and index.capacity >= 2000
 
-    calls = []
+    calls: list[tuple[Any, ...]] = []
     original = VectorIndex.search
-    monkeypatch.setattr(VectorIndex, "search", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
+
+    def search_noting_the_call(self: VectorIndex, *a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(VectorIndex, "search", search_noting_the_call)
     queries = rng.normal(size=(20, 16)).astype(np.float32)
     ts = 20 + 1500  # rows from 1750 on are not visible yet
     hits = seg.search(queries, "vec", "L2", 10, ts=ts)
@@ -590,12 +596,13 @@ def test_a_plan_reads_its_snapshot_while_the_owner_goes_on(datasets: dict, inter
     """plan_search takes the visible rows when planned; run later on another thread, after the
     owner inserted (the buffers reallocated), deleted and superseded rows above the read
     timestamp, its hits are those of the snapshot (exact, and through the interim index)."""
-    vectors, pks, queries = datasets["L2"]
+    vectors, pks, queries = datasets["COSINE"]  # Gaussian: no exact ties at the k-th place
+    ef_all = 2_000  # a walk as wide as the segment: the index's answer is the exact one
     seg = make_segment(make_schema(), interim_index_rows)
     seg.insert(pks[:1000], 100, columns(vectors[:1000]))
     seg.build_interim_indexes()
-    before = seg.search(queries, "vec", "L2", 20, ts=150)
-    plan = seg.plan_search(queries, "vec", "L2", 20, ts=150)
+    before = seg.search(queries, "vec", "L2", 20, ts=150, ef=ef_all)
+    plan = seg.plan_search(queries, "vec", "L2", 20, ts=150, ef=ef_all)
     assert plan.exact_rows == (1000 if interim_index_rows == NEVER else 0) and not plan.index_busy
     seg.insert(pks[1000:], 200, columns(vectors[1000:], start=1000))  # past INITIAL_CAPACITY_ROWS: new buffers
     assert seg.hide(pks[:300], 300) == 300  # deletes above the read timestamp
@@ -606,7 +613,7 @@ def test_a_plan_reads_its_snapshot_while_the_owner_goes_on(datasets: dict, inter
     assert np.array_equal(got[0].pks, before.pks) and np.array_equal(got[0].distances, before.distances)
     assert_hits_equal(got[0], brute_force(vectors[:1000], pks[:1000], queries, "L2", 20), 20, "L2")
     # planned now, the same search sees the new rows and the deletes
-    after = seg.plan_search(queries, "vec", "L2", 20, ts=LATEST)
+    after = seg.plan_search(queries, "vec", "L2", 20, ts=LATEST, ef=ef_all)
     valid = np.ones(1500, bool)
     valid[:300] = False
     assert_hits_equal(after.run(), brute_force(vectors, pks, queries, "L2", 20, valid), 20, "L2")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,8 +100,14 @@ async def replica() -> AsyncIterator[Replica]:
     loader.view = (records, ChannelCheckpoint(vchannel="", pchannel=P0, offset=0, ts=25))
     meta = Meta(info)
     leader = QueryNode(
-        LEADER, DML_TOPIC, meta, tso=None, graceful_time_ms=0, worker=Worker(build_in_background=False), loader=loader
-    )  # type: ignore[arg-type]  # every request here carries its guarantee timestamp
+        LEADER,
+        DML_TOPIC,
+        meta,  # type: ignore[arg-type]  # a fake of the meta cache: what the node reads of it
+        tso=None,  # type: ignore[arg-type]  # every request here carries its guarantee timestamp
+        graceful_time_ms=0,
+        worker=Worker(build_in_background=False),
+        loader=loader,
+    )
     leader.assign({0})
     await leader.recover(P0)
     guests = GuestSegments(PEER, CopyLoader(), meta)  # type: ignore[arg-type]
@@ -148,14 +155,16 @@ def query(info: CollectionInfo, ts: int, flt: str, count: bool = False) -> Query
     )
 
 
-async def answers(r: Replica, queries: np.ndarray, ts: int) -> tuple[object, ...]:
+async def answers(
+    r: Replica, queries: np.ndarray, ts: int
+) -> tuple[list[Any], list[Any], dict[str, list[Any]], dict[str, list[Any]], int]:
     """Everything a client can read at ``ts``, as plain values."""
     (s,) = await r.leader.serve(search(r.info, queries, ts, "age < 40", ["age", "tag"]), True)
     (q,) = await r.leader.serve(query(r.info, ts, "age >= 10 and tag != 't1'"), True)
     (c,) = await r.leader.serve(query(r.info, ts, "", count=True), True)
     for result in (s, q, c):
         assert result.ok, result.reason
-    assert isinstance(s, SearchResult) and isinstance(q, QueryResult)
+    assert isinstance(s, SearchResult) and isinstance(q, QueryResult) and isinstance(c, QueryResult)
     hits = hits_of(s)
     return (
         hits.pks.tolist(),
@@ -227,12 +236,12 @@ async def test_a_worker_behind_its_leader_gets_the_whole_state(replica: Replica)
     moved = next(s for s, n in delegator.placement().items() if n == PEER)
     shadow = delegator.distribution()[moved].shadow
     assert shadow is not None
-    gone = [int(pk) for pk in np.array(shadow.pks_view())[:5]]  # type: ignore[call-overload]
+    gone = [int(pk) for pk in np.array(shadow.pks_view())[:5]]
     await r.apply(encode(delete_event(r.info, gone, ts=31, partition=11, identity="d2")), tick(40))
     shadow.take_sync()  # a sync lost on the way: the worker is a generation behind
     resyncs = r.guests.resyncs
     (s,) = await r.leader.serve(search(r.info, queries, 39), True)
-    assert s.ok and r.guests.resyncs == resyncs + 1
+    assert isinstance(s, SearchResult) and s.ok and r.guests.resyncs == resyncs + 1
     assert not set(hits_of(s).pks.reshape(-1).tolist()) & set(gone)
 
 

@@ -248,7 +248,11 @@ async def test_a_quiet_flag_seen_after_now_means_no_timestamp_below_now_is_in_fl
         for burst in range(120):
             await asyncio.gather(*(oracle.task(stats, (burst + k) % 7) for k in range(burst % 4 + 1)))
             until = clock.t + (burst % 6) * 0.4
-            await eventually("the proxy's fake clock to pass the pause", lambda u=until: clock.t >= u, poll_s=0)
+
+            def passed(u: float = until) -> bool:
+                return clock.t >= u
+
+            await eventually("the proxy's fake clock to pass the pause", passed, poll_s=0)
 
     async def proxy_ticking() -> None:
         while not done.is_set():
