@@ -798,10 +798,11 @@ class GrowingSegment:
         """Top ``top_k`` rows per query among rows visible at ``ts`` and selected by ``mask``.
 
         Planned on the owner's thread, run on any: the arguments are checked and the visible rows
-        taken (a snapshot) now; the plan's ``run`` walks the index and scans the rows exactly,
-        reading only rows below the snapshot's row count, which never change (a reallocation
-        copies them before it publishes the new buffers), and the indexes it took now, which lock
-        themselves. So the owner may go on inserting and deleting while another thread runs the
+        taken (a snapshot: the visibility mask is computed now, so deletes and newer versions
+        applied later do not reach it); the plan's ``run`` walks the index and scans the rows
+        exactly, reading only the vectors, norms and keys of rows below the snapshot's row count,
+        which never change (a reallocation copies them before it publishes the new buffers), and
+        the indexes it took now, which lock themselves. So the owner may go on inserting and deleting while another thread runs the
         plan (the query node runs a heavy one off its event loop, ``agents/querynode/delegator.py``).
 
         ``queries`` (nq, dim) float32 (or one (dim,) vector). Rows the interim index holds are
