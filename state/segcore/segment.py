@@ -802,8 +802,9 @@ class GrowingSegment:
         applied later do not reach it); the plan's ``run`` walks the index and scans the rows
         exactly, reading only the vectors, norms and keys of rows below the snapshot's row count,
         which never change (a reallocation copies them before it publishes the new buffers), and
-        the indexes it took now, which lock themselves. So the owner may go on inserting and deleting while another thread runs the
-        plan (the query node runs a heavy one off its event loop, ``agents/querynode/delegator.py``).
+        the indexes it took now, which lock themselves. So the owner may go on inserting and
+        deleting while another thread runs the plan (the query node runs a heavy one off its event
+        loop, ``agents/querynode/delegator.py``).
 
         ``queries`` (nq, dim) float32 (or one (dim,) vector). Rows the interim index holds are
         searched through it when it exists for ``(field, metric)`` and the filter keeps >=
