@@ -10,7 +10,9 @@ The Milvus gRPC front end (:mod:`frontends.milvus_grpc.service`) serves pymilvus
 ``OspreyAPI`` too. ``tests/integration/test_congruence.py`` runs the same scenarios through the
 in-process client, the REST client and pymilvus and asserts equal answers.
 
-Everywhere: names may be collection names or aliases where Milvus accepts both; ``as_of`` (a TSO
+Everywhere: collection names and aliases live in the client's database (:attr:`db_name`,
+chosen with :meth:`using_database` or :meth:`in_database`); names may be collection names or
+aliases where Milvus accepts both; ``as_of`` (a TSO
 timestamp) reads the meta as it was then, 0 the latest; errors are ``OspreyError``s with a Milvus
 code and a reason naming the field and the rule; ``timeout`` is in seconds, None meaning the
 default of the call (the config's ``load_timeout_s``, ``flush_timeout_s``, ``search_timeout_s``).
@@ -179,7 +181,7 @@ class OspreyAPI(Protocol):
 
     # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
     async def load_collection(
-        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
+        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 0
     ) -> LoadProgress:
         """Serve every partition of the collection with ``replica_number`` replicas (each on other
         query nodes: ResourceGroupNodeNotEnough when fewer are live; a loaded collection keeps its
@@ -198,7 +200,7 @@ class OspreyAPI(Protocol):
         partition_names: Sequence[str],
         timeout: float | None = None,
         wait: bool = True,
-        replica_number: int = 1,
+        replica_number: int = 0,
     ) -> LoadProgress:
         """Serve these partitions too (as :meth:`load_collection`)."""
         ...
@@ -266,15 +268,56 @@ class OspreyAPI(Protocol):
         ``collection_name``, if given, must be the compaction's collection."""
         ...
 
-    # -- databases and health
+    # -- databases (schemas/database.py): every other call names the client's database
+    @property
+    def db_name(self) -> str:
+        """The database this client's calls name (``default`` unless chosen otherwise)."""
+        ...
+
+    async def using_database(self, db_name: str) -> None:
+        """Name ``db_name`` in this client's calls from now on (pymilvus's ``using_database``);
+        DatabaseNotFound (800) if it does not exist, and the client's database stays."""
+        ...
+
+    def in_database(self, db_name: str) -> Self:
+        """A client on the same proxy or connection whose calls name ``db_name`` (not checked:
+        a call in a missing database is DatabaseNotFound). It owns nothing: its ``stop`` does
+        nothing, and it works while this client is started. For servers that take the database
+        per request (the gRPC front end)."""
+        ...
+
+    async def create_database(self, db_name: str, properties: dict[str, Any] | None = None) -> DatabaseInfo:
+        """Milvus's CreateDatabase: a name as for collections (InvalidDatabaseName, 802), not taken
+        ("database already exist"); ``properties`` as in :mod:`schemas.database`. Returns it."""
+        ...
+
+    async def drop_database(self, db_name: str) -> None:
+        """Milvus's DropDatabase: it must hold no collections and not be ``default``; dropping a
+        missing database succeeds."""
+        ...
+
     async def list_databases(self) -> list[str]:
-        """Milvus's ListDatabases: Osprey has one database, ``default``."""
+        """Milvus's ListDatabases: every database's name, ``default`` first (by id)."""
+        ...
+
+    async def list_database_infos(self) -> list[DatabaseInfo]:
+        """:meth:`list_databases` with ids, created timestamps and properties."""
         ...
 
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        """Milvus's DescribeDatabase of ``default`` (or ``""``): id 1, its creation timestamp;
-        another name is DatabaseNotFound (code 800)."""
+        """Milvus's DescribeDatabase (``""``: ``default``): id, created timestamp, properties;
+        DatabaseNotFound (code 800) if there is none."""
         ...
+
+    async def alter_database_properties(self, db_name: str, properties: dict[str, Any]) -> DatabaseInfo:
+        """Milvus's AlterDatabase setting ``properties`` (merged into the database's); returns it."""
+        ...
+
+    async def drop_database_properties(self, db_name: str, property_keys: Sequence[str]) -> DatabaseInfo:
+        """Milvus's AlterDatabase deleting ``property_keys``; returns the database."""
+        ...
+
+    # -- health
 
     async def check_health(self) -> HealthCheck:
         """Milvus's CheckHealth: healthy, or the reasons the proxy cannot serve (Redis or Kafka

@@ -5,11 +5,16 @@ The contract:
 - :class:`frontends.api.OspreyAPI`, as :class:`frontends.inprocess.InProcessClient`: the same
   methods, arguments and return types (the same schema models, ``Hits``, ``InsertResult``, ...),
   rebuilt from the proxy's REST answers (:mod:`frontends.rest`). The calls Milvus's REST lacks
-  (``now``, ``describe_replica``, the InMemory listings) use Osprey's routes; the stream-writer
-  calls send codec frames, as :mod:`spark_streaming.ingest_client` does.
+  (``now``, ``describe_replica``, the InMemory listings, ``list_database_infos``) use Osprey's
+  routes; the stream-writer calls send codec frames, as :mod:`spark_streaming.ingest_client` does.
 - One aiohttp session per client, nothing shared between clients: ``async with Client(config) as c``
   or ``await c.start()`` ... ``await c.stop()``. The address is ``config.proxy_http`` of an
   :class:`OspreyConfig`, or ``host:port`` / ``http://host:port``; default ``OSPREY_PROXY_HTTP``.
+  A view from :meth:`Client.in_database` shares its client's session (it opens and closes nothing).
+- Databases: a client names its database (``db_name``, default ``default``;
+  :meth:`Client.using_database` switches) as ``dbName`` in every body it sends (none when it was
+  never chosen, so an older proxy still answers), and as ``db_name`` of an ``IngestOpen`` that
+  names none.
 - Credentials: ``token`` (``user:password``) is sent on every request as ``Authorization: Bearer
   <token>``. Without one, a client of a config (or of the ``OSPREY_*`` environment) sends the
   config's :func:`schemas.auth.client_token` (the first of ``users`` when
@@ -35,6 +40,7 @@ The contract:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +56,7 @@ from schemas.auth import bearer_headers, client_token
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
+from schemas.database import database_name  # also registers the database errors' codes (800s, 9)
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -284,6 +291,16 @@ def _hits(rows: list[dict[str, Any]], nq: int, entity_pk: str = "") -> SearchRes
     return SearchResults([Hits.of(h) for h in hits])
 
 
+def _database(d: Mapping[str, Any]) -> DatabaseInfo:
+    """A ``databases/describe`` answer (Milvus's ``properties`` as key/value pairs) as :class:`DatabaseInfo`."""
+    return DatabaseInfo(
+        db_name=d["dbName"],
+        db_id=int(d["dbID"]),
+        created_ts=int(d["createdTimestamp"]),
+        properties={str(p["key"]): str(p["value"]) for p in d["properties"]},
+    )
+
+
 def _index_info(d: Mapping[str, Any]) -> IndexInfo:
     return IndexInfo(
         index_id=int(d["indexID"]),
@@ -344,6 +361,7 @@ class Client(OspreyAPI):
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         token: str | None = None,
+        db_name: str = "",
     ) -> None:
         if config_or_address is None:
             config_or_address = OspreyConfig.from_env()
@@ -358,10 +376,13 @@ class Client(OspreyAPI):
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self._db_name = db_name
+        self._root = self  # the client whose session this one uses (another one's for a view)
 
     async def start(self) -> Client:
-        """Open the HTTP session (no request is sent: an absent proxy shows on the first call)."""
-        if self._session is None:
+        """Open the HTTP session (no request is sent: an absent proxy shows on the first call); a
+        view (:meth:`in_database`) opens nothing."""
+        if self._root is self and self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s),
                 headers=bearer_headers(self.token),
@@ -369,6 +390,8 @@ class Client(OspreyAPI):
         return self
 
     async def stop(self) -> None:
+        if self._root is not self:
+            return  # a view: its client's session stays open
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -384,7 +407,10 @@ class Client(OspreyAPI):
         self, path: str, body: dict[str, Any] | BaseModel, parse: Callable[[Answer], T], read_timeout_s: Any = None
     ) -> T:
         """POST ``body`` to ``/v2/vectordb/<path>`` (a dict as JSON, a model as a codec frame, as
-        the stream writers send it); ``parse`` of the answer, or its error raised."""
+        the stream writers send it); ``parse`` of the answer, or its error raised. A dict body names
+        the client's database (``dbName``) unless it names one itself or it is the default one."""
+        if isinstance(body, dict) and self._db_name and "dbName" not in body:
+            body = {**body, "dbName": self._db_name}
         answer = await self._post(path, body, read_timeout_s)
         code = answer.get("code")
         if code != 0:
@@ -402,7 +428,8 @@ class Client(OspreyAPI):
             raise OspreyError(f"unexpected answer to {path} from the proxy at {self.address}: {exc!r}") from None
 
     async def _post(self, path: str, body: dict[str, Any] | BaseModel, read_timeout_s: Any) -> Answer:
-        if self._session is None:
+        session = self._root._session
+        if session is None:
             raise RuntimeError("the client is not started: use `async with Client(...)` or `await client.start()`")
         if isinstance(body, BaseModel):
             payload, content_type = encode(body), "application/octet-stream"
@@ -414,9 +441,7 @@ class Client(OspreyAPI):
         timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=self.connect_timeout_s)
         url = f"{self.url}{API_PREFIX}/{path}"
         try:
-            async with self._session.post(
-                url, data=payload, headers={"Content-Type": content_type}, timeout=timeout
-            ) as resp:
+            async with session.post(url, data=payload, headers={"Content-Type": content_type}, timeout=timeout) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise ServiceUnavailable(f"cannot connect to the proxy at {self.address} ({exc}); {PROXY_HINT}") from None
@@ -586,7 +611,7 @@ class Client(OspreyAPI):
 
     # -- load and release
     async def load_collection(
-        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
+        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 0
     ) -> LoadProgress:
         """With ``wait``, polls until Loaded (RequestTimeout after ``timeout``, default LOAD_WAIT_S)."""
         body = {"collectionName": collection_name, "replicaNumber": replica_number}
@@ -602,7 +627,7 @@ class Client(OspreyAPI):
         partition_names: Sequence[str],
         timeout: float | None = None,
         wait: bool = True,
-        replica_number: int = 1,
+        replica_number: int = 0,
     ) -> LoadProgress:
         body = {
             "collectionName": collection_name,
@@ -700,23 +725,45 @@ class Client(OspreyAPI):
         body = {"compactionID": compaction_id, "collectionName": collection_name}
         return await self._call("collections/get_compaction_state", body, _compaction_state)
 
-    # -- databases and health
+    # -- databases
+    @property
+    def db_name(self) -> str:
+        return database_name(self._db_name)
+
+    async def using_database(self, db_name: str) -> None:
+        await self.describe_database(db_name)  # DatabaseNotFound: the client's database stays
+        self._db_name = db_name
+
+    def in_database(self, db_name: str) -> Client:
+        view = copy.copy(self)  # the same address, token, timeouts and (through _root) session
+        view._db_name = db_name
+        return view
+
+    async def create_database(self, db_name: str, properties: dict[str, Any] | None = None) -> DatabaseInfo:
+        body = {"dbName": db_name, "properties": dict(properties or {})}
+        return await self._call("databases/create", body, lambda a: _database(a["database"]))
+
+    async def drop_database(self, db_name: str) -> None:
+        await self._call("databases/drop", {"dbName": db_name}, _nothing)
+
     async def list_databases(self) -> list[str]:
         return await self._call("databases/list", {}, lambda a: [str(n) for n in a["data"]])
 
+    async def list_database_infos(self) -> list[DatabaseInfo]:
+        return await self._call("databases/show", {}, lambda a: [_database(d) for d in a["data"]])
+
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        return await self._call("databases/describe", {"dbName": db_name}, lambda a: _database(a["data"]))
 
-        def result(answer: Answer) -> DatabaseInfo:
-            d = answer["data"]
-            return DatabaseInfo(
-                db_name=d["dbName"],
-                db_id=int(d["dbID"]),
-                created_ts=int(d["createdTimestamp"]),
-                properties={p["key"]: p["value"] for p in d["properties"]},
-            )
+    async def alter_database_properties(self, db_name: str, properties: dict[str, Any]) -> DatabaseInfo:
+        body = {"dbName": db_name, "properties": dict(properties)}
+        return await self._call("databases/alter", body, lambda a: _database(a["database"]))
 
-        return await self._call("databases/describe", {"dbName": db_name}, result)
+    async def drop_database_properties(self, db_name: str, property_keys: Sequence[str]) -> DatabaseInfo:
+        body = {"dbName": db_name, "propertyKeys": list(property_keys)}
+        return await self._call("databases/drop_properties", body, lambda a: _database(a["database"]))
 
+    # -- health
     async def check_health(self) -> HealthCheck:
 
         def result(answer: Answer) -> HealthCheck:
@@ -877,6 +924,8 @@ class Client(OspreyAPI):
 
     # -- stream writers: the routes the Spark sink uses (spark_streaming/ingest_client.py), as codec frames
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        if not request.db_name:  # the writer named no database: the client's
+            request = request.model_copy(update={"db_name": self._db_name})
         return await self._call("ingest/open", request, lambda a: IngestTarget.model_validate(a["data"]))
 
     async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:

@@ -4,12 +4,15 @@ proxy that runs inside this process.
 An ``InProcessClient`` starts its own :class:`Proxy` (its own node id, lease and tick loop;
 ``async with InProcessClient(config) as c``). The proxy process and the tests use it; code that
 talks to a running proxy uses the thin client, :class:`frontends.client.Client`. Each method
-hands its arguments to the proxy as they are: the proxy checks them.
+hands its arguments to the proxy as they are, with the client's database (``db_name``): the
+proxy checks them. :meth:`InProcessClient.in_database` gives a view of the same proxy naming
+another database (the REST and gRPC front ends take the database per request).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +21,7 @@ from frontends.api import OspreyAPI
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
+from schemas.database import database_name
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import RequestTimeout
 from schemas.health import HealthCheck
@@ -38,18 +42,23 @@ from state.readpath.read_params import QueryParams, SearchParams
 
 
 class InProcessClient(OspreyAPI):
-    """OspreyAPI on a :class:`Proxy` of this process (:attr:`proxy`, for its status document)."""
+    """OspreyAPI on a :class:`Proxy` of this process (:attr:`proxy`, for its status document),
+    naming database ``db_name`` (``""``: default) in its calls."""
 
-    def __init__(self, config: OspreyConfig | None = None) -> None:
+    def __init__(self, config: OspreyConfig | None = None, db_name: str = "") -> None:
         self.config = config or OspreyConfig.from_env()
         self.proxy = Proxy(self.config)
+        self._db_name = db_name
+        self._owns_proxy = True  # False in a view (in_database): start and stop leave the proxy alone
 
     async def start(self) -> InProcessClient:
-        await self.proxy.start()
+        if self._owns_proxy:
+            await self.proxy.start()
         return self
 
     async def stop(self) -> None:
-        await self.proxy.stop()
+        if self._owns_proxy:
+            await self.proxy.stop()
 
     async def __aenter__(self) -> InProcessClient:
         return await self.start()
@@ -61,7 +70,43 @@ class InProcessClient(OspreyAPI):
         return await self.proxy.tso.now()
 
     async def _call(self, kind: type[ddl.DdlEvent], **fields: Any) -> Any:
-        return await self.proxy.submit(kind, **fields)
+        return await self.proxy.submit(kind, db_name=self._db_name, **fields)
+
+    # -- databases
+    @property
+    def db_name(self) -> str:
+        return database_name(self._db_name)
+
+    async def using_database(self, db_name: str) -> None:
+        await self.proxy.describe_database(db_name)  # DatabaseNotFound: the client's database stays
+        self._db_name = db_name
+
+    def in_database(self, db_name: str) -> InProcessClient:
+        view = copy.copy(self)  # the same proxy and config; no Proxy is made
+        view._db_name = db_name
+        view._owns_proxy = False
+        return view
+
+    async def create_database(self, db_name: str, properties: dict[str, Any] | None = None) -> DatabaseInfo:
+        return await self.proxy.create_database(db_name, properties)
+
+    async def drop_database(self, db_name: str) -> None:
+        await self.proxy.drop_database(db_name)
+
+    async def list_databases(self) -> list[str]:
+        return [d.db_name for d in await self.proxy.list_databases()]
+
+    async def list_database_infos(self) -> list[DatabaseInfo]:
+        return await self.proxy.list_databases()
+
+    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        return await self.proxy.describe_database(db_name)
+
+    async def alter_database_properties(self, db_name: str, properties: dict[str, Any]) -> DatabaseInfo:
+        return await self.proxy.alter_database(db_name, properties=properties)
+
+    async def drop_database_properties(self, db_name: str, property_keys: Sequence[str]) -> DatabaseInfo:
+        return await self.proxy.alter_database(db_name, delete_keys=list(property_keys))
 
     # -- collections
     async def create_collection(
@@ -146,25 +191,27 @@ class InProcessClient(OspreyAPI):
 
     # -- data
     async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
-        return await self.proxy.insert(collection_name, data, partition_name)
+        return await self.proxy.insert(collection_name, data, partition_name, db_name=self._db_name)
 
     async def delete(
         self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
     ) -> DeleteResult:
-        return await self.proxy.delete(collection_name, ids=ids, filter=filter, partition_name=partition_name)
+        return await self.proxy.delete(
+            collection_name, ids=ids, filter=filter, partition_name=partition_name, db_name=self._db_name
+        )
 
     async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
-        return await self.proxy.upsert(collection_name, data, partition_name)
+        return await self.proxy.upsert(collection_name, data, partition_name, db_name=self._db_name)
 
     # -- load and release (Milvus's semantics: a search or query needs the collection loaded)
     async def load_collection(
-        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 1
+        self, collection_name: str, timeout: float | None = None, wait: bool = True, replica_number: int = 0
     ) -> LoadProgress:
-        await self.proxy.load(ddl.LoadCollection, collection_name, replica_number=replica_number)
+        await self.proxy.load(ddl.LoadCollection, collection_name, db_name=self._db_name, replica_number=replica_number)
         return await self._progress(collection_name, timeout, wait)
 
     async def release_collection(self, collection_name: str) -> None:
-        await self.proxy.load(ddl.ReleaseCollection, collection_name)
+        await self.proxy.load(ddl.ReleaseCollection, collection_name, db_name=self._db_name)
 
     async def load_partitions(
         self,
@@ -172,68 +219,70 @@ class InProcessClient(OspreyAPI):
         partition_names: Sequence[str],
         timeout: float | None = None,
         wait: bool = True,
-        replica_number: int = 1,
+        replica_number: int = 0,
     ) -> LoadProgress:
         await self.proxy.load(
-            ddl.LoadPartitions, collection_name, partition_names=list(partition_names), replica_number=replica_number
+            ddl.LoadPartitions,
+            collection_name,
+            db_name=self._db_name,
+            partition_names=list(partition_names),
+            replica_number=replica_number,
         )
         return await self._progress(collection_name, timeout, wait)
 
     async def release_partitions(self, collection_name: str, partition_names: Sequence[str]) -> None:
-        await self.proxy.load(ddl.ReleasePartitions, collection_name, partition_names=list(partition_names))
+        await self.proxy.load(
+            ddl.ReleasePartitions, collection_name, db_name=self._db_name, partition_names=list(partition_names)
+        )
 
     async def get_load_state(self, collection_name: str, partition_names: Sequence[str] | None = None) -> LoadProgress:
-        return await self.proxy.loading_progress(collection_name, partition_names)
+        return await self.proxy.loading_progress(collection_name, partition_names, db_name=self._db_name)
 
     async def describe_replica(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
-        return await self.proxy.replicas(collection_name, collection_id)
+        return await self.proxy.replicas(collection_name, collection_id, db_name=self._db_name)
 
     async def list_loaded_collections(self, collection_names: Sequence[str] | None = None) -> list[LoadProgress]:
-        return await self.proxy.loaded_collections(list(collection_names or ()))
+        return await self.proxy.loaded_collections(list(collection_names or ()), db_name=self._db_name)
 
     async def list_loaded_partitions(
         self, collection_name: str, partition_names: Sequence[str] | None = None
     ) -> list[LoadProgress]:
-        return await self.proxy.loaded_partitions(collection_name, list(partition_names or ()))
+        return await self.proxy.loaded_partitions(collection_name, list(partition_names or ()), db_name=self._db_name)
 
     async def _progress(self, collection_name: str, timeout: float | None, wait: bool) -> LoadProgress:
         if not wait:
-            return await self.proxy.loading_progress(collection_name)
-        return await self.proxy.wait_loaded(collection_name, timeout or self.proxy.config.load_timeout_s)
+            return await self.proxy.loading_progress(collection_name, db_name=self._db_name)
+        return await self.proxy.wait_loaded(
+            collection_name, timeout or self.proxy.config.load_timeout_s, db_name=self._db_name
+        )
 
     async def get_collection_stats(self, collection_name: str) -> CollectionStats:
-        return await self.proxy.collection_stats(collection_name)
+        return await self.proxy.collection_stats(collection_name, db_name=self._db_name)
 
     async def get_partition_stats(self, collection_name: str, partition_name: str) -> CollectionStats:
-        return await self.proxy.collection_stats(collection_name, [partition_name])
+        return await self.proxy.collection_stats(collection_name, [partition_name], db_name=self._db_name)
 
     async def get_flush_state(self, collection_name: str, segment_ids: Sequence[int], flush_ts: int = 0) -> FlushState:
-        return await self.proxy.flush_state(collection_name, list(segment_ids), flush_ts)
+        return await self.proxy.flush_state(collection_name, list(segment_ids), flush_ts, db_name=self._db_name)
 
     async def flush(self, collection_name: str, timeout: float | None = None) -> FlushResult:
         if timeout is None:
-            return await self.proxy.flush(collection_name)
+            return await self.proxy.flush(collection_name, db_name=self._db_name)
         try:
             async with asyncio.timeout(timeout):
-                return await self.proxy.flush(collection_name)
+                return await self.proxy.flush(collection_name, db_name=self._db_name)
         except TimeoutError:
             raise RequestTimeout(
                 f"flush of {collection_name} did not finish within {timeout:g} s; it goes on"
             ) from None
 
     async def compact(self, collection_name: str, wait: bool = True, timeout: float | None = None) -> CompactionState:
-        return await self.proxy.compact(collection_name, wait, timeout)
+        return await self.proxy.compact(collection_name, wait, timeout, db_name=self._db_name)
 
     async def get_compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
-        return await self.proxy.compaction_state(compaction_id, collection_name)
+        return await self.proxy.compaction_state(compaction_id, collection_name, db_name=self._db_name)
 
-    # -- databases and health
-    async def list_databases(self) -> list[str]:
-        return [(await self.proxy.describe_database()).db_name]
-
-    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        return await self.proxy.describe_database(db_name)
-
+    # -- health
     async def check_health(self) -> HealthCheck:
         return await self.proxy.check_health()
 
@@ -247,24 +296,28 @@ class InProcessClient(OspreyAPI):
         wait: bool = False,
         timeout: float | None = None,
     ) -> IndexInfo:
-        return await self.proxy.create_index(collection_name, field_name, index_params, index_name, wait, timeout)
+        return await self.proxy.create_index(
+            collection_name, field_name, index_params, index_name, wait, timeout, db_name=self._db_name
+        )
 
     async def describe_index(
         self, collection_name: str, index_name: str = "", field_name: str = "", timestamp: int = 0
     ) -> IndexDescription:
-        return await self.proxy.index_state(collection_name, index_name, field_name, timestamp)
+        return await self.proxy.index_state(collection_name, index_name, field_name, timestamp, db_name=self._db_name)
 
     async def describe_indexes(self, collection_name: str, timestamp: int = 0) -> list[IndexDescription]:
-        return await self.proxy.describe_index(collection_name, state_ts=timestamp)
+        return await self.proxy.describe_index(collection_name, state_ts=timestamp, db_name=self._db_name)
 
     async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
-        return await self.proxy.list_indexes(collection_name, field_name)
+        return await self.proxy.list_indexes(collection_name, field_name, db_name=self._db_name)
 
     async def get_index_state(self, collection_name: str, index_name: str = "", field_name: str = "") -> str:
-        return (await self.proxy.index_state(collection_name, index_name, field_name)).state.value
+        return (
+            await self.proxy.index_state(collection_name, index_name, field_name, db_name=self._db_name)
+        ).state.value
 
     async def get_index_build_progress(self, collection_name: str, index_name: str = "") -> dict[str, int]:
-        state = await self.proxy.index_state(collection_name, index_name)
+        state = await self.proxy.index_state(collection_name, index_name, db_name=self._db_name)
         return {
             "total_rows": state.total_rows,
             "indexed_rows": state.indexed_rows,
@@ -274,13 +327,15 @@ class InProcessClient(OspreyAPI):
     async def wait_for_index_building_complete(
         self, collection_name: str, index_name: str = "", timeout: float | None = None
     ) -> IndexDescription:
-        return await self.proxy.wait_index(collection_name, index_name, timeout)
+        return await self.proxy.wait_index(collection_name, index_name, timeout, db_name=self._db_name)
 
     async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
-        return await self.proxy.drop_index(collection_name, index_name, field_name)
+        return await self.proxy.drop_index(collection_name, index_name, field_name, db_name=self._db_name)
 
     # -- stream writers (the Spark sink, spark_streaming/): see schemas/ingest.py
     async def ingest_open(self, request: IngestOpen) -> IngestTarget:
+        if not request.db_name:  # the writer named no database: the client's
+            request = request.model_copy(update={"db_name": self._db_name})
         return await self.proxy.ingest_open(request)
 
     async def ingest(self, chunk: IngestChunk) -> IngestChunkReply:
@@ -323,6 +378,7 @@ class InProcessClient(OspreyAPI):
                 timeout=timeout,
                 offset=offset,
                 round_decimal=round_decimal,
+                db_name=self._db_name,
             )
         )
 
@@ -351,6 +407,7 @@ class InProcessClient(OspreyAPI):
                 consistency_level=consistency_level,
                 guarantee_timestamp=guarantee_timestamp,
                 timeout=timeout,
+                db_name=self._db_name,
             )
         )
 

@@ -2,7 +2,8 @@
 
 One model per request kind and one per reply kind. Every request carries ``request_id`` (unique,
 increasing per ``proxy_id``), ``proxy_id`` (the publisher; (proxy_id, request_id) identifies a
-request for deduplication) and ``ts`` (the TSO timestamp the proxy tagged it with on enqueue).
+request for deduplication), ``ts`` (the TSO timestamp the proxy tagged it with on enqueue) and
+``db_name``: the database its names live in, or the database it acts on (``""``: default).
 Read requests carry ``as_of``: 0 reads the latest meta, a timestamp reads the meta as of then.
 Events are JSON on the wire (they are small and carry no vectors).
 """
@@ -15,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel
 from schemas.index import IndexInfo
-from schemas.meta import AliasDescription, CollectionBrief, CollectionDescription, LoadInfo, PartitionInfo
+from schemas.meta import (
+    AliasDescription,
+    CollectionBrief,
+    CollectionDescription,
+    DatabaseInfo,
+    LoadInfo,
+    PartitionInfo,
+)
 
 MAX_SHARDS_NUM = 16
 
@@ -26,6 +34,7 @@ class DdlEvent(BaseModel):
     request_id: int = Field(ge=1)
     proxy_id: int = Field(ge=0)
     ts: int = Field(ge=1, description="TSO timestamp tagged on enqueue")
+    db_name: str = Field("", description='the database the request names things in or acts on ("": default)')
 
     @property
     def is_read(self) -> bool:
@@ -38,6 +47,34 @@ class _ReadEvent(DdlEvent):
     @property
     def is_read(self) -> bool:
         return True
+
+
+# -- databases (Milvus 2.6's CreateDatabase & co.; ``db_name`` is the database acted on)
+class CreateDatabase(DdlEvent):
+    kind: Literal["CreateDatabase"] = "CreateDatabase"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class DropDatabase(DdlEvent):
+    """Dropping a database that does not exist succeeds (Milvus); one holding collections does not."""
+
+    kind: Literal["DropDatabase"] = "DropDatabase"
+
+
+class AlterDatabase(DdlEvent):
+    """Set ``properties`` or remove ``delete_keys`` (one of the two, as Milvus)."""
+
+    kind: Literal["AlterDatabase"] = "AlterDatabase"
+    properties: dict[str, str] = Field(default_factory=dict)
+    delete_keys: list[str] = Field(default_factory=list)
+
+
+class DescribeDatabase(_ReadEvent):
+    kind: Literal["DescribeDatabase"] = "DescribeDatabase"
+
+
+class ListDatabases(_ReadEvent):
+    kind: Literal["ListDatabases"] = "ListDatabases"
 
 
 # -- collections
@@ -102,13 +139,16 @@ class ShowPartitions(_ReadEvent):
 
 
 # -- load and release (Milvus's LoadCollection & co., kept in the meta: LoadInfo)
+REPLICA_NUMBER_DESCRIPTION = "replicas to serve it; 0: its database's database.replica.number, else 1"
+
+
 class LoadCollection(DdlEvent):
     """Serve every partition of the collection (those created later too) with ``replica_number``
     replicas (a loaded collection keeps its number until released, as in Milvus)."""
 
     kind: Literal["LoadCollection"] = "LoadCollection"
     collection_name: str
-    replica_number: int = Field(1, ge=1)
+    replica_number: int = Field(0, ge=0, description=REPLICA_NUMBER_DESCRIPTION)
 
 
 class ReleaseCollection(DdlEvent):
@@ -124,7 +164,7 @@ class LoadPartitions(DdlEvent):
     kind: Literal["LoadPartitions"] = "LoadPartitions"
     collection_name: str
     partition_names: list[str] = Field(min_length=1)
-    replica_number: int = Field(1, ge=1)
+    replica_number: int = Field(0, ge=0, description=REPLICA_NUMBER_DESCRIPTION)
 
 
 class ReleasePartitions(DdlEvent):
@@ -198,7 +238,12 @@ class DescribeIndex(_ReadEvent):
 
 
 DdlRequest = Annotated[
-    CreateCollection
+    CreateDatabase
+    | DropDatabase
+    | AlterDatabase
+    | DescribeDatabase
+    | ListDatabases
+    | CreateCollection
     | DropCollection
     | HasCollection
     | DescribeCollection
@@ -234,7 +279,8 @@ class DdlReply(BaseModel):
     error (:func:`schemas.errors.from_status`).
 
     ``ts`` is the write's timestamp for a change, the read timestamp for a read.
-    ``invalidate`` lists the collection ids whose cached meta this change made stale.
+    ``invalidate`` lists the collection ids whose cached meta this change made stale, and
+    ``invalidate_databases`` the database ids whose record it changed.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -247,10 +293,29 @@ class DdlReply(BaseModel):
     field: str = Field("", description="on an error about one request field: the field")
     rule: str = Field("", description="on an error about one request field: the rule it broke")
     invalidate: list[int] = []
+    invalidate_databases: list[int] = []
 
     @property
     def ok(self) -> bool:
         return self.code == 0
+
+
+class DatabaseReply(DdlReply):
+    """Reply to CreateDatabase, DropDatabase and AlterDatabase: the database after it (None: it
+    does not exist, e.g. dropped)."""
+
+    kind: Literal["DatabaseReply"] = "DatabaseReply"
+    database: DatabaseInfo | None = None
+
+
+class DescribeDatabaseReply(DdlReply):
+    kind: Literal["DescribeDatabaseReply"] = "DescribeDatabaseReply"
+    database: DatabaseInfo | None = None
+
+
+class ListDatabasesReply(DdlReply):
+    kind: Literal["ListDatabasesReply"] = "ListDatabasesReply"
+    databases: list[DatabaseInfo] = []
 
 
 class CreateCollectionReply(DdlReply):
@@ -346,7 +411,10 @@ class ErrorReply(DdlReply):
 
 
 AnyDdlReply = Annotated[
-    CreateCollectionReply
+    DatabaseReply
+    | DescribeDatabaseReply
+    | ListDatabasesReply
+    | CreateCollectionReply
     | DropCollectionReply
     | HasReply
     | DescribeCollectionReply
@@ -365,6 +433,11 @@ AnyDdlReply = Annotated[
 DDL_REPLY = TypeAdapter(AnyDdlReply)
 
 REPLY_TYPE: dict[str, type[DdlReply]] = {
+    "CreateDatabase": DatabaseReply,
+    "DropDatabase": DatabaseReply,
+    "AlterDatabase": DatabaseReply,
+    "DescribeDatabase": DescribeDatabaseReply,
+    "ListDatabases": ListDatabasesReply,
     "CreateCollection": CreateCollectionReply,
     "DropCollection": DropCollectionReply,
     "HasCollection": HasReply,

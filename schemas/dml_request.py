@@ -49,6 +49,7 @@ class DmlRequest(BaseModel):
         pattern=REQUEST_ID_PATTERN, max_length=MAX_REQUEST_ID_CHARS, description="idempotency key, unique per request"
     )
     collection: str = Field(min_length=1, max_length=255)
+    database: str = Field("", max_length=255, description='the database of collection ("": default)')
     partition: str = Field("", max_length=255)
     rows: list[dict[str, Any]] | None = None
     arrow: Blob | None = None

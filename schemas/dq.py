@@ -35,6 +35,7 @@ class _Request(_Event):
     ts: int = Field(0, ge=0, description="TSO timestamp of the request (0: not stamped)")
     collection_id: int = Field(0, ge=0, description="set by the proxy; 0 means: resolve collection_name")
     collection_name: str = Field("", description="collection name or alias, for requests published directly")
+    db_name: str = Field("", description='the database of collection_name ("": default)')
     vchannels: list[str] = Field(default_factory=list, description="shards to answer for; empty = every shard")
     partition_ids: list[int] = Field(default_factory=list, description="partitions to read; empty = all")
     partition_names: list[str] = Field(default_factory=list, description="resolved to partition_ids by the query node")

@@ -46,6 +46,7 @@ class IngestOpen(_Model):
 
     collection_name: str
     partition_name: str = ""
+    db_name: str = Field("", description='the database of collection_name ("": default)')
     arrow_schema: Blob
     mode: IngestMode = "insert"
 

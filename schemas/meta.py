@@ -7,7 +7,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from schemas.collection import CollectionSchema, ConsistencyLevel
-from schemas.errors import DatabaseNotFound, PartitionNotFound
+from schemas.database import DEFAULT_DATABASE_ID, DEFAULT_DATABASE_NAME, DEFAULT_RESOURCE_GROUP
+from schemas.errors import PartitionNotFound
 from schemas.index import IndexInfo
 
 DEFAULT_PARTITION_NAME = "_default"
@@ -18,9 +19,11 @@ class _Record(BaseModel):
 
 
 class CollectionInfo(_Record):
-    """A collection as the meta table holds it. ``vchannels[i]`` is mapped to ``pchannels[i]``."""
+    """A collection as the meta table holds it. ``vchannels[i]`` is mapped to ``pchannels[i]``.
+    ``db_id``: the database it lives in (its name is unique there)."""
 
     collection_id: int
+    db_id: int = DEFAULT_DATABASE_ID
     collection_name: str
     collection_schema: CollectionSchema
     shards_num: int
@@ -45,6 +48,7 @@ class AliasInfo(_Record):
     collection_id: int
     created_ts: int
     updated_ts: int
+    db_id: int = DEFAULT_DATABASE_ID  # an alias lives in its collection's database
 
 
 class LoadInfo(_Record):
@@ -72,6 +76,7 @@ class CollectionDescription(_Record):
     aliases: list[str]
     load: LoadInfo | None = None
     indexes: list[IndexInfo] = []
+    db_name: str = DEFAULT_DATABASE_NAME
 
     def index_of(self, field_name: str) -> IndexInfo | None:
         """The index on ``field_name`` (a field has at most one), if any."""
@@ -128,9 +133,6 @@ class LoadProgress(_Record):
     refresh_progress: int = 0
 
 
-DEFAULT_RESOURCE_GROUP = "__default_resource_group"  # Milvus's name for the group every node is in
-
-
 class ShardReplica(_Record):
     """One shard of a replica (Milvus's ShardReplica): its vchannel, the query node that leads
     it (the delegator: consumes the vchannel and routes its searches) and the nodes serving it."""
@@ -155,29 +157,11 @@ class ReplicaInfo(_Record):
     resource_group: str = DEFAULT_RESOURCE_GROUP
 
 
-DEFAULT_DATABASE_NAME = "default"
-DEFAULT_DATABASE_ID = 1  # Milvus's util.DefaultDBID
-OTHER_DATABASES = "databases other than default (Osprey has one database, default)"
-
-
-def is_default_database(db_name: object) -> bool:
-    """``""`` and ``default`` name Osprey's one database (the ORM sends ``default``, MilvusClient ``""``)."""
-    return db_name in ("", DEFAULT_DATABASE_NAME)
-
-
-def check_database(db_name: str) -> None:
-    """The rule every front end applies to a database name: another than the default one is
-    Milvus's database-not-found (code 800), saying Osprey does not have it yet."""
-    if not is_default_database(db_name):
-        raise DatabaseNotFound(
-            f"database not found[database={db_name}]: {OTHER_DATABASES}: not supported by Osprey yet"
-        )
-
-
 class DatabaseInfo(_Record):
-    """DescribeDatabase / ListDatabases: Osprey has one database, ``default``. ``created_ts`` is the
-    TSO timestamp the rootcoord recorded when it first started on this cluster's meta (0: never
-    recorded, see ``state/meta/database.py``)."""
+    """A database (DescribeDatabase / ListDatabases): ``created_ts`` is the TSO timestamp of the
+    meta write that created it (the default database: of the rootcoord's first start on this
+    cluster's meta; 0 in a view of the meta from before that); ``properties`` as stored
+    (:mod:`schemas.database`)."""
 
     db_name: str
     db_id: int

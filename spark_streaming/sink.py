@@ -7,7 +7,8 @@ Register it first (``spark.dataSource.register(OspreyDataSource)``, done by
 :func:`spark_streaming.session.spark_session`). Options:
 
 - ``collection`` (required): collection name or alias, resolved to its id once, when the query
-  plans its writer; ``partition``: partition name (default ``_default``);
+  plans its writer; ``partition``: partition name (default ``_default``); ``database``: the
+  database the collection is in (default ``default``);
 - ``proxy``: the proxy's REST address (default ``OSPREY_PROXY_HTTP``, else 127.0.0.1:19121);
 - ``token``: ``user:password`` sent to a proxy that requires credentials (default: the first of
   ``OSPREY_USERS`` when ``OSPREY_AUTHORIZATION_ENABLED``, see :func:`schemas.auth.client_token`);
@@ -100,6 +101,7 @@ class SinkOptions:
     in_flight: int
     mode: IngestMode = "insert"
     token: str | None = field(default=None, repr=False)  # user:password for a proxy requiring credentials
+    database: str = ""  # "": default
 
     @classmethod
     def of(cls, options: Any) -> SinkOptions:
@@ -117,17 +119,26 @@ class SinkOptions:
             in_flight=max(1, int(options.get("inFlight", DEFAULT_IN_FLIGHT))),
             mode=sink_mode(options.get("mode")),
             token=options.get("token") or client_token(OspreyConfig.from_env()),
+            database=options.get("database", ""),
         )
 
 
 def open_target(options: SinkOptions, schema: StructType) -> IngestTarget:
     """Resolve the collection at the proxy and check ``schema`` against it (raises the proxy's
     InvalidParameter naming the field and the rule)."""
-    return open_at(options.proxy, options.token, options.collection, options.partition, options.mode, schema)
+    return open_at(
+        options.proxy, options.token, options.collection, options.partition, options.mode, schema, options.database
+    )
 
 
 def open_at(
-    proxy: str, token: str | None, collection: str, partition: str, mode: IngestMode, schema: StructType
+    proxy: str,
+    token: str | None,
+    collection: str,
+    partition: str,
+    mode: IngestMode,
+    schema: StructType,
+    database: str = "",
 ) -> IngestTarget:
     """:func:`open_target` without the sink's other options: the proxy's ingest-open route, which
     resolves the names and checks ``schema`` for ``mode`` and writes nothing."""
@@ -136,6 +147,7 @@ def open_at(
             IngestOpen(
                 collection_name=collection,
                 partition_name=partition,
+                db_name=database,
                 arrow_schema=arrow_schema_bytes(schema),
                 mode=mode,
             )

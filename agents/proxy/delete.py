@@ -30,6 +30,7 @@ from agents.proxy.interfaces import DeleteHost
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.collection import DataType
+from schemas.database import check_writing_allowed
 from schemas.dml import ALL_PARTITIONS, MAX_EVENT_BYTES, Column, DeleteEvent, DeleteResult
 from schemas.errors import InvalidParameter
 from schemas.meta import CollectionInfo
@@ -154,10 +155,12 @@ class DeleteTask(Task[DeleteResult]):
         ids: Sequence[Any] | None = None,
         filter: str = "",
         partition_name: str = "",
+        db_name: str = "",
     ) -> None:
         super().__init__()
         self.host = host
         self.collection_name = collection_name
+        self.db_name = db_name
         self.ids = ids
         self.filter = filter or ""
         self.partition_name = partition_name or ""
@@ -170,7 +173,8 @@ class DeleteTask(Task[DeleteResult]):
     async def pre_execute(self) -> None:
         if (self.ids is None) == (not self.filter.strip()):
             raise InvalidParameter("filter", "give exactly one of ids and filter (a delete names the rows it deletes)")
-        desc = await self.host.cache.get(self.collection_name)
+        check_writing_allowed(await self.host.cache.database(self.db_name))
+        desc = await self.host.cache.get(self.collection_name, self.db_name)
         self.info = desc.info
         self.partition_id = ALL_PARTITIONS
         if self.partition_name:
@@ -219,6 +223,8 @@ class DeleteTask(Task[DeleteResult]):
                 output_fields=[],
                 partition_names=[self.partition_name] if self.partition_name else None,
                 guarantee_timestamp=read_ts,
+                db_name=self.db_name,
+                internal=True,
             )
         )
         values = rows.columns[pk.name]  # the keys as the shards sent them: no row is made

@@ -53,6 +53,7 @@ from agents.proxy.json_rows import JsonRowsTask
 from agents.proxy.visibility import VisibilityProbe, wait_visible_through
 from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
+from schemas.database import check_writing_allowed
 from schemas.dml_request import MAX_REQUEST_ID_CHARS, REQUEST_ID_PATTERN, DmlRequest, DmlResult
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.ingest import DeadLetter, IngestChunk
@@ -109,10 +110,15 @@ async def apply_request(proxy: Any, request: DmlRequest, source: str) -> DmlResu
     """Apply ``request`` through ``proxy`` (an :class:`~agents.proxy.proxy.Proxy`): a delete as a
     client delete, an insert or upsert as an ingest chunk under the request's identity (JSON rows
     through :class:`JsonRowsTask`). Raises the request's OspreyError if it fails as a whole."""
-    desc = await proxy.cache.get(request.collection)
+    check_writing_allowed(await proxy.cache.database(request.database))
+    desc = await proxy.cache.get(request.collection, request.database)
     if request.op == "delete":
         deleted = await proxy.delete(
-            request.collection, ids=request.ids, filter=request.filter, partition_name=request.partition
+            request.collection,
+            ids=request.ids,
+            filter=request.filter,
+            partition_name=request.partition,
+            db_name=request.database,
         )
         ts, count, rejected, ids = deleted.timestamp, deleted.delete_count, 0, list(deleted.primary_keys)
     else:

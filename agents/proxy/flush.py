@@ -41,16 +41,17 @@ def unflushed_before(allocated: list[dict[str, str | int]], collection_id: int, 
 class FlushTask(Task[FlushResult]):
     name = "Flush"
 
-    def __init__(self, host: FlushHost, collection_name: str) -> None:
+    def __init__(self, host: FlushHost, collection_name: str, db_name: str = "") -> None:
         super().__init__()
         self.host = host
         self.collection_name = collection_name
+        self.db_name = db_name
         self.collection_id = 0
         self.segment_ids: list[int] = []
         self.records: list[SegmentInfo] = []
 
     async def pre_execute(self) -> None:
-        desc = await self.host.cache.get(self.collection_name)
+        desc = await self.host.cache.get(self.collection_name, self.db_name)
         self.collection_id = desc.info.collection_id
 
     async def execute(self) -> None:

@@ -49,6 +49,7 @@ from agents.proxy.task import Task
 from agents.proxy.upsert import UpsertPlan
 from schemas.codec import encode
 from schemas.collection import CollectionSchema
+from schemas.database import check_writing_allowed
 from schemas.errors import PartitionNotFound
 from schemas.ingest import DeadLetter, IngestChunk, IngestChunkReply, IngestOpen, IngestTarget
 from schemas.meta import DEFAULT_PARTITION_NAME
@@ -60,7 +61,8 @@ from state.meta.tso import TimestampOracle
 async def open_target(cache: MetaCache, request: IngestOpen) -> IngestTarget:
     """Resolve the collection (name or alias) and partition to ids and check the writer's Arrow
     schema against the collection: InvalidParameter naming the field before any row is sent."""
-    desc = await cache.get(request.collection_name)
+    check_writing_allowed(await cache.database(request.db_name))
+    desc = await cache.get(request.collection_name, request.db_name)
     name = request.partition_name or DEFAULT_PARTITION_NAME
     partition_id = desc.partition_id(name, request.collection_name)
     check_arrow_schema(

@@ -30,6 +30,7 @@ from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import InsertHost
 from agents.proxy.task import Task
 from schemas.codec import encode
+from schemas.database import check_writing_allowed
 from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult
 from schemas.errors import InvalidParameter
 from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
@@ -171,10 +172,13 @@ class InsertTask(Task[InsertResult]):
 
     name = "Insert"
 
-    def __init__(self, host: InsertHost, collection_name: str, data: Any, partition_name: str = "") -> None:
+    def __init__(
+        self, host: InsertHost, collection_name: str, data: Any, partition_name: str = "", db_name: str = ""
+    ) -> None:
         super().__init__()
         self.host = host
         self.collection_name = collection_name
+        self.db_name = db_name
         self.data = data
         self.partition_name = partition_name or DEFAULT_PARTITION_NAME
         self.pipeline: InsertPipeline | None = None
@@ -184,7 +188,8 @@ class InsertTask(Task[InsertResult]):
         self.request_id = await ids.alloc()
 
     async def pre_execute(self) -> None:
-        desc = await self.host.cache.get(self.collection_name)
+        check_writing_allowed(await self.host.cache.database(self.db_name))
+        desc = await self.host.cache.get(self.collection_name, self.db_name)
         partition_id = desc.partition_id(self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
         self.pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)

@@ -24,6 +24,7 @@ from schemas.errors import CollectionNotFound, CollectionNotLoaded, PartitionNot
 from schemas.meta import (
     CollectionDescription,
     CollectionInfo,
+    DatabaseInfo,
     LoadInfo,
     LoadProgress,
     LoadState,
@@ -197,25 +198,31 @@ def loading_progress(
 
 def loaded_collections(
     view: MetaView,
+    db: DatabaseInfo,
     claims: Claims,
     reports: Mapping[int, QueryNodeHealth],
     segments: Sequence[SegmentInfo],
     names: Sequence[str] = (),
 ) -> list[LoadProgress]:
-    """ShowCollections InMemory: the progress of every loaded collection of ``view`` (by id), or of
-    the collections ``names`` (names or aliases, in that order), each of which must exist
-    (CollectionNotFound) and be loaded (CollectionNotLoaded), as Milvus's querycoord answers."""
+    """ShowCollections InMemory: the progress of every loaded collection of database ``db`` in
+    ``view`` (by id), or of the collections ``names`` (names or aliases, in that order), each of
+    which must exist (CollectionNotFound) and be loaded (CollectionNotLoaded), as Milvus's
+    querycoord answers."""
     if names:
         infos = []
         for name in names:
-            info = view.resolve(name)
+            info = view.resolve(db.db_id, name)
             if info is None:
-                raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
+                raise CollectionNotFound(f"collection not found[database={db.db_name}][collection={name}]")
             if info.collection_id not in view.loads:
                 raise CollectionNotLoaded(f"collection not loaded[collection={name}]")
             infos.append(info)
     else:
-        infos = [view.collections[cid] for cid in sorted(view.loads) if cid in view.collections]
+        infos = [
+            view.collections[cid]
+            for cid in sorted(view.loads)
+            if cid in view.collections and view.collections[cid].db_id == db.db_id
+        ]
     return [
         loading_progress(info, view.loads[info.collection_id], claims, reports, segments=segments) for info in infos
     ]

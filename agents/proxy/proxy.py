@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -47,6 +47,7 @@ from agents.service import OnCrash, Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
+from schemas.database import DatabaseProperties, property_value
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
 from schemas.errors import (
@@ -60,8 +61,6 @@ from schemas.health import HealthCheck
 from schemas.index import IndexDescription, IndexInfo, IndexState
 from schemas.ingest import IngestChunk, IngestChunkReply, IngestCommit, IngestOpen, IngestTarget
 from schemas.meta import (
-    DEFAULT_DATABASE_ID,
-    DEFAULT_DATABASE_NAME,
     CollectionInfo,
     DatabaseInfo,
     LoadInfo,
@@ -69,13 +68,11 @@ from schemas.meta import (
     LoadState,
     PartitionInfo,
     ReplicaInfo,
-    check_database,
 )
 from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState, SegmentState
 from schemas.status import DataNodeHealth, DmlRequestsHealth, PchanStatsHealth, ProxyHealth, QueryNodeHealth
 from state.meta.compaction_requests import CompactionRequests, CompactionTarget, summarize
-from state.meta.database import DatabaseRecords
 from state.meta.idalloc import IdAllocator
 from state.meta.index_tasks import IndexTaskStore
 from state.meta.ingest_log import IngestLog
@@ -227,7 +224,6 @@ class Proxy(Service):
         self.ingest_log = IngestLog(self.redis, ns)
         self.compaction_requests = CompactionRequests(self.redis, ns)
         self.index_tasks = IndexTaskStore(self.redis, ns)
-        self.databases = DatabaseRecords(self.redis, ns)
         self.registry = NodeRegistry(self.redis, ns, config.node_lease_ttl_s)
         self.lease_keeper = await self.add_child(
             LeaseKeeper(self.registry, ROLE, self.proxy_id, on_lost=self.fence.lose, on_rejoined=self._rejoined)
@@ -261,10 +257,12 @@ class Proxy(Service):
         await self.dd_queue.enqueue(task)
         return await task.wait_to_finish()
 
-    async def insert(self, collection_name: str, data: Any, partition_name: str = "") -> InsertResult:
+    async def insert(
+        self, collection_name: str, data: Any, partition_name: str = "", *, db_name: str = ""
+    ) -> InsertResult:
         """Run an insert through the dm queue: its primary keys and timestamp once every event
         was acknowledged by the broker, or its error (nothing published on a failed check)."""
-        task = InsertTask(self, collection_name, data, partition_name)
+        task = InsertTask(self, collection_name, data, partition_name, db_name)
         await self.dm_queue.enqueue(task)
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
@@ -276,19 +274,23 @@ class Proxy(Service):
         ids: Sequence[Any] | None = None,
         filter: str = "",
         partition_name: str = "",
+        *,
+        db_name: str = "",
     ) -> DeleteResult:
         """Run a delete through the dm queue (``agents/proxy/delete.py``): the keys deleted and the
         delete's timestamp once every event was acknowledged; reads at or after it never see them."""
-        task = DeleteTask(self, collection_name, ids, filter, partition_name)
+        task = DeleteTask(self, collection_name, ids, filter, partition_name, db_name)
         await self.dm_queue.enqueue(task)
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
         return result
 
-    async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
+    async def upsert(
+        self, collection_name: str, data: Any, partition_name: str = "", *, db_name: str = ""
+    ) -> UpsertResult:
         """Run an upsert through the dm queue (``agents/proxy/upsert.py``): the rows' keys (new
         ones for auto_id) and the timestamp of the write and of the old versions' end."""
-        task = UpsertTask(self, collection_name, data, partition_name)
+        task = UpsertTask(self, collection_name, data, partition_name, db_name)
         await self.dm_queue.enqueue(task)
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
@@ -301,8 +303,11 @@ class Proxy(Service):
         (ResourceGroupNodeNotEnough: each replica is served by other nodes)."""
         if "replica_number" in fields:
             number = fields["replica_number"]
-            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-                raise InvalidParameter("replica_number", "must be an integer >= 1", number)
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise InvalidParameter("replica_number", "must be an integer >= 1 (0: the database's default)", number)
+            if not number:  # the database's database.replica.number, else 1 (as the rootcoord decides)
+                db = await self.cache.database(str(fields.get("db_name", "")))
+                number = DatabaseProperties(db.properties).replica_number or 1
             if number > 1 and (live := len(await self.registry.alive(QUERYNODE_ROLE))) < number:
                 raise ResourceGroupNodeNotEnough(live, number)
         reply = await self.submit(kind, collection_name=collection_name, **fields)
@@ -310,11 +315,11 @@ class Proxy(Service):
         return reply.load
 
     async def loading_progress(
-        self, collection_name: str, partition_names: Sequence[str] | None = None
+        self, collection_name: str, partition_names: Sequence[str] | None = None, *, db_name: str = ""
     ) -> LoadProgress:
         """How much of the collection's current load (of ``partition_names``, each of which must
         exist: PartitionNotFound) the query nodes serve (``agents/proxy/load.py``)."""
-        desc = await self.cache.get(collection_name)
+        desc = await self.cache.get(collection_name, db_name)
         partitions: list[PartitionInfo] = []
         for name in partition_names or ():
             pid = desc.partition_id(name, collection_name)
@@ -329,40 +334,49 @@ class Proxy(Service):
         groups = await self.shard_owners.groups()
         return Claims(groups, len((await self.distributions.get()).groups))
 
-    async def replicas(self, collection_name: str = "", collection_id: int = 0) -> list[ReplicaInfo]:
+    async def replicas(
+        self, collection_name: str = "", collection_id: int = 0, *, db_name: str = ""
+    ) -> list[ReplicaInfo]:
         """GetReplicas: the replicas serving the collection (by name or alias, or by id when the
         name is empty), each shard with its leader (``agents/proxy/load.py``, ``replicas``)."""
-        desc = await (self.cache.get(collection_name) if collection_name else self.cache.get_by_id(collection_id))
+        desc = await (
+            self.cache.get(collection_name, db_name) if collection_name else self.cache.get_by_id(collection_id)
+        )
         groups = await self.shard_owners.groups()
         reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         return replicas(desc, groups, reports)
 
-    async def loaded_collections(self, collection_names: Sequence[str] = ()) -> list[LoadProgress]:
-        """ShowCollections InMemory: the progress of every loaded collection, or of these (each must
-        exist and be loaded)."""
+    async def loaded_collections(
+        self, collection_names: Sequence[str] = (), *, db_name: str = ""
+    ) -> list[LoadProgress]:
+        """ShowCollections InMemory: the progress of every loaded collection of the database, or of
+        these (each must exist and be loaded)."""
+        db = await self.cache.database(db_name)
         view = await self.cache.view()
-        if any(view.resolve(n) is None for n in collection_names):
+        if any(view.resolve(db.db_id, n) is None for n in collection_names):
             view = await self.cache.refresh()  # created through another proxy since the view was read
         claims = await self._claims()
         reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         segments = await self.segment_meta.segments()
-        return loaded_collections(view, claims, reports, segments, collection_names)
+        return loaded_collections(view, db, claims, reports, segments, collection_names)
 
-    async def loaded_partitions(self, collection_name: str, partition_names: Sequence[str] = ()) -> list[LoadProgress]:
+    async def loaded_partitions(
+        self, collection_name: str, partition_names: Sequence[str] = (), *, db_name: str = ""
+    ) -> list[LoadProgress]:
         """ShowPartitions InMemory: one progress per loaded partition of the collection, or per
         partition named (each must exist and be loaded)."""
-        desc = await self.cache.get(collection_name)
+        desc = await self.cache.get(collection_name, db_name)
         claims = await self._claims()
         reports = await self.status_board.read(QUERYNODE_ROLE, QueryNodeHealth)
         segments = await self.segment_meta.segments(desc.info.collection_id)
         return loaded_partitions(desc, claims, reports, segments, partition_names, collection_name)
 
-    async def wait_loaded(self, collection_name: str, timeout_s: float) -> LoadProgress:
+    async def wait_loaded(self, collection_name: str, timeout_s: float, *, db_name: str = "") -> LoadProgress:
         """Poll :meth:`loading_progress` until the collection is Loaded; RequestTimeout after
         ``timeout_s`` naming the progress, CollectionNotLoaded if it was released meanwhile."""
         deadline = time.monotonic() + timeout_s
         while True:
-            progress = await self.loading_progress(collection_name)
+            progress = await self.loading_progress(collection_name, db_name=db_name)
             if progress.state is LoadState.LOADED:
                 return progress
             if progress.state is LoadState.NOT_LOAD:
@@ -374,9 +388,11 @@ class Proxy(Service):
                 )
             await asyncio.sleep(LOAD_POLL_S)
 
-    async def collection_stats(self, collection_name: str, partition_names: list[str] | None = None) -> CollectionStats:
+    async def collection_stats(
+        self, collection_name: str, partition_names: list[str] | None = None, *, db_name: str = ""
+    ) -> CollectionStats:
         """Row counts of the collection (or of these partitions): flushed plus buffered rows."""
-        desc = await self.cache.get(collection_name)
+        desc = await self.cache.get(collection_name, db_name)
         partition_ids = None
         if partition_names:
             by_name = {p.partition_name: p.partition_id for p in desc.partitions}
@@ -388,10 +404,12 @@ class Proxy(Service):
         reports = await self.status_board.read(DATANODE_ROLE, DataNodeHealth)
         return collection_stats(desc.info, partition_ids, segments, reports)
 
-    async def flush_state(self, collection_name: str, segment_ids: list[int], flush_ts: int = 0) -> FlushState:
+    async def flush_state(
+        self, collection_name: str, segment_ids: list[int], flush_ts: int = 0, *, db_name: str = ""
+    ) -> FlushState:
         """Milvus's GetFlushState: are these segments (a Flush's ``segment_ids``) all flushed, and
         (``flush_ts``, a Flush's timestamp) every row stamped before it in a flushed segment?"""
-        desc = await self.cache.get(collection_name)
+        desc = await self.cache.get(collection_name, db_name)
         cid = desc.info.collection_id
         states: dict[int, SegmentState] = {}
         for sid in segment_ids:
@@ -410,19 +428,21 @@ class Proxy(Service):
                     states.setdefault(int(seg["segment_id"]), SegmentState(str(seg.get("state", "Growing"))))
         return FlushState(collection_name=collection_name, flushed=flushed, segments=states)
 
-    async def flush(self, collection_name: str) -> FlushResult:
+    async def flush(self, collection_name: str, *, db_name: str = "") -> FlushResult:
         """Seal the collection's growing segments and wait until the data nodes flushed them
         (``agents/proxy/flush.py``)."""
-        task = FlushTask(self, collection_name)
+        task = FlushTask(self, collection_name, db_name)
         await self.dm_queue.enqueue(task)
         return await task.wait_to_finish()
 
-    async def compact(self, collection_name: str, wait: bool = True, timeout_s: float | None = None) -> CompactionState:
+    async def compact(
+        self, collection_name: str, wait: bool = True, timeout_s: float | None = None, *, db_name: str = ""
+    ) -> CompactionState:
         """Ask the data nodes to compact the collection now (``agents/datanode/compactor.py``): its
         flushed segments with enough deleted rows are rewritten and small ones merged. ``wait``:
         until every vchannel's owner ran a round for it (RequestTimeout after ``timeout_s``,
         default ``flush_timeout_s``)."""
-        info = (await self.cache.get(collection_name)).info
+        info = (await self.cache.get(collection_name, db_name)).info
         compaction_id = await self.tso.alloc()
         target = CompactionTarget(
             collection_id=info.collection_id, collection_name=info.collection_name, vchannels=info.vchannels
@@ -441,7 +461,9 @@ class Proxy(Service):
             state = await self.compaction_state(compaction_id)
         return state
 
-    async def compaction_state(self, compaction_id: int, collection_name: str = "") -> CompactionState:
+    async def compaction_state(
+        self, compaction_id: int, collection_name: str = "", *, db_name: str = ""
+    ) -> CompactionState:
         """Milvus's GetCompactionState(WithPlans) of a :meth:`compact` request, by its id alone
         (recorded for ``COMPACTION_RECORD_TTL_S``). ``collection_name``, if given, must be the
         request's collection (InvalidParameter otherwise) and answers an id forgotten since from
@@ -449,7 +471,7 @@ class Proxy(Service):
         requests = self.compaction_requests
         target = await requests.lookup(compaction_id)
         if collection_name:
-            info = (await self.cache.get(collection_name)).info
+            info = (await self.cache.get(collection_name, db_name)).info
             if target is None:
                 target = CompactionTarget(
                     collection_id=info.collection_id, collection_name=info.collection_name, vchannels=info.vchannels
@@ -469,17 +491,42 @@ class Proxy(Service):
 
     # ------------------------------------------------------------------ databases and health
 
-    async def resolve(self, collection_name: str) -> CollectionInfo:
-        """The collection a name or alias names now, from the meta cache (CollectionNotFound)."""
-        return await self.cache.resolve(collection_name)
+    async def resolve(self, collection_name: str, db_name: str = "") -> CollectionInfo:
+        """The collection a name or alias names now in database ``db_name``, from the meta cache
+        (DatabaseNotFound, CollectionNotFound)."""
+        return await self.cache.resolve(collection_name, db_name)
 
-    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        """Milvus's DescribeDatabase: Osprey has one database, ``default`` (``""`` names it too);
-        another name is Milvus's database-not-found error."""
-        check_database(db_name)
-        recorded = await self.databases.default()
-        # created_ts 0: no rootcoord has started on this meta yet, so no creation was recorded
-        return recorded or DatabaseInfo(db_name=DEFAULT_DATABASE_NAME, db_id=DEFAULT_DATABASE_ID, created_ts=0)
+    async def create_database(self, db_name: str, properties: Mapping[str, Any] | None = None) -> DatabaseInfo:
+        """Milvus's CreateDatabase (``state/meta/ddl_rules.py``): the database created."""
+        values = {k: property_value(v) for k, v in (properties or {}).items()}
+        reply = await self.submit(ddl.CreateDatabase, db_name=db_name, properties=values)
+        assert isinstance(reply, ddl.DatabaseReply) and reply.database is not None
+        return reply.database
+
+    async def drop_database(self, db_name: str) -> None:
+        """Milvus's DropDatabase; a missing database is dropped already."""
+        await self.submit(ddl.DropDatabase, db_name=db_name)
+
+    async def alter_database(
+        self, db_name: str, properties: Mapping[str, Any] | None = None, delete_keys: Sequence[str] = ()
+    ) -> DatabaseInfo:
+        """Milvus's AlterDatabase: set ``properties`` or delete ``delete_keys``; the database after it."""
+        values = {k: property_value(v) for k, v in (properties or {}).items()}
+        reply = await self.submit(ddl.AlterDatabase, db_name=db_name, properties=values, delete_keys=list(delete_keys))
+        assert isinstance(reply, ddl.DatabaseReply) and reply.database is not None
+        return reply.database
+
+    async def describe_database(self, db_name: str = "", as_of: int = 0) -> DatabaseInfo:
+        """Milvus's DescribeDatabase (``""``: default); DatabaseNotFound (800) if there is none."""
+        reply = await self.submit(ddl.DescribeDatabase, db_name=db_name, as_of=as_of)
+        assert isinstance(reply, ddl.DescribeDatabaseReply) and reply.database is not None
+        return reply.database
+
+    async def list_databases(self, as_of: int = 0) -> list[DatabaseInfo]:
+        """Milvus's ListDatabases: every database, by id (``default`` first)."""
+        reply = await self.submit(ddl.ListDatabases, as_of=as_of)
+        assert isinstance(reply, ddl.ListDatabasesReply)
+        return reply.databases
 
     async def check_health(self) -> HealthCheck:
         """Milvus's CheckHealth: Redis and Kafka answer, a rootcoord, a query node and a data node
@@ -519,6 +566,8 @@ class Proxy(Service):
         index_name: str = "",
         wait: bool = False,
         timeout_s: float | None = None,
+        *,
+        db_name: str = "",
     ) -> IndexInfo:
         """CreateIndex: ``index_params`` as Milvus's extra_params (``index_type``, ``metric_type``,
         ``params`` JSON or separate keys). Returns the index (an identical one created before is
@@ -526,6 +575,7 @@ class Proxy(Service):
         segment is indexed (:meth:`wait_index`)."""
         reply = await self.submit(
             ddl.CreateIndex,
+            db_name=db_name,
             collection_name=collection_name,
             field_name=field_name,
             index_name=index_name or "",
@@ -533,25 +583,39 @@ class Proxy(Service):
         )
         assert isinstance(reply, ddl.IndexReply) and reply.index is not None
         if wait:
-            await self.wait_index(collection_name, reply.index.index_name, timeout_s)
+            await self.wait_index(collection_name, reply.index.index_name, timeout_s, db_name=db_name)
         return reply.index
 
-    async def drop_index(self, collection_name: str, index_name: str = "", field_name: str = "") -> IndexInfo | None:
+    async def drop_index(
+        self, collection_name: str, index_name: str = "", field_name: str = "", *, db_name: str = ""
+    ) -> IndexInfo | None:
         """DropIndex (the collection must be released first); the index dropped, None if there was none."""
         reply = await self.submit(
-            ddl.DropIndex, collection_name=collection_name, index_name=index_name, field_name=field_name
+            ddl.DropIndex,
+            db_name=db_name,
+            collection_name=collection_name,
+            index_name=index_name,
+            field_name=field_name,
         )
         assert isinstance(reply, ddl.IndexReply)
         return reply.index
 
     async def describe_index(
-        self, collection_name: str, index_name: str = "", field_name: str = "", as_of: int = 0, state_ts: int = 0
+        self,
+        collection_name: str,
+        index_name: str = "",
+        field_name: str = "",
+        as_of: int = 0,
+        state_ts: int = 0,
+        *,
+        db_name: str = "",
     ) -> list[IndexDescription]:
         """DescribeIndex: the collection's indexes (or the one named) with their build progress;
         IndexNotFound (700) when there is none. ``state_ts``: the state is over the segments whose
         rows precede it (``agents/proxy/index.py``)."""
         reply = await self.submit(
             ddl.DescribeIndex,
+            db_name=db_name,
             collection_name=collection_name,
             index_name=index_name,
             field_name=field_name,
@@ -562,18 +626,18 @@ class Proxy(Service):
         tasks = await self.index_tasks.of_collection(reply.collection_id)
         return [describe_index(index, segments, tasks, state_ts) for index in reply.indexes]
 
-    async def list_indexes(self, collection_name: str, field_name: str = "") -> list[str]:
+    async def list_indexes(self, collection_name: str, field_name: str = "", *, db_name: str = "") -> list[str]:
         """The names of the collection's indexes (of ``field_name`` if given); [] when none."""
-        reply = await self.submit(ddl.DescribeCollection, collection_name=collection_name)
+        reply = await self.submit(ddl.DescribeCollection, db_name=db_name, collection_name=collection_name)
         assert isinstance(reply, ddl.DescribeCollectionReply) and reply.collection is not None
         return [i.index_name for i in reply.collection.indexes if not field_name or i.field_name == field_name]
 
     async def index_state(
-        self, collection_name: str, index_name: str = "", field_name: str = "", state_ts: int = 0
+        self, collection_name: str, index_name: str = "", field_name: str = "", state_ts: int = 0, *, db_name: str = ""
     ) -> IndexDescription:
         """GetIndexState / GetIndexBuildProgress of one index: exactly one must match (pymilvus's
         rule; else InvalidParameter naming the ambiguity)."""
-        found = await self.describe_index(collection_name, index_name, field_name, state_ts=state_ts)
+        found = await self.describe_index(collection_name, index_name, field_name, state_ts=state_ts, db_name=db_name)
         if len(found) != 1:
             raise InvalidParameter(
                 "index_name", f"matches {len(found)} indexes: name one (AmbiguousIndexName)", index_name
@@ -581,7 +645,7 @@ class Proxy(Service):
         return found[0]
 
     async def wait_index(
-        self, collection_name: str, index_name: str = "", timeout_s: float | None = None
+        self, collection_name: str, index_name: str = "", timeout_s: float | None = None, *, db_name: str = ""
     ) -> IndexDescription:
         """Poll until the index is Finished (every flushed segment indexed); RequestTimeout after
         ``timeout_s`` (default ``flush_timeout_s``) naming the progress; the fail reason when a
@@ -589,7 +653,7 @@ class Proxy(Service):
         limit = timeout_s or self.config.flush_timeout_s
         deadline = time.monotonic() + limit
         while True:
-            state = await self.index_state(collection_name, index_name)
+            state = await self.index_state(collection_name, index_name, db_name=db_name)
             if state.state is IndexState.FINISHED:
                 return state
             if state.state is IndexState.FAILED:
@@ -728,7 +792,7 @@ class Proxy(Service):
             log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
 
     def _on_reply(self, reply: ddl.DdlReply) -> None:
-        self.cache.invalidate_ids(reply.invalidate)
+        self.cache.invalidate_ids(reply.invalidate, reply.invalidate_databases)
         if reply.proxy_id == self.proxy_id:
             future = self._pending.get(reply.request_id)
             if future is not None and not future.done():
@@ -738,7 +802,9 @@ class Proxy(Service):
         head = json.loads(raw)
         kind = ddl.REQUEST_TYPE.get(head.get("kind"))
         if kind is not None and "as_of" not in kind.model_fields:
-            self.cache.invalidate_names([head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)])
+            db_name = head.get("db_name")
+            names = [head[f] for f in NAME_FIELDS if isinstance(head.get(f), str)]
+            self.cache.invalidate_names(db_name if isinstance(db_name, str) else "", names)
 
     def health(self) -> ProxyHealth:
         if not self.started:

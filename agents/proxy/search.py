@@ -21,6 +21,7 @@ import numpy as np
 from agents.proxy.dq_router import Result
 from agents.proxy.task import Task
 from schemas.collection import ConsistencyLevel, DataType
+from schemas.database import check_reading_allowed
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -60,7 +61,9 @@ class _ReadTask(Task[Any]):
     def __init__(self, host: ReadHost, params: SearchParams | QueryParams) -> None:
         super().__init__()
         self.host = host
+        self.internal = isinstance(params, QueryParams) and params.internal  # the proxy's own read
         self.collection_name = params.collection_name
+        self.db_name = params.db_name
         self.level = params.consistency_level
         self.given_guarantee = params.guarantee_timestamp
         timeout_s = params.timeout_s if params.timeout_s is not None else host.config.search_timeout_s
@@ -74,7 +77,9 @@ class _ReadTask(Task[Any]):
         """The collection (resolved once, by id from here on), and the request's timestamp: a fresh
         TSO timestamp for Strong (it must follow every acknowledged write); otherwise the proxy's
         estimate of now, which costs no round trip and only feeds Bounded's "now - graceful time"."""
-        info = await self.host.cache.resolve(self.collection_name)
+        if not self.internal:
+            check_reading_allowed(await self.host.cache.database(self.db_name))
+        info = await self.host.cache.resolve(self.collection_name, self.db_name)
         if self.given_guarantee is None and (self.level or info.consistency_level) is ConsistencyLevel.Strong:
             self.ts = await self.host.tso.now()
             self.host.request_tick()

@@ -27,6 +27,7 @@ from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import DeleteHost
 from agents.proxy.task import Task
 from schemas.collection import DataType
+from schemas.database import check_writing_allowed
 from schemas.dml import ALL_PARTITIONS, UpsertResult
 from schemas.errors import InvalidParameter
 from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
@@ -97,10 +98,13 @@ class UpsertTask(Task[UpsertResult]):
 
     name = "Upsert"
 
-    def __init__(self, host: DeleteHost, collection_name: str, data: Any, partition_name: str = "") -> None:
+    def __init__(
+        self, host: DeleteHost, collection_name: str, data: Any, partition_name: str = "", db_name: str = ""
+    ) -> None:
         super().__init__()
         self.host = host
         self.collection_name = collection_name
+        self.db_name = db_name
         self.data = data
         self.partition_name = partition_name or DEFAULT_PARTITION_NAME
         self.plan: UpsertPlan | None = None
@@ -110,7 +114,8 @@ class UpsertTask(Task[UpsertResult]):
         self.request_id = await ids.alloc()
 
     async def pre_execute(self) -> None:
-        desc = await self.host.cache.get(self.collection_name)
+        check_writing_allowed(await self.host.cache.database(self.db_name))
+        desc = await self.host.cache.get(self.collection_name, self.db_name)
         partition_id = desc.partition_id(self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
         pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)

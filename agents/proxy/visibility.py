@@ -139,12 +139,20 @@ def _round(value: float | None) -> float | None:
 
 
 async def wait_visible_through(proxy: Any, collection: str, collection_id: int, ts: int, timeout_s: float) -> None:
-    """A ``count(*)`` of ``collection`` at guarantee timestamp ``ts`` through ``proxy``'s read path
-    (returns once every shard's tsafe reached ``ts``). Raises if the name no longer resolves to
-    ``collection_id`` (dropped, re-created, or an alias moved since), or the read fails."""
-    info = (await proxy.cache.get(collection)).info
-    if info.collection_id != collection_id:
-        raise CollectionNotFound(f"{collection} is now collection {info.collection_id}, not {collection_id}")
-    await proxy.query(
-        QueryParams.of(info.collection_name, output_fields=["count(*)"], guarantee_timestamp=ts, timeout=timeout_s)
+    """A ``count(*)`` of collection ``collection_id`` (named ``collection`` in the request) at
+    guarantee timestamp ``ts`` through ``proxy``'s read path (returns once every shard's tsafe
+    reached ``ts``). Raises if the collection no longer exists or is another one under its name
+    (dropped and re-created since), or the read fails."""
+    desc = await proxy.cache.get_by_id(collection_id)
+    info = desc.info
+    query = QueryParams.of(
+        info.collection_name,
+        output_fields=["count(*)"],
+        guarantee_timestamp=ts,
+        timeout=timeout_s,
+        db_name=desc.db_name,
+        internal=True,
     )
+    if (await proxy.cache.resolve(info.collection_name, desc.db_name)).collection_id != collection_id:
+        raise CollectionNotFound(f"{collection} is now another collection than {collection_id}")
+    await proxy.query(query)

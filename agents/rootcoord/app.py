@@ -26,7 +26,6 @@ from agents.service import Service
 from schemas import ddl
 from schemas.config import OspreyConfig
 from schemas.status import RootCoordHealth
-from state.meta.database import DatabaseRecords
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.idalloc import IdAllocator
 from state.meta.query_distribution import QueryDistributionStore
@@ -103,9 +102,7 @@ class RootCoordRuntime(Service):
         core = RootCoord(
             config, store, IdAllocator(redis, ns, "meta", batch=META_ID_BATCH), checkpoint, send_reply, dd_end
         )
-        await core.recover()
-        # Milvus's rootcoord creates the default database on its first start (state/meta/database.py)
-        await DatabaseRecords(redis, ns).ensure_default(await tso.alloc())
+        await core.recover()  # records the default database at the first start
         node_id = await IdAllocator(redis, ns, "node", batch=1).alloc()
         registry = NodeRegistry(redis, ns, config.node_lease_ttl_s)
         # registered anew if lost (docs/architecture.md)

@@ -23,13 +23,14 @@ from redis.exceptions import RedisError
 
 from schemas import ddl
 from schemas.config import OspreyConfig
+from schemas.database import DEFAULT_DATABASE_ID
 from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
 from schemas.status import RootCoordCoreHealth
 from schemas.validation import invalid_from_validation_error
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.ddl_rules import Plan, error_reply, plan
 from state.meta.idalloc import IdAllocator
-from state.meta.meta_table import META_PREFIX, MetaView
+from state.meta.meta_table import DEFAULT_DATABASE, META_PREFIX, MetaView, database_key
 from state.meta.snapshot import SnapshotKV
 from streams.topics import Topics
 
@@ -86,10 +87,25 @@ class RootCoord:
                     f"start afresh under a new OSPREY_CLUSTER prefix"
                 )
         self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
+        await self._ensure_default_database()
         self.view = MetaView.from_kvs(self.kvs)
         log.info(
             "rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections)
         )
+
+    async def _ensure_default_database(self) -> None:
+        """Record the default database at the first start on this cluster's meta, stamped with that
+        write's timestamp, as Milvus's rootcoord does (``MetaTable.createDefaultDb``); later starts
+        keep the record. Only the rootcoord writes the meta, so the check and the write do not race."""
+        key = database_key(DEFAULT_DATABASE_ID)
+        if key in self.kvs:
+            return
+
+        def record(ts: int) -> tuple[str, str]:  # called again with a new ts if the write is retried
+            self.kvs[key] = DEFAULT_DATABASE.model_copy(update={"created_ts": ts}).model_dump_json()
+            return key, self.kvs[key]
+
+        await self.store.multi_save({}, additions=[record])
 
     async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
         """Process the dd event at ``offset``; return the reply sent (None when skipped).

@@ -23,6 +23,7 @@ import numpy as np
 
 from frontends.milvus_grpc.stubs import common_pb2, schema_pb2
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
+from schemas.database import QuotaExceeded
 from schemas.errors import (
     CollectionNotFound,
     IndexNotFound,
@@ -31,11 +32,10 @@ from schemas.errors import (
     PartitionNotFound,
     SchemaMismatch,
 )
-from schemas.meta import DEFAULT_DATABASE_ID, DEFAULT_DATABASE_NAME, CollectionDescription, check_database
+from schemas.meta import CollectionDescription
 from schemas.results import COUNT_STAR, QueryResults, SearchResults
 from state.meta.tso import physical_ms
 
-DEFAULT_DATABASE = DEFAULT_DATABASE_NAME
 MILVUS_STRING_TYPE = "string data type not supported yet, please use VarChar type instead"  # Milvus's text
 
 # Milvus's legacy common.ErrorCode for the merr codes pymilvus still looks at (milvus_compat.md)
@@ -46,6 +46,7 @@ LEGACY_ERROR_CODES: dict[int, int] = {
     PartitionNotFound.code: common_pb2.MetaFailed,
     SchemaMismatch.code: common_pb2.SchemaMismatch,
     8: 49,  # merr ErrServiceRateLimit -> RateLimit
+    QuotaExceeded.code: common_pb2.ForceDeny,  # merr ErrServiceQuotaExceeded (9) -> ForceDeny
 }
 
 # common.ConsistencyLevel numbers (Customized = 4: the request's own guarantee timestamp)
@@ -142,11 +143,12 @@ def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) 
     """A CreateCollection ``schema`` (parsed by the contract check) as Osprey's schema dict. Its
     ``name`` must be empty or the collection's (Milvus's rule); field ids the client sent are
     assigned anew by the rootcoord (100, 101, ...), as Milvus's are; a field of a type Osprey has
-    not is refused naming the field. Features Osprey lacks (nullable, default values, partition
-    keys, a declared ``$meta`` ...) were refused by :mod:`frontends.milvus_grpc.contract` before."""
+    not is refused naming the field. ``dbName`` is not read: the collection is created in the
+    request's database (Milvus's proxy overwrites the schema's with it). Features Osprey lacks
+    (nullable, default values, partition keys, a declared ``$meta`` ...) were refused by
+    :mod:`frontends.milvus_grpc.contract` before."""
     if proto.name and proto.name != collection_name:
         raise InvalidParameter("schema.name", f"must be empty or the collection name {collection_name!r}", proto.name)
-    check_database(proto.dbName)
     fields: list[dict[str, Any]] = []
     for i, f in enumerate(proto.fields):
         try:
@@ -210,8 +212,9 @@ def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
     )
 
 
-def describe_collection(desc: CollectionDescription, shards_num: int, db_name: str) -> dict[str, Any]:
-    """The fields of a DescribeCollectionResponse (besides its status)."""
+def describe_collection(desc: CollectionDescription, shards_num: int, db_name: str = "") -> dict[str, Any]:
+    """The fields of a DescribeCollectionResponse (besides its status): ``db_name`` and ``db_id``
+    are the database the collection lives in (``db_name`` given: that name instead)."""
     info = desc.info
     return {
         "schema": schema_to_proto(info.collection_name, info.collection_schema),
@@ -224,8 +227,8 @@ def describe_collection(desc: CollectionDescription, shards_num: int, db_name: s
         "aliases": desc.aliases,
         "consistency_level": NUMBER_BY_CONSISTENCY[info.consistency_level],
         "collection_name": info.collection_name,
-        "db_name": db_name or DEFAULT_DATABASE,
-        "db_id": DEFAULT_DATABASE_ID,
+        "db_name": db_name or desc.db_name,
+        "db_id": info.db_id,
         "num_partitions": len(desc.partitions),
         # Osprey never alters a schema: it is as of its creation (pymilvus caches this and sends it
         # back as an insert's schema_timestamp)
@@ -476,7 +479,6 @@ def query_fields_data(rows: QueryResults, schema: CollectionSchema, names: Seque
 
 __all__ = [
     "COUNT_STAR",
-    "check_database",
     "columns_from_fields_data",
     "consistency_of",
     "describe_collection",

@@ -4,22 +4,25 @@ only translates messages (:mod:`frontends.milvus_grpc.convert`).
 
 Contract of every RPC: it answers its reply message, never a transport error. Before it runs,
 the request passes :func:`frontends.milvus_grpc.contract.check` (every field it sets is served, or
-the request is refused naming the field: nothing is accepted and ignored), and so does the
-``dbname`` call metadata pymilvus sends. An Osprey error becomes the reply's status (its code, the
-legacy error_code, its text); an unexpected exception is logged and answered as code 5 naming it.
-The service's other RPCs answer "not supported by Osprey yet" (code 10) in their own reply type
-(:func:`unsupported_methods`).
+the request is refused naming the field: nothing is accepted and ignored). It then runs in the
+database the call names (:func:`request_database`: the request's ``db_name``, else the ``dbname``
+call metadata pymilvus sends, else ``default``, as Milvus's proxy resolves it), on a view of the
+client in that database (``in_database``); a database that does not exist is the core's
+``database not found[database=<n>]`` (code 800). An Osprey error becomes the reply's status (its
+code, the legacy error_code, its text); an unexpected exception is logged and answered as code 5
+naming it. The service's other RPCs answer "not supported by Osprey yet" (code 10) in their own
+reply type (:func:`unsupported_methods`).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -30,6 +33,7 @@ from frontends.api import OspreyAPI
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.contract import Checked
 from frontends.milvus_grpc.stubs import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
+from schemas.database import DEFAULT_DATABASE_NAME, database_name
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, SchemaMismatch, Unsupported
 from schemas.index import IndexState
 from schemas.meta import CollectionInfo, LoadState
@@ -63,7 +67,11 @@ LOAD_STATE_NUMBER = {
 }
 COMPACTION_STATE_NUMBER = {name: common_pb2.CompactionState.Value(name) for name in ("Executing", "Completed")}
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+# Milvus's text for an AlterDatabase setting properties and deleting keys at once
+ALTER_BOTH = "alter database cannot modify properties and delete keys at the same time"
+
+S = TypeVar("S", bound="MilvusServicer")
+R = TypeVar("R", bound=Message)
 
 
 def reply_type(method: str) -> type[Message]:
@@ -99,29 +107,46 @@ def call_database(context: Any) -> str:
     return ""
 
 
-def rpc(method: F) -> F:
-    """Wrap an RPC implementation: the request's fields and the call's database are checked
-    against the contract first (a refusal answers before any work is done; an implementation
-    that takes ``checked`` gets the messages the check parsed); its OspreyError (or a bug)
-    becomes the reply's status."""
+def request_database(request: Message, context: Any) -> str:
+    """The database a call acts in, as Milvus's proxy resolves it (its DatabaseInterceptor fills an
+    empty ``db_name``): the request's ``db_name`` when set, else the ``dbname`` call metadata
+    (pymilvus sends the client's database there, ``""`` for none), else ``default``. The database
+    RPCs read their own ``db_name``: the database they act on."""
+    named = getattr(request, "db_name", "")  # "" for a request without the field
+    return database_name(named or call_database(context))
+
+
+@dataclass(frozen=True)
+class Call:
+    """What an RPC runs with: the database it acts in, the client's view in that database, and
+    what the contract check parsed (the messages of ``bytes`` fields)."""
+
+    db_name: str
+    api: OspreyAPI
+    checked: Checked
+
+
+def rpc(
+    method: Callable[[S, R, Any, Call], Awaitable[Message]],
+) -> Callable[[S, R, Any], Awaitable[Message]]:
+    """Wrap an RPC implementation: the request's fields are checked against the contract first (a
+    refusal answers before any work is done), then it runs with its :class:`Call` (the database the
+    call names and the client's view in it); its OspreyError (or a bug) becomes the reply's status."""
     name = method.__name__
-    wants_checked = "checked" in inspect.signature(method).parameters
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: Message, context: Any) -> Message:
+    async def wrapper(self: S, request: R, context: Any) -> Message:
         try:
-            contract.check_database(call_database(context))
             checked = contract.check(name, request)
-            if wants_checked:
-                return await method(self, request, context, checked)
-            return await method(self, request, context)
+            db_name = request_database(request, context)
+            return await method(self, request, context, Call(db_name, self.client.in_database(db_name), checked))
         except OspreyError as err:
             return failed(name, err)
         except Exception as exc:  # a bug: answer it instead of a transport error
             log.exception("MilvusService.%s failed", name)
             return failed(name, OspreyError(f"internal error in Osprey's proxy ({name}): {exc!r}"))
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def _ok(**fields: Any) -> dict[str, Any]:
@@ -132,7 +157,7 @@ class Collections(Protocol):
     """Where the servicer reads a collection's meta before a write: pymilvus's schema timestamp
     is checked against it (the proxy, from its meta cache: :meth:`agents.proxy.proxy.Proxy.resolve`)."""
 
-    async def resolve(self, collection_name: str) -> CollectionInfo: ...
+    async def resolve(self, collection_name: str, db_name: str = "") -> CollectionInfo: ...
 
 
 class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
@@ -150,7 +175,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     # ------------------------------------------------------------------ connection
 
     @rpc
-    async def Connect(self, request: milvus_pb2.ConnectRequest, context: Any) -> Message:
+    async def Connect(self, request: milvus_pb2.ConnectRequest, context: Any, call: Call) -> Message:
         client = request.client_info  # logged, as Milvus's proxy records its clients
         log.info(
             "client connected: sdk_type=%s sdk_version=%s user=%s host=%s local_time=%s reserved=%s",
@@ -161,20 +186,47 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             client.local_time,
             dict(client.reserved),
         )
+        if call.db_name != DEFAULT_DATABASE_NAME:  # Milvus's Connect: the call's database must exist (800)
+            await call.api.describe_database(call.db_name)
         info = common_pb2.ServerInfo(build_tags="osprey", deploy_mode="STANDALONE", reserved={"server": "osprey"})
         return milvus_pb2.ConnectResponse(**_ok(server_info=info, identifier=next(self._identifiers)))
 
     @rpc
-    async def GetVersion(self, request: milvus_pb2.GetVersionRequest, context: Any) -> Message:
+    async def GetVersion(self, request: milvus_pb2.GetVersionRequest, context: Any, call: Call) -> Message:
         return milvus_pb2.GetVersionResponse(**_ok(version=SERVER_VERSION))
 
     @rpc
-    async def AllocTimestamp(self, request: milvus_pb2.AllocTimestampRequest, context: Any) -> Message:
-        return milvus_pb2.AllocTimestampResponse(**_ok(timestamp=await self.client.now()))
+    async def AllocTimestamp(self, request: milvus_pb2.AllocTimestampRequest, context: Any, call: Call) -> Message:
+        return milvus_pb2.AllocTimestampResponse(**_ok(timestamp=await call.api.now()))
 
     @rpc
-    async def ListDatabases(self, request: milvus_pb2.ListDatabasesRequest, context: Any) -> Message:
-        infos = [await self.client.describe_database(name) for name in await self.client.list_databases()]
+    async def CheckHealth(self, request: milvus_pb2.CheckHealthRequest, context: Any, call: Call) -> Message:
+        # Milvus: an unhealthy answer still has a success status, isHealthy false and the reasons
+        check = await call.api.check_health()
+        states = [milvus_pb2.QuotaState.Value(q) for q in check.quota_states]
+        return milvus_pb2.CheckHealthResponse(
+            **_ok(isHealthy=check.healthy, reasons=check.reasons, quota_states=states)
+        )
+
+    # ------------------------------------------------------------------ databases
+    # Each acts on the database its request's ``db_name`` names; the rules and texts are the core's
+    # (state/meta/ddl_rules.py, schemas/database.py). ``created_timestamp``: the TSO timestamp of the
+    # meta write that created the database, as a collection's created_timestamp is (Milvus sends
+    # the rootcoord's wall clock in nanoseconds there; pymilvus does not read it).
+
+    @rpc
+    async def CreateDatabase(self, request: milvus_pb2.CreateDatabaseRequest, context: Any, call: Call) -> Message:
+        await call.api.create_database(request.db_name, convert.key_values(request.properties))
+        return convert.ok_status()
+
+    @rpc
+    async def DropDatabase(self, request: milvus_pb2.DropDatabaseRequest, context: Any, call: Call) -> Message:
+        await call.api.drop_database(request.db_name)  # a missing one: success, as Milvus
+        return convert.ok_status()
+
+    @rpc
+    async def ListDatabases(self, request: milvus_pb2.ListDatabasesRequest, context: Any, call: Call) -> Message:
+        infos = await call.api.list_database_infos()
         return milvus_pb2.ListDatabasesResponse(
             **_ok(
                 db_names=[i.db_name for i in infos],
@@ -184,34 +236,39 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def DescribeDatabase(self, request: milvus_pb2.DescribeDatabaseRequest, context: Any) -> Message:
-        info = await self.client.describe_database(request.db_name)  # another name: code 800, as Milvus
-        properties = [common_pb2.KeyValuePair(key=k, value=v) for k, v in info.properties.items()]
+    async def DescribeDatabase(self, request: milvus_pb2.DescribeDatabaseRequest, context: Any, call: Call) -> Message:
+        info = await call.api.describe_database(request.db_name)  # a missing one: code 800, as Milvus
         return milvus_pb2.DescribeDatabaseResponse(
-            **_ok(db_name=info.db_name, dbID=info.db_id, created_timestamp=info.created_ts, properties=properties)
+            **_ok(
+                db_name=info.db_name,
+                dbID=info.db_id,
+                created_timestamp=info.created_ts,
+                properties=_key_value_pairs(info.properties),
+            )
         )
 
     @rpc
-    async def CheckHealth(self, request: milvus_pb2.CheckHealthRequest, context: Any) -> Message:
-        # Milvus: an unhealthy answer still has a success status, isHealthy false and the reasons
-        check = await self.client.check_health()
-        states = [milvus_pb2.QuotaState.Value(q) for q in check.quota_states]
-        return milvus_pb2.CheckHealthResponse(
-            **_ok(isHealthy=check.healthy, reasons=check.reasons, quota_states=states)
-        )
+    async def AlterDatabase(self, request: milvus_pb2.AlterDatabaseRequest, context: Any, call: Call) -> Message:
+        """pymilvus's ``alter_database_properties`` sends ``properties``, its ``drop_database_properties``
+        sends ``delete_keys``: one or the other, as Milvus's rootcoord requires (neither: the core
+        refuses it with Milvus's text). ``db_id`` is inert (the contract)."""
+        if request.properties and request.delete_keys:
+            raise InvalidParameter("delete_keys", ALTER_BOTH, list(request.delete_keys), milvus_text=ALTER_BOTH)
+        if request.delete_keys:
+            await call.api.drop_database_properties(request.db_name, list(request.delete_keys))
+        else:
+            await call.api.alter_database_properties(request.db_name, convert.key_values(request.properties))
+        return convert.ok_status()
 
     # ------------------------------------------------------------------ collections
 
     @rpc
-    async def CreateCollection(
-        self, request: milvus_pb2.CreateCollectionRequest, context: Any, checked: Checked
-    ) -> Message:
-        convert.check_database(request.db_name)
-        proto = checked.embedded["schema"]
+    async def CreateCollection(self, request: milvus_pb2.CreateCollectionRequest, context: Any, call: Call) -> Message:
+        proto = call.checked.embedded["schema"]
         assert isinstance(proto, schema_pb2.CollectionSchema)
         schema = convert.schema_from_proto(proto, request.collection_name)
         level = convert.CONSISTENCY_BY_NUMBER.get(request.consistency_level)
-        await self.client.create_collection(
+        await call.api.create_collection(
             request.collection_name,
             schema,
             shards_num=request.shards_num or 1,
@@ -221,38 +278,36 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         return convert.ok_status()
 
     @rpc
-    async def DropCollection(self, request: milvus_pb2.DropCollectionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.drop_collection(request.collection_name)
+    async def DropCollection(self, request: milvus_pb2.DropCollectionRequest, context: Any, call: Call) -> Message:
+        await call.api.drop_collection(request.collection_name)
         return convert.ok_status()
 
     @rpc
-    async def HasCollection(self, request: milvus_pb2.HasCollectionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        has = await self.client.has_collection(request.collection_name, as_of=request.time_stamp)
+    async def HasCollection(self, request: milvus_pb2.HasCollectionRequest, context: Any, call: Call) -> Message:
+        has = await call.api.has_collection(request.collection_name, as_of=request.time_stamp)
         return milvus_pb2.BoolResponse(**_ok(value=has))
 
     @rpc
-    async def DescribeCollection(self, request: milvus_pb2.DescribeCollectionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def DescribeCollection(
+        self, request: milvus_pb2.DescribeCollectionRequest, context: Any, call: Call
+    ) -> Message:
         name, cid = request.collection_name, request.collectionID
         try:
             # by name or alias; by collectionID when the name is empty; time_stamp: the meta then
-            desc = await self.client.describe_collection(name, as_of=request.time_stamp, collection_id=cid)
+            desc = await call.api.describe_collection(name, as_of=request.time_stamp, collection_id=cid)
         except CollectionNotFound:
             # Milvus's text, which users match (and pymilvus's has_collection reads code 100)
             asked = f"collection={name}" if name else f"collectionID={cid}"
-            raise CollectionNotFound(f"can't find collection[database=default][{asked}]") from None
+            raise CollectionNotFound(f"can't find collection[database={call.db_name}][{asked}]") from None
         _check_collection_id(desc.info.collection_id, cid, name)
-        fields = convert.describe_collection(desc, desc.info.shards_num, request.db_name)
+        fields = convert.describe_collection(desc, desc.info.shards_num)  # db_name: the collection's
         return milvus_pb2.DescribeCollectionResponse(**_ok(**fields))
 
     @rpc
-    async def ShowCollections(self, request: milvus_pb2.ShowCollectionsRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def ShowCollections(self, request: milvus_pb2.ShowCollectionsRequest, context: Any, call: Call) -> Message:
         if request.type == milvus_pb2.InMemory:
-            return await self._show_loaded_collections(request)
-        briefs = await self.client.show_collections(as_of=request.time_stamp)
+            return await self._show_loaded_collections(request, call.api)
+        briefs = await call.api.show_collections(as_of=request.time_stamp)
         if request.collection_names:
             wanted = set(request.collection_names)
             briefs = [b for b in briefs if b.collection_name in wanted]
@@ -265,7 +320,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             )
         )
 
-    async def _show_loaded_collections(self, request: milvus_pb2.ShowCollectionsRequest) -> Message:
+    async def _show_loaded_collections(self, request: milvus_pb2.ShowCollectionsRequest, api: OspreyAPI) -> Message:
         """ShowCollections InMemory, as Milvus's proxy asks its querycoord: the loaded collections
         (or those named, each of which must be loaded: code 101), their load progress and whether
         every shard is served (query_service_available)."""
@@ -276,8 +331,8 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 request.time_stamp,
             )
         names = list(request.collection_names)
-        loaded = await self.client.list_loaded_collections(names)
-        briefs = {b.collection_id: b for b in await self.client.show_collections()}
+        loaded = await api.list_loaded_collections(names)
+        briefs = {b.collection_id: b for b in await api.show_collections()}
         rows = [(name or p.collection_name, p) for name, p in zip(names or [""] * len(loaded), loaded, strict=True)]
         rows = [(name, p) for name, p in rows if p.collection_id in briefs]  # dropped in between
         created = [briefs[p.collection_id].created_ts for _, p in rows]
@@ -294,42 +349,37 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
 
     @rpc
     async def GetCollectionStatistics(
-        self, request: milvus_pb2.GetCollectionStatisticsRequest, context: Any
+        self, request: milvus_pb2.GetCollectionStatisticsRequest, context: Any, call: Call
     ) -> Message:
-        convert.check_database(request.db_name)
-        stats = await self.client.get_collection_stats(request.collection_name)
+        stats = await call.api.get_collection_stats(request.collection_name)
         row_count = common_pb2.KeyValuePair(key="row_count", value=str(stats.row_count))
         return milvus_pb2.GetCollectionStatisticsResponse(**_ok(stats=[row_count]))
 
     # ------------------------------------------------------------------ partitions
 
     @rpc
-    async def CreatePartition(self, request: milvus_pb2.CreatePartitionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.create_partition(request.collection_name, request.partition_name)
+    async def CreatePartition(self, request: milvus_pb2.CreatePartitionRequest, context: Any, call: Call) -> Message:
+        await call.api.create_partition(request.collection_name, request.partition_name)
         return convert.ok_status()
 
     @rpc
-    async def DropPartition(self, request: milvus_pb2.DropPartitionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.drop_partition(request.collection_name, request.partition_name)
+    async def DropPartition(self, request: milvus_pb2.DropPartitionRequest, context: Any, call: Call) -> Message:
+        await call.api.drop_partition(request.collection_name, request.partition_name)
         return convert.ok_status()
 
     @rpc
-    async def HasPartition(self, request: milvus_pb2.HasPartitionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        value = await self.client.has_partition(request.collection_name, request.partition_name)
+    async def HasPartition(self, request: milvus_pb2.HasPartitionRequest, context: Any, call: Call) -> Message:
+        value = await call.api.has_partition(request.collection_name, request.partition_name)
         return milvus_pb2.BoolResponse(**_ok(value=value))
 
     @rpc
-    async def ShowPartitions(self, request: milvus_pb2.ShowPartitionsRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        name = await self._collection_of(request.collection_name, request.collectionID)
-        parts = await self.client.show_partitions(name)
+    async def ShowPartitions(self, request: milvus_pb2.ShowPartitionsRequest, context: Any, call: Call) -> Message:
+        name = await self._collection_of(call.api, request.collection_name, request.collectionID)
+        parts = await call.api.show_partitions(name)
         percentages: list[int] = []
         if request.type == milvus_pb2.InMemory:
             # the loaded partitions (those named must each be loaded: code 201), as Milvus's querycoord
-            loaded = await self.client.list_loaded_partitions(name, list(request.partition_names))
+            loaded = await call.api.list_loaded_partitions(name, list(request.partition_names))
             by_name = {p.partition_name: p for p in parts}
             loaded = [p for p in loaded if p.partition_names[0] in by_name]  # dropped in between
             parts = [by_name[p.partition_names[0]] for p in loaded]
@@ -348,31 +398,30 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def GetPartitionStatistics(self, request: milvus_pb2.GetPartitionStatisticsRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        stats = await self.client.get_partition_stats(request.collection_name, request.partition_name)
+    async def GetPartitionStatistics(
+        self, request: milvus_pb2.GetPartitionStatisticsRequest, context: Any, call: Call
+    ) -> Message:
+        stats = await call.api.get_partition_stats(request.collection_name, request.partition_name)
         row_count = common_pb2.KeyValuePair(key="row_count", value=str(stats.row_count))
         return milvus_pb2.GetPartitionStatisticsResponse(**_ok(stats=[row_count]))
 
     # ------------------------------------------------------------------ load and release
 
     @rpc
-    async def LoadCollection(self, request: milvus_pb2.LoadCollectionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.load_collection(
-            request.collection_name, wait=False, replica_number=request.replica_number or 1
-        )
+    async def LoadCollection(self, request: milvus_pb2.LoadCollectionRequest, context: Any, call: Call) -> Message:
+        # replica_number 0 (pymilvus's default: unset): the database's database.replica.number, else 1
+        await call.api.load_collection(request.collection_name, wait=False, replica_number=request.replica_number)
         return convert.ok_status()
 
     @rpc
-    async def ReleaseCollection(self, request: milvus_pb2.ReleaseCollectionRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.release_collection(request.collection_name)
+    async def ReleaseCollection(
+        self, request: milvus_pb2.ReleaseCollectionRequest, context: Any, call: Call
+    ) -> Message:
+        await call.api.release_collection(request.collection_name)
         return convert.ok_status()
 
     @rpc
-    async def LoadPartitions(self, request: milvus_pb2.LoadPartitionsRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def LoadPartitions(self, request: milvus_pb2.LoadPartitionsRequest, context: Any, call: Call) -> Message:
         if not request.partition_names:  # Milvus's text
             raise InvalidParameter(
                 "partition_names",
@@ -380,25 +429,27 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
                 [],
                 milvus_text="failed to load partitions due to no partition specified",
             )
-        await self.client.load_partitions(
+        await call.api.load_partitions(
             request.collection_name,
             list(request.partition_names),
             wait=False,
-            replica_number=request.replica_number or 1,
+            replica_number=request.replica_number,
         )
         return convert.ok_status()
 
     @rpc
-    async def ReleasePartitions(self, request: milvus_pb2.ReleasePartitionsRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.release_partitions(request.collection_name, list(request.partition_names))
+    async def ReleasePartitions(
+        self, request: milvus_pb2.ReleasePartitionsRequest, context: Any, call: Call
+    ) -> Message:
+        await call.api.release_partitions(request.collection_name, list(request.partition_names))
         return convert.ok_status()
 
     @rpc
-    async def GetLoadingProgress(self, request: milvus_pb2.GetLoadingProgressRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def GetLoadingProgress(
+        self, request: milvus_pb2.GetLoadingProgressRequest, context: Any, call: Call
+    ) -> Message:
         partitions = list(request.partition_names) or None
-        progress = await self.client.get_load_state(request.collection_name, partitions)
+        progress = await call.api.get_load_state(request.collection_name, partitions)
         # refresh_progress: Milvus's is 100 unless a refresh load is pending; Osprey's is the share of
         # the flushed segments its query nodes have loaded (agents/proxy/load.py, refresh_progress)
         return milvus_pb2.GetLoadingProgressResponse(
@@ -406,25 +457,23 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def GetLoadState(self, request: milvus_pb2.GetLoadStateRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def GetLoadState(self, request: milvus_pb2.GetLoadStateRequest, context: Any, call: Call) -> Message:
         try:
-            progress = await self.client.get_load_state(request.collection_name, list(request.partition_names) or None)
+            progress = await call.api.get_load_state(request.collection_name, list(request.partition_names) or None)
         except CollectionNotFound:  # Milvus answers LoadStateNotExist, not an error
             return milvus_pb2.GetLoadStateResponse(**_ok(state=common_pb2.LoadStateNotExist))
         return milvus_pb2.GetLoadStateResponse(**_ok(state=LOAD_STATE_NUMBER[progress.state]))
 
     @rpc
-    async def GetReplicas(self, request: milvus_pb2.GetReplicasRequest, context: Any) -> Message:
+    async def GetReplicas(self, request: milvus_pb2.GetReplicasRequest, context: Any, call: Call) -> Message:
         """The replicas of a loaded collection (by name, or by collectionID as pymilvus's
         describe_replica sends it); each shard's serving nodes only with ``with_shard_nodes``."""
-        convert.check_database(request.db_name)
         name, cid = request.collection_name, request.collectionID
         try:
-            found = await self.client.describe_replica(name, collection_id=cid)
+            found = await call.api.describe_replica(name, collection_id=cid)
         except CollectionNotFound:
             asked = f"collection={name}" if name else f"collectionID={cid}"
-            raise CollectionNotFound(f"can't find collection[database=default][{asked}]") from None
+            raise CollectionNotFound(f"can't find collection[database={call.db_name}][{asked}]") from None
         replicas = [
             milvus_pb2.ReplicaInfo(
                 replicaID=r.replica_id,
@@ -449,47 +498,41 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     # ------------------------------------------------------------------ aliases
 
     @rpc
-    async def CreateAlias(self, request: milvus_pb2.CreateAliasRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.create_alias(request.alias, request.collection_name)
+    async def CreateAlias(self, request: milvus_pb2.CreateAliasRequest, context: Any, call: Call) -> Message:
+        await call.api.create_alias(request.alias, request.collection_name)
         return convert.ok_status()
 
     @rpc
-    async def DropAlias(self, request: milvus_pb2.DropAliasRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.drop_alias(request.alias)  # a missing alias: success (the rootcoord's rule)
+    async def DropAlias(self, request: milvus_pb2.DropAliasRequest, context: Any, call: Call) -> Message:
+        await call.api.drop_alias(request.alias)  # a missing alias: success (the rootcoord's rule)
         return convert.ok_status()
 
     @rpc
-    async def AlterAlias(self, request: milvus_pb2.AlterAliasRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.alter_alias(request.alias, request.collection_name)
+    async def AlterAlias(self, request: milvus_pb2.AlterAliasRequest, context: Any, call: Call) -> Message:
+        await call.api.alter_alias(request.alias, request.collection_name)
         return convert.ok_status()
 
     @rpc
-    async def DescribeAlias(self, request: milvus_pb2.DescribeAliasRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        desc = await self.client.describe_alias(request.alias)
+    async def DescribeAlias(self, request: milvus_pb2.DescribeAliasRequest, context: Any, call: Call) -> Message:
+        desc = await call.api.describe_alias(request.alias)
         return milvus_pb2.DescribeAliasResponse(
-            **_ok(db_name=convert.DEFAULT_DATABASE, alias=desc.alias, collection=desc.collection_name)
+            **_ok(db_name=call.db_name, alias=desc.alias, collection=desc.collection_name)
         )
 
     @rpc
-    async def ListAliases(self, request: milvus_pb2.ListAliasesRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        aliases = await self.client.list_aliases(request.collection_name)
+    async def ListAliases(self, request: milvus_pb2.ListAliasesRequest, context: Any, call: Call) -> Message:
+        aliases = await call.api.list_aliases(request.collection_name)
         return milvus_pb2.ListAliasesResponse(
-            **_ok(db_name=convert.DEFAULT_DATABASE, collection_name=request.collection_name, aliases=aliases)
+            **_ok(db_name=call.db_name, collection_name=request.collection_name, aliases=aliases)
         )
 
     # ------------------------------------------------------------------ writes
 
     @rpc
-    async def Insert(self, request: milvus_pb2.InsertRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self._check_schema_timestamp(request.collection_name, request.schema_timestamp)
+    async def Insert(self, request: milvus_pb2.InsertRequest, context: Any, call: Call) -> Message:
+        await self._check_schema_timestamp(call, request.collection_name, request.schema_timestamp)
         data = convert.columns_from_fields_data(request.fields_data, request.num_rows)
-        result = await self.client.insert(request.collection_name, data, request.partition_name)
+        result = await call.api.insert(request.collection_name, data, request.partition_name)
         return milvus_pb2.MutationResult(
             **_ok(
                 IDs=convert.ids_proto(result.primary_keys),
@@ -500,11 +543,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def Upsert(self, request: milvus_pb2.UpsertRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self._check_schema_timestamp(request.collection_name, request.schema_timestamp)
+    async def Upsert(self, request: milvus_pb2.UpsertRequest, context: Any, call: Call) -> Message:
+        await self._check_schema_timestamp(call, request.collection_name, request.schema_timestamp)
         data = convert.columns_from_fields_data(request.fields_data, request.num_rows)
-        result = await self.client.upsert(request.collection_name, data, request.partition_name)
+        result = await call.api.upsert(request.collection_name, data, request.partition_name)
         return milvus_pb2.MutationResult(
             **_ok(
                 IDs=convert.ids_proto(result.primary_keys),
@@ -515,13 +557,13 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             )
         )
 
-    async def _check_schema_timestamp(self, collection_name: str, schema_timestamp: int) -> None:
+    async def _check_schema_timestamp(self, call: Call, collection_name: str, schema_timestamp: int) -> None:
         """pymilvus sends the ``update_timestamp`` of the schema it cached: another one than the
         collection's (it was dropped and created again under this name) is Milvus's SchemaMismatch,
         on which pymilvus describes the collection again and retries (0: not sent)."""
         if not schema_timestamp:
             return
-        info = await self.collections.resolve(collection_name)
+        info = await self.collections.resolve(collection_name, call.db_name)
         if schema_timestamp != info.created_ts:  # Osprey never alters a schema: its update is its creation
             raise SchemaMismatch(
                 f"collection schema mismatch[collection={collection_name}]: the client's schema "
@@ -529,11 +571,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             )
 
     @rpc
-    async def Delete(self, request: milvus_pb2.DeleteRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def Delete(self, request: milvus_pb2.DeleteRequest, context: Any, call: Call) -> Message:
         if not request.expr.strip():
             raise InvalidParameter("expr", "a delete needs a filter expression (or ids)")
-        result = await self.client.delete(
+        result = await call.api.delete(
             request.collection_name, filter=request.expr, partition_name=request.partition_name
         )
         # no IDs, as Milvus since 2.3.2: pymilvus then answers {"delete_count": n}
@@ -545,19 +586,18 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def Flush(self, request: milvus_pb2.FlushRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def Flush(self, request: milvus_pb2.FlushRequest, context: Any, call: Call) -> Message:
         segments: dict[str, schema_pb2.LongArray] = {}
         flushed: dict[str, schema_pb2.LongArray] = {}
         flush_ts: dict[str, int] = {}
         for name in request.collection_names:
-            result = await self.client.flush(name)
+            result = await call.api.flush(name)
             segments[name] = schema_pb2.LongArray(data=result.segment_ids)
             flushed[name] = schema_pb2.LongArray(data=result.flushed_segment_ids)
             flush_ts[name] = result.flush_ts
         return milvus_pb2.FlushResponse(
             **_ok(
-                db_name=convert.DEFAULT_DATABASE,
+                db_name=call.db_name,
                 coll_segIDs=segments,
                 flush_coll_segIDs=flushed,
                 coll_flush_ts=flush_ts,
@@ -565,11 +605,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def GetFlushState(self, request: milvus_pb2.GetFlushStateRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def GetFlushState(self, request: milvus_pb2.GetFlushStateRequest, context: Any, call: Call) -> Message:
         if not request.collection_name:
             raise InvalidParameter("collection_name", "Osprey needs the collection of the segments")
-        state = await self.client.get_flush_state(
+        state = await call.api.get_flush_state(
             request.collection_name, list(request.segmentIDs), flush_ts=request.flush_ts
         )
         return milvus_pb2.GetFlushStateResponse(**_ok(flushed=state.flushed))
@@ -577,22 +616,23 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
     # ------------------------------------------------------------------ compaction
 
     @rpc
-    async def ManualCompaction(self, request: milvus_pb2.ManualCompactionRequest, context: Any) -> Message:
+    async def ManualCompaction(self, request: milvus_pb2.ManualCompactionRequest, context: Any, call: Call) -> Message:
         """Milvus's mix compaction of a collection (by name, or collectionID: pymilvus sends the
         name, and the id too after a CollectionNameNotFound). Answers at once with the id; the
         data nodes plan and run it next (compactionPlanCount: the plans recorded by then). The
         contract refused clustering and targeted compactions (majorCompaction, segment_ids ...);
         ``timetravel`` is deprecated (Milvus ignores it since 2.3; pymilvus never sets it)."""
-        convert.check_database(request.db_name)
-        name = await self._collection_of(request.collection_name, request.collectionID)
-        state = await self.client.compact(name, wait=False)
+        name = await self._collection_of(call.api, request.collection_name, request.collectionID)
+        state = await call.api.compact(name, wait=False)
         return milvus_pb2.ManualCompactionResponse(
             **_ok(compactionID=state.compaction_id, compactionPlanCount=len(state.plans))
         )
 
     @rpc
-    async def GetCompactionState(self, request: milvus_pb2.GetCompactionStateRequest, context: Any) -> Message:
-        state = await self.client.get_compaction_state(request.compactionID)
+    async def GetCompactionState(
+        self, request: milvus_pb2.GetCompactionStateRequest, context: Any, call: Call
+    ) -> Message:
+        state = await call.api.get_compaction_state(request.compactionID)
         return milvus_pb2.GetCompactionStateResponse(
             **_ok(
                 state=COMPACTION_STATE_NUMBER[state.state],
@@ -604,72 +644,70 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         )
 
     @rpc
-    async def GetCompactionStateWithPlans(self, request: milvus_pb2.GetCompactionPlansRequest, context: Any) -> Message:
-        state = await self.client.get_compaction_state(request.compactionID)
+    async def GetCompactionStateWithPlans(
+        self, request: milvus_pb2.GetCompactionPlansRequest, context: Any, call: Call
+    ) -> Message:
+        state = await call.api.get_compaction_state(request.compactionID)
         merges = [milvus_pb2.CompactionMergeInfo(sources=p.sources, target=p.target) for p in state.plans]
         return milvus_pb2.GetCompactionPlansResponse(
             **_ok(state=COMPACTION_STATE_NUMBER[state.state], mergeInfos=merges)
         )
 
-    async def _collection_of(self, name: str, collection_id: int) -> str:
+    async def _collection_of(self, api: OspreyAPI, name: str, collection_id: int) -> str:
         """The collection a request names: ``name`` (a name or alias), else the one with
         ``collection_id``; both given must agree (InvalidParameter naming collectionID)."""
         if not collection_id:
             return name
-        desc = await self.client.describe_collection(name, collection_id=collection_id)
+        desc = await api.describe_collection(name, collection_id=collection_id)
         _check_collection_id(desc.info.collection_id, collection_id, name)
         return name or desc.info.collection_name
 
     # ------------------------------------------------------------------ indexes
 
     @rpc
-    async def CreateIndex(self, request: milvus_pb2.CreateIndexRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
+    async def CreateIndex(self, request: milvus_pb2.CreateIndexRequest, context: Any, call: Call) -> Message:
         params = convert.params_of(request.extra_params, "extra_params")
-        await self.client.create_index(request.collection_name, request.field_name, params, request.index_name)
+        await call.api.create_index(request.collection_name, request.field_name, params, request.index_name)
         return convert.ok_status()
 
     @rpc
-    async def DescribeIndex(self, request: milvus_pb2.DescribeIndexRequest, context: Any) -> Message:
+    async def DescribeIndex(self, request: milvus_pb2.DescribeIndexRequest, context: Any, call: Call) -> Message:
         """``timestamp`` (pymilvus sends the time of its create_index): the state is about the
         segments whose rows precede it, as in Milvus (``agents/proxy/index.py``)."""
-        convert.check_database(request.db_name)
         name, ts = request.collection_name, request.timestamp
         if request.index_name or request.field_name:
-            descs = [await self.client.describe_index(name, request.index_name, request.field_name, timestamp=ts)]
+            descs = [await call.api.describe_index(name, request.index_name, request.field_name, timestamp=ts)]
         else:
-            descs = await self.client.describe_indexes(name, timestamp=ts)
+            descs = await call.api.describe_indexes(name, timestamp=ts)
         return milvus_pb2.DescribeIndexResponse(**_ok(index_descriptions=[_index_description(d) for d in descs]))
 
     @rpc
-    async def GetIndexState(self, request: milvus_pb2.GetIndexStateRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        desc = await self.client.describe_index(request.collection_name, request.index_name, request.field_name)
+    async def GetIndexState(self, request: milvus_pb2.GetIndexStateRequest, context: Any, call: Call) -> Message:
+        desc = await call.api.describe_index(request.collection_name, request.index_name, request.field_name)
         return milvus_pb2.GetIndexStateResponse(**_ok(state=_index_state(desc.state), fail_reason=desc.fail_reason))
 
     @rpc
-    async def GetIndexBuildProgress(self, request: milvus_pb2.GetIndexBuildProgressRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        desc = await self.client.describe_index(request.collection_name, request.index_name, request.field_name)
+    async def GetIndexBuildProgress(
+        self, request: milvus_pb2.GetIndexBuildProgressRequest, context: Any, call: Call
+    ) -> Message:
+        desc = await call.api.describe_index(request.collection_name, request.index_name, request.field_name)
         return milvus_pb2.GetIndexBuildProgressResponse(
             **_ok(indexed_rows=desc.indexed_rows, total_rows=desc.total_rows)
         )
 
     @rpc
-    async def DropIndex(self, request: milvus_pb2.DropIndexRequest, context: Any) -> Message:
-        convert.check_database(request.db_name)
-        await self.client.drop_index(request.collection_name, request.index_name, request.field_name)
+    async def DropIndex(self, request: milvus_pb2.DropIndexRequest, context: Any, call: Call) -> Message:
+        await call.api.drop_index(request.collection_name, request.index_name, request.field_name)
         return convert.ok_status()
 
     # ------------------------------------------------------------------ reads
 
     @rpc
-    async def Search(self, request: milvus_pb2.SearchRequest, context: Any, checked: Checked) -> Message:
+    async def Search(self, request: milvus_pb2.SearchRequest, context: Any, call: Call) -> Message:
         """An ANN search: ``search_params`` keys ``topk``, ``offset`` (a page of ``limit`` after the
         first ``offset`` hits), ``round_decimal``, ``metric_type``, ``anns_field``, ``collection_id``
         (must be the collection's) and ``params`` (``ef``); the contract refused the others."""
-        convert.check_database(request.db_name)
-        group = checked.embedded.get("placeholder_group", common_pb2.PlaceholderGroup())
+        group = call.checked.embedded.get("placeholder_group", common_pb2.PlaceholderGroup())
         assert isinstance(group, common_pb2.PlaceholderGroup)
         queries = convert.placeholder_vectors(group, request.nq)
         params = convert.params_of(request.search_params, "search_params")
@@ -687,7 +725,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             search_params["metric_type"] = metric
         level, guarantee = self._consistency(request)
         collection = request.collection_name
-        hits = await self.client.search(
+        hits = await call.api.search(
             collection,
             queries,
             limit=top_k,
@@ -707,12 +745,11 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         return milvus_pb2.SearchResults(**_ok(results=data, collection_name=collection))
 
     @rpc
-    async def Query(self, request: milvus_pb2.QueryRequest, context: Any) -> Message:
+    async def Query(self, request: milvus_pb2.QueryRequest, context: Any, call: Call) -> Message:
         """Rows by filter: ``query_params`` keys ``limit``, ``offset``, ``collection_id`` (must be the
         collection's) and ``iterator``: pymilvus's query iterator reads one snapshot, so its first
         call (no guarantee timestamp) reads at a fresh timestamp and answers it as ``session_ts``,
         and its next calls (that timestamp as their guarantee) read at exactly it."""
-        convert.check_database(request.db_name)
         params = convert.params_of(request.query_params, "query_params")
         limit = params.get("limit")
         offset = params.get("offset", 0)
@@ -721,9 +758,9 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         session_ts = 0
         if str(params.get("iterator", "False")).lower() == "true":
             level = None
-            guarantee = session_ts = request.guarantee_timestamp or await self.client.now()
+            guarantee = session_ts = request.guarantee_timestamp or await call.api.now()
         asked = list(request.output_fields)
-        rows = await self.client.query(
+        rows = await call.api.query(
             collection,
             filter=request.expr,
             output_fields=asked,
@@ -778,6 +815,10 @@ def _check_collection_id(found: int, asked: Any, name: str, field: str = "collec
     if name and asked and str(found) != str(asked):
         rule = f"must be the id of collection {name} ({found}) when both are given"
         raise InvalidParameter(field, rule, asked)
+
+
+def _key_value_pairs(values: dict[str, str]) -> list[common_pb2.KeyValuePair]:
+    return [common_pb2.KeyValuePair(key=k, value=v) for k, v in values.items()]
 
 
 def _index_state(state: IndexState) -> int:

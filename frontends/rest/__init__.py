@@ -30,8 +30,13 @@ authenticated"}``.
 - Bad JSON, a missing or ill-typed field: code 1100 naming the field (``[field=collectionName]``)
   and the rule. Errors of the Osprey rules name REST fields too (``schema.fields[1].dataType``).
 - ``asOf`` (Osprey extension) on every read: a TSO timestamp; the meta as it was then, 0 = latest.
-- ``dbName`` may be absent, ``""`` or ``"default"``: Osprey has one database (another is Milvus's
-  code 800, "database not found").
+- ``dbName`` (every body, as Milvus's): the database the request's collections and aliases live
+  in; absent or ``""`` is ``default``. The call runs on a view of the client in that database
+  (``in_database``); a database that does not exist is Milvus's code 800, "database not found".
+- ``databases/`` (Milvus's): ``create`` (``dbName``, ``properties``: an object of key -> value),
+  ``drop``, ``list`` (the names), ``describe`` (``dbName``, ``dbID``, ``properties`` as
+  ``[{"key", "value"}]``), ``alter`` (and ``alter_properties``: ``properties`` merged in) and
+  ``drop_properties`` (``propertyKeys``); there ``dbName`` is the database acted on.
 
 Osprey extensions beyond Milvus's answers, so the thin client (:mod:`frontends.client`) rebuilds
 exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys are unchanged:
@@ -51,8 +56,10 @@ exactly what :class:`InProcessClient` returns; each is extra, Milvus's own keys 
 - ``collections/describe`` also takes ``collectionID`` (when ``collectionName`` is empty);
   ``collections/get_load_state`` takes Milvus's ``partitionNames`` and also answers
   ``refreshProgress`` (the share of flushed segments the query nodes have loaded).
-- ``databases/list`` and ``databases/describe`` (Milvus's): one database, ``default``, and its
-  ``createdTimestamp`` beside Milvus's keys. ``health/check`` (Osprey's): Milvus's CheckHealth
+- ``databases/describe`` also answers ``createdTimestamp``; ``databases/create``, ``alter``,
+  ``alter_properties`` and ``drop_properties`` answer ``database`` (the database after the change,
+  as ``describe`` words it) beside ``data`` (``{}``, as Milvus's); ``databases/show`` (Osprey's)
+  lists every database as ``describe`` words it. ``health/check`` (Osprey's): Milvus's CheckHealth
   (``isHealthy``, ``reasons``, ``quotaStates``) and the live nodes per role.
 - Osprey's routes for the calls of :class:`~frontends.api.OspreyAPI` Milvus's REST lacks:
   ``timestamps/now`` (``{"timestamp": <TSO>}``), ``replicas/describe`` (``collectionName`` or

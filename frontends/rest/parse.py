@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from schemas.collection import DataType
 from schemas.errors import InvalidParameter
-from schemas.meta import check_database
 
 # Milvus RESTful dataType spelling -> Osprey DataType. Looked up ignoring case and "_", so
 # "Int64", "int64", "FloatVector" and Osprey's own "FLOAT_VECTOR" all work.
@@ -219,6 +218,7 @@ ANY_COLLECTION = Arg("collectionName", "collection_name", required=False)
 PARTITION = Arg("partitionName", "partition_name")
 ALIAS = Arg("aliasName", "alias")
 AS_OF = Arg("asOf", "as_of", kind="int", required=False)
+DATABASE = Arg("dbName", "db_name")  # the database a databases/ route acts on
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,10 @@ def data_type(name: str, path: str) -> str:
 
 
 # -- the whole body
-def check_db(body: Body) -> None:
-    check_database(body.string("dbName", default=""))
+def database_of(body: Body) -> str:
+    """The database the request names its collections in (Milvus RESTful v2's ``dbName`` of every
+    body; absent or ``""``: default). Whether it exists is the proxy's check (DatabaseNotFound)."""
+    return body.string("dbName", default="")
 
 
 def _changes_nothing(value: Any) -> bool:

@@ -36,6 +36,7 @@ REST_FIELD_NAMES: dict[str, str] = {
     "partition_name": "partitionName",
     "alias": "aliasName",
     "as_of": "asOf",
+    "db_name": "dbName",
     "shards_num": "shardsNum",
     "consistency_level": "consistencyLevel",
     "collection_schema": "schema",
@@ -171,6 +172,17 @@ def database(info: DatabaseInfo) -> dict[str, Any]:
         "properties": [{"key": k, "value": v} for k, v in info.properties.items()],
         "createdTimestamp": info.created_ts,
     }
+
+
+def databases(infos: Sequence[DatabaseInfo]) -> list[dict[str, Any]]:
+    """``databases/show`` (Osprey): every database as ``databases/describe`` answers it."""
+    return [database(info) for info in infos]
+
+
+def database_beside(info: DatabaseInfo) -> dict[str, Any]:
+    """Osprey extension beside the ``data`` (``{}``, as Milvus's) of databases/create, alter and
+    drop_properties: the database after the change, as ``databases/describe`` answers it."""
+    return {"database": database(info)}
 
 
 def check_health(check: HealthCheck) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The ``collections/``, ``partitions/`` and ``aliases/`` routes, and the service's ``databases/`` and
 ``health/check``: how each reads its body (``collections/create``: Milvus's quick setup or a
-``schema`` with ``indexParams``) and its call where a request makes several."""
+``schema`` with ``indexParams``; ``databases/*``: ``dbName`` is the database acted on) and its call
+where a request makes several."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from frontends.rest.parse import (
     ANY_COLLECTION,
     AS_OF,
     COLLECTION,
+    DATABASE,
     PARTITION,
     Body,
     Parsed,
@@ -253,6 +255,44 @@ def _parse_compaction_state(body: Body) -> Parsed:
     )
 
 
+# -- databases (Milvus RESTful v2's databases/create, alter, drop_properties)
+def _parse_properties(body: Body) -> Parsed:
+    """``dbName`` and ``properties`` (an object: key -> value, each value kept as Milvus's text of it)."""
+    properties = body.obj("properties").whole()
+    fields = {f"properties[{key}]": f"properties[{key}]" for key in properties}  # keys stay as given
+    return Parsed({"db_name": body.string("dbName"), "properties": properties}, fields)
+
+
+def _parse_property_keys(body: Body) -> Parsed:
+    """``dbName`` and ``propertyKeys`` (the keys to delete)."""
+    keys = read_list(body, "propertyKeys")
+    for i, key in enumerate(keys):
+        if not isinstance(key, str):
+            raise InvalidParameter(body.path(f"propertyKeys[{i}]"), "must be a string", key)
+    return Parsed(
+        {"db_name": body.string("dbName"), "property_keys": keys},
+        {"delete_keys": "propertyKeys", "property_keys": "propertyKeys"},
+    )
+
+
+DATABASE_ROUTES: dict[str, Endpoint] = {
+    "databases/create": Endpoint("create_database", parse=_parse_properties, beside=render.database_beside),
+    "databases/drop": Endpoint("drop_database", (DATABASE,)),
+    "databases/list": Endpoint("list_databases", render=render.same),
+    "databases/show": Endpoint("list_database_infos", render=render.databases),  # Osprey: with ids and properties
+    "databases/describe": Endpoint(
+        "describe_database", render=render.database, parse=lambda b: Parsed({"db_name": b.string("dbName", default="")})
+    ),
+    "databases/alter": Endpoint("alter_database_properties", parse=_parse_properties, beside=render.database_beside),
+    "databases/alter_properties": Endpoint(
+        "alter_database_properties", parse=_parse_properties, beside=render.database_beside
+    ),
+    "databases/drop_properties": Endpoint(
+        "drop_database_properties", parse=_parse_property_keys, beside=render.database_beside
+    ),
+}
+
+
 COLLECTION_ROUTES: dict[str, Endpoint] = {
     "collections/create": Endpoint(
         "create_collection", render=render.created_collection, parse=_parse_create, call=_create_collection
@@ -276,7 +316,7 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
         parse=lambda b: Parsed(
             {
                 "collection_name": b.string("collectionName"),
-                "replica_number": b.integer("replicaNumber", 1, minimum=1),
+                "replica_number": b.integer("replicaNumber", 0, minimum=0),
                 "wait": False,
             }
         ),
@@ -293,7 +333,7 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
     "partitions/load": Endpoint(
         "load_partitions",
         parse=lambda b: _partition_names(
-            b, {"replica_number": b.integer("replicaNumber", 1, minimum=1), "wait": False}
+            b, {"replica_number": b.integer("replicaNumber", 0, minimum=0), "wait": False}
         ),
     ),
     "partitions/release": Endpoint("release_partitions", parse=_partition_names),
@@ -307,11 +347,6 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
     "aliases/alter": Endpoint("alter_alias", (ALIAS, COLLECTION), render.altered),
     "aliases/describe": Endpoint("describe_alias", (ALIAS, AS_OF), render.alias),
     "aliases/list": Endpoint("list_aliases", (ANY_COLLECTION, AS_OF), render.same),
-    # dbName is the database asked about: the front end's own check answers another name with
-    # Milvus's database-not-found error, as DescribeDatabase does
-    "databases/list": Endpoint("list_databases", render=render.same),
-    "databases/describe": Endpoint(
-        "describe_database", render=render.database, parse=lambda b: Parsed({"db_name": b.string("dbName", default="")})
-    ),
+    **DATABASE_ROUTES,
     "health/check": Endpoint("check_health", render=render.check_health),
 }

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from agents.service import Service
 from frontends.inprocess import InProcessClient
 from frontends.rest.endpoint import Endpoint
-from frontends.rest.parse import PartError, check_db, parse_body, refuse_unread
+from frontends.rest.parse import PartError, database_of, parse_body, refuse_unread
 from frontends.rest.render import as_rest_error, failure, success
 from frontends.rest.routes import ENDPOINTS, INGEST_ENDPOINTS
 from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, bearer_token, check_token
@@ -171,18 +171,20 @@ class RestFrontEnd(Service):
         return handle
 
     async def serve(self, endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
-        """Run one request: its response body (``code`` 0 and ``data``, or ``code`` and ``message``)."""
+        """Run one request: its response body (``code`` 0 and ``data``, or ``code`` and ``message``).
+        The call runs in the body's ``dbName`` (on a view of the client in that database)."""
         self.requests += 1
         try:
             body = parse_body(raw)
-            check_db(body)
+            db_name = database_of(body)
+            client = self.client.in_database(db_name) if db_name else self.client
             parsed = endpoint.read(body)
             refuse_unread(body)
             try:
                 if endpoint.call is not None:
-                    result = await endpoint.call(self.client, **parsed.kwargs)
+                    result = await endpoint.call(client, **parsed.kwargs)
                 else:
-                    result = await getattr(self.client, endpoint.method)(**parsed.kwargs)
+                    result = await getattr(client, endpoint.method)(**parsed.kwargs)
             except InvalidParameter as err:
                 self.errors += 1
                 return failure(as_rest_error(err, parsed.fields), python=err)

@@ -15,18 +15,37 @@ from typing import Any
 
 from schemas import ddl
 from schemas.collection import DataType
+from schemas.database import (
+    DEFAULT_DATABASE_ID,
+    MAX_DATABASES,
+    CollectionNumLimitExceeded,
+    DatabaseNumLimitExceeded,
+    DatabaseProperties,
+    check_properties,
+    database_name,
+    validate_database_name,
+)
 from schemas.errors import (
     AliasAlreadyExists,
     AliasCollectionNameConflict,
     AliasNotFound,
     CollectionNotFound,
+    DatabaseNotFound,
     IndexNotFound,
     InvalidParameter,
     OspreyError,
     PartitionNotFound,
 )
 from schemas.index import IndexInfo, parse_index_params
-from schemas.meta import DEFAULT_PARTITION_NAME, AliasDescription, AliasInfo, CollectionInfo, LoadInfo, PartitionInfo
+from schemas.meta import (
+    DEFAULT_PARTITION_NAME,
+    AliasDescription,
+    AliasInfo,
+    CollectionInfo,
+    DatabaseInfo,
+    LoadInfo,
+    PartitionInfo,
+)
 from schemas.validation import validate_name
 from state.meta import meta_table as keys
 from state.meta.meta_table import MetaView
@@ -34,7 +53,7 @@ from streams.channels import assign_pchannels, vchannel_name
 from streams.topics import Topics
 
 MAX_PARTITIONS_PER_COLLECTION = 1024  # Milvus rootCoord.maxPartitionNum
-DATABASE = "default"
+MAX_COLLECTIONS_PER_DATABASE = 65536  # Milvus quotaAndLimits.limits.maxCollectionNumPerDB
 
 NewId = Callable[[], Awaitable[int]]
 Addition = Callable[[int], tuple[str, str]]
@@ -65,20 +84,27 @@ RULE_SAME_PARAMETERS = (
 )
 
 
-def collection_not_found(name: str, *, with_database: bool = True) -> CollectionNotFound:
-    """Milvus's ``collection not found[database=default][collection=<n>]``; AlterAlias's names no
+def database_not_found(db_name: str) -> DatabaseNotFound:
+    """Milvus's ``database not found[database=<n>]`` (code 800)."""
+    return DatabaseNotFound(f"database not found[database={database_name(db_name)}]")
+
+
+def collection_not_found(db_name: str, name: str, *, with_database: bool = True) -> CollectionNotFound:
+    """Milvus's ``collection not found[database=<db>][collection=<n>]``; AlterAlias's names no
     database (Milvus's ``WrapErrCollectionNotFound``)."""
-    where = f"[database={DATABASE}]" if with_database else ""
+    where = f"[database={database_name(db_name)}]" if with_database else ""
     return CollectionNotFound(f"collection not found{where}[collection={name}]")
 
 
-def alias_not_found(alias: str) -> AliasNotFound:
-    return AliasNotFound(f"alias not found[database={DATABASE}][alias={alias}]")
+def alias_not_found(db_name: str, alias: str) -> AliasNotFound:
+    return AliasNotFound(f"alias not found[database={database_name(db_name)}][alias={alias}]")
 
 
-def alias_name_conflict(alias: str) -> AliasCollectionNameConflict:
+def alias_name_conflict(db_name: str, alias: str) -> AliasCollectionNameConflict:
     """An alias named like a collection (CreateAlias, AlterAlias)."""
-    return AliasCollectionNameConflict(f"alias and collection name conflict[database={DATABASE}][alias={alias}]")
+    return AliasCollectionNameConflict(
+        f"alias and collection name conflict[database={database_name(db_name)}][alias={alias}]"
+    )
 
 
 def collection_name_conflict(name: str) -> AliasCollectionNameConflict:
@@ -88,11 +114,11 @@ def collection_name_conflict(name: str) -> AliasCollectionNameConflict:
     )
 
 
-def alias_already_exists(alias: str, collection_name: str) -> AliasAlreadyExists:
+def alias_already_exists(db_name: str, alias: str, collection_name: str) -> AliasAlreadyExists:
     """CreateAlias of an alias that points to another collection, ``collection_name``."""
     return AliasAlreadyExists(
         f"{alias} is alias to another collection: {collection_name}: "
-        f"alias already exist[database={DATABASE}][alias={alias}]"
+        f"alias already exist[database={database_name(db_name)}][alias={alias}]"
     )
 
 
@@ -125,25 +151,129 @@ def error_reply(event: ddl.DdlEvent, err: OspreyError) -> ddl.DdlReply:
     )
 
 
-def _collection_target(view: MetaView, field_name: str, name: str, *, with_database: bool = True) -> CollectionInfo:
-    """A collection named by its own name; an alias name here is refused (an alias points at a
-    collection, never at another alias). ``with_database``: see :func:`collection_not_found`."""
+def _database(view: MetaView, db_name: str) -> DatabaseInfo:
+    """The database a request names (``""``: default); DatabaseNotFound (800) if there is none."""
+    db = view.database(db_name)
+    if db is None:
+        raise database_not_found(db_name)
+    return db
+
+
+def _collection_target(
+    view: MetaView, db: DatabaseInfo, field_name: str, name: str, *, with_database: bool = True
+) -> CollectionInfo:
+    """A collection of ``db`` named by its own name; an alias name here is refused (an alias points
+    at a collection, never at another alias). ``with_database``: see :func:`collection_not_found`."""
     validate_name(field_name, name)
-    info = view.collection_by_name(name)
+    info = view.collection_by_name(db.db_id, name)
     if info is not None:
         return info
-    if name in view.aliases:
+    if view.alias(db.db_id, name) is not None:
         raise InvalidParameter(field_name, RULE_NOT_AN_ALIAS, name)
-    raise collection_not_found(name, with_database=with_database)
+    raise collection_not_found(db.db_name, name, with_database=with_database)
 
 
-def _resolve(view: MetaView, field_name: str, name: str) -> CollectionInfo:
-    """A collection by name or alias (they share one namespace)."""
+def _resolve(view: MetaView, e: ddl.DdlEvent, field_name: str, name: str) -> CollectionInfo:
+    """A collection of the event's database by name or alias (they share one namespace there)."""
+    db = _database(view, e.db_name)
     validate_name(field_name, name)
-    info = view.resolve(name)
+    info = view.resolve(db.db_id, name)
     if info is None:
-        raise collection_not_found(name)
+        raise collection_not_found(db.db_name, name)
     return info
+
+
+# -- databases (Milvus 2.6's rules and texts: rootcoord meta_table.go, ddl_callbacks_*_database.go)
+RULE_EMPTY_ALTER = (
+    "alter database with empty properties and delete keys, expected to set either properties or delete keys"
+)
+RULE_ALTER_BOTH = "alter database cannot modify properties and delete keys at the same time"
+
+
+async def _create_database(e: ddl.CreateDatabase, view: MetaView, new_id: NewId) -> Plan:
+    name = validate_database_name(e.db_name)
+    if view.database(name) is not None:
+        raise InvalidParameter(
+            "db_name", "must not name an existing database", name, milvus_text=f"database already exist: {name}"
+        )
+    if len(view.databases) > MAX_DATABASES:  # default is not counted (Milvus: > rather than >=)
+        raise DatabaseNumLimitExceeded(MAX_DATABASES)
+    properties = check_properties(e.properties)
+    db_id = await new_id()
+    while db_id == DEFAULT_DATABASE_ID:  # the meta ids start at 1, which is the default database's
+        db_id = await new_id()
+
+    def created(ts: int) -> DatabaseInfo:
+        return DatabaseInfo(db_name=name, db_id=db_id, created_ts=ts, properties=properties)
+
+    def record(ts: int) -> tuple[str, str]:
+        return keys.database_key(db_id), created(ts).model_dump_json()
+
+    reply_type = ddl.DatabaseReply
+    return Plan(
+        additions=[record],
+        make_reply=lambda ts: reply_type(
+            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, database=created(ts), invalidate_databases=[db_id]
+        ),
+    )
+
+
+def _drop_database(e: ddl.DropDatabase, view: MetaView) -> Plan:
+    name = validate_database_name(e.db_name)
+    db = view.database(name)
+    if db is None:  # Milvus makes the drop idempotent: a missing database is dropped already
+        return Plan(make_reply=_reply(e, database=None))
+    if db.db_id == DEFAULT_DATABASE_ID:
+        raise InvalidParameter(
+            "db_name", "must not be the default database", name, milvus_text="can not drop default database"
+        )
+    if view.collections_in(db.db_id):
+        raise InvalidParameter(
+            "db_name",
+            "must hold no collections: drop them first",
+            name,
+            milvus_text=f"database:{name} not empty, must drop all collections before drop database",
+        )
+    return Plan(
+        removals=[keys.database_key(db.db_id)],
+        removal_prefixes=[keys.alias_key(db.db_id, "")],
+        make_reply=_reply(e, database=None, invalidate_databases=[db.db_id]),
+    )
+
+
+def _alter_database(e: ddl.AlterDatabase, view: MetaView) -> Plan:
+    """Set properties or delete keys (not both); a change that changes nothing succeeds without a
+    write. ``database.replica.number`` is not changed while the database has loaded collections:
+    Osprey does not change a loaded collection's replicas (Milvus reloads them)."""
+    if not e.properties and not e.delete_keys:
+        raise InvalidParameter("properties", RULE_EMPTY_ALTER, {}, milvus_text=RULE_EMPTY_ALTER)
+    if e.properties and e.delete_keys:
+        raise InvalidParameter("delete_keys", RULE_ALTER_BOTH, e.delete_keys, milvus_text=RULE_ALTER_BOTH)
+    db = _database(view, e.db_name)
+    if e.properties:
+        changes = check_properties(e.properties)
+        if all(db.properties.get(k) == v for k, v in changes.items()):
+            return Plan(make_reply=_reply(e, database=db))
+        properties = {**db.properties, **changes}
+    else:
+        properties = {k: v for k, v in db.properties.items() if k not in set(e.delete_keys)}
+        if len(properties) == len(db.properties):
+            return Plan(make_reply=_reply(e, database=db))
+    before, after = DatabaseProperties(db.properties), DatabaseProperties(properties)
+    if before.replica_number != after.replica_number:
+        loaded = [c.collection_name for c in view.collections_in(db.db_id) if c.collection_id in view.loads]
+        if loaded:
+            raise InvalidParameter(
+                "properties[database.replica.number]",
+                "cannot change while collections of the database are loaded (Osprey does not change a loaded "
+                f"collection's replicas): release {', '.join(loaded)} first",
+                after.replica_number,
+            )
+    altered = db.model_copy(update={"properties": properties})
+    return Plan(
+        saves={keys.database_key(db.db_id): altered.model_dump_json()},
+        make_reply=_reply(e, database=altered, invalidate_databases=[db.db_id]),
+    )
 
 
 # -- collections
@@ -186,12 +316,17 @@ def _create_existing(e: ddl.CreateCollection, info: CollectionInfo) -> Plan:
 
 
 async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
+    db = _database(view, e.db_name)
     name = validate_name("collection_name", e.collection_name)
-    if name in view.aliases:
+    if view.alias(db.db_id, name) is not None:
         raise collection_name_conflict(name)
-    existing = view.collection_by_name(name)
+    existing = view.collection_by_name(db.db_id, name)
     if existing is not None:
         return _create_existing(e, existing)
+    limit = DatabaseProperties(db.properties).max_collections
+    limit = MAX_COLLECTIONS_PER_DATABASE if limit is None else limit
+    if len(view.collections_in(db.db_id)) >= limit:
+        raise CollectionNumLimitExceeded(db.db_name, limit)
     schema = e.collection_schema.with_field_ids()
     collection_id = await new_id()
     partition_id = await new_id()
@@ -201,6 +336,7 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
     def info(ts: int) -> tuple[str, str]:
         record = CollectionInfo(
             collection_id=collection_id,
+            db_id=db.db_id,
             collection_name=name,
             collection_schema=schema,
             shards_num=e.shards_num,
@@ -219,7 +355,7 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
 
     additions: list[Addition] = [info, default_partition]
     if e.load:
-        additions.append(_load_record(collection_id, None))
+        additions.append(_load_record(collection_id, None, _replicas(db, 0)))
     reply_type = ddl.CreateCollectionReply
     return Plan(
         additions=additions,
@@ -235,10 +371,11 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
 
 
 async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
+    db = _database(view, e.db_name)
     name = validate_name("collection_name", e.collection_name)
-    info = view.collection_by_name(name)
+    info = view.collection_by_name(db.db_id, name)
     if info is None:
-        if name in view.aliases:
+        if view.alias(db.db_id, name) is not None:
             raise InvalidParameter(
                 "collection_name",
                 RULE_DROP_VIA_ALIAS,
@@ -261,12 +398,13 @@ async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
 
 
 def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
+    db = _database(view, e.db_name)
     if e.collection_name:
-        info = _resolve(view, "collection_name", e.collection_name)
+        info = _resolve(view, e, "collection_name", e.collection_name)
     elif e.collection_id:
-        found = view.collections.get(e.collection_id)
+        found = view.collections.get(e.collection_id)  # ids are cluster-wide: found in any database (Milvus)
         if found is None:
-            raise CollectionNotFound(f"collection not found[database={DATABASE}][collection_id={e.collection_id}]")
+            raise CollectionNotFound(f"collection not found[database={db.db_name}][collection_id={e.collection_id}]")
         info = found
     else:
         raise InvalidParameter("collection_name", "is required (or collection_id)", "")
@@ -275,7 +413,7 @@ def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
 
 # -- partitions
 async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewId) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     name = validate_name("partition_name", e.partition_name)
     cid = info.collection_id
     if view.partition_by_name(cid, name) is not None:
@@ -307,7 +445,7 @@ async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewI
 
 
 def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     name = validate_name("partition_name", e.partition_name)
     if name == DEFAULT_PARTITION_NAME:
         raise InvalidParameter("partition_name", "the default partition cannot be dropped", name)
@@ -330,6 +468,12 @@ def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
 
 
 # -- load and release
+def _replicas(db: DatabaseInfo, asked: int) -> int:
+    """The replicas a load gets: those it asks for, else its database's ``database.replica.number``,
+    else 1 (Milvus)."""
+    return asked or DatabaseProperties(db.properties).replica_number or 1
+
+
 def _load_record(collection_id: int, partition_ids: list[int] | None, replica_number: int = 1) -> Addition:
     """The LoadInfo write; its ``loaded_ts`` is the write's timestamp (a new load version)."""
 
@@ -389,18 +533,19 @@ def _partition_ids(view: MetaView, info: CollectionInfo, names: list[str]) -> li
 
 
 def _load_partitions(e: ddl.LoadPartitions, view: MetaView) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     cid = info.collection_id
     wanted = _partition_ids(view, info, e.partition_names)
+    replicas = _replicas(view.databases[info.db_id], e.replica_number)
     current = view.loads.get(cid)
     if current is not None and current.partition_ids is None:
-        return _load_change(e, view, cid, None, load=True, replica_number=e.replica_number)  # loaded whole: stays so
+        return _load_change(e, view, cid, None, load=True, replica_number=replicas)  # loaded whole: stays so
     loaded = set() if current is None else set(current.partition_ids or ())
-    return _load_change(e, view, cid, sorted(loaded | set(wanted)), load=True, replica_number=e.replica_number)
+    return _load_change(e, view, cid, sorted(loaded | set(wanted)), load=True, replica_number=replicas)
 
 
 def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     cid = info.collection_id
     released = set(_partition_ids(view, info, e.partition_names))
     current = view.loads.get(cid)
@@ -419,64 +564,70 @@ def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
 def _create_alias(e: ddl.CreateAlias, view: MetaView) -> Plan:
     """Milvus's order of checks: the alias is a collection's name (1601); the alias exists (the same
     collection again: success; another: 1602); the target is missing (100) or an alias (1100)."""
+    db = _database(view, e.db_name)
     alias = validate_name("alias", e.alias)
-    if alias in view.names:
-        raise alias_name_conflict(alias)
+    if view.collection_by_name(db.db_id, alias) is not None:
+        raise alias_name_conflict(db.db_name, alias)
     validate_name("collection_name", e.collection_name)
-    existing = view.aliases.get(alias)
+    existing = view.alias(db.db_id, alias)
     if existing is not None:
         current = view.collections.get(existing.collection_id)
         if current is not None and current.collection_name == e.collection_name:  # the same again: success
             return Plan(make_reply=_reply(e, collection_id=current.collection_id))
-        raise alias_already_exists(alias, current.collection_name if current else str(existing.collection_id))
-    target = _collection_target(view, "collection_name", e.collection_name)
+        raise alias_already_exists(
+            db.db_name, alias, current.collection_name if current else str(existing.collection_id)
+        )
+    target = _collection_target(view, db, "collection_name", e.collection_name)
     cid = target.collection_id
 
     def record(ts: int) -> tuple[str, str]:
-        return keys.alias_key(alias), AliasInfo(
-            alias=alias, collection_id=cid, created_ts=ts, updated_ts=e.ts
+        return keys.alias_key(db.db_id, alias), AliasInfo(
+            alias=alias, collection_id=cid, created_ts=ts, updated_ts=e.ts, db_id=db.db_id
         ).model_dump_json()
 
     return Plan(additions=[record], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
 
 
 def _drop_alias(e: ddl.DropAlias, view: MetaView) -> Plan:
+    db = _database(view, e.db_name)
     alias = validate_name("alias", e.alias)
-    existing = view.aliases.get(alias)
+    existing = view.alias(db.db_id, alias)
     if existing is None:  # Milvus makes the drop idempotent: a missing alias is dropped already
         return Plan(make_reply=_reply(e, collection_id=0))
     cid = existing.collection_id
-    return Plan(removals=[keys.alias_key(alias)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
+    return Plan(removals=[keys.alias_key(db.db_id, alias)], make_reply=_reply(e, collection_id=cid, invalidate=[cid]))
 
 
 def _alter_alias(e: ddl.AlterAlias, view: MetaView) -> Plan:
     """Milvus's order of checks (its client tests hold it): both names well formed (1100, its proxy
     checks them first); the alias is a collection's name (1601); the target is missing (100, Milvus
     names no database here) or an alias (1100); the alias is missing (1600)."""
+    db = _database(view, e.db_name)
     alias = validate_name("alias", e.alias)
     validate_name("collection_name", e.collection_name)
-    if alias in view.names:
-        raise alias_name_conflict(alias)
-    target = _collection_target(view, "collection_name", e.collection_name, with_database=False)
+    if view.collection_by_name(db.db_id, alias) is not None:
+        raise alias_name_conflict(db.db_name, alias)
+    target = _collection_target(view, db, "collection_name", e.collection_name, with_database=False)
     cid = target.collection_id
-    existing = view.aliases.get(alias)
+    existing = view.alias(db.db_id, alias)
     if existing is None:
-        raise alias_not_found(alias)
+        raise alias_not_found(db.db_name, alias)
     if e.ts < existing.updated_ts:  # a later AlterAlias already won: last writer by timestamp wins
         return Plan(make_reply=_reply(e, collection_id=existing.collection_id, superseded=True))
-    record = AliasInfo(alias=alias, collection_id=cid, created_ts=existing.created_ts, updated_ts=e.ts)
+    record = AliasInfo(alias=alias, collection_id=cid, created_ts=existing.created_ts, updated_ts=e.ts, db_id=db.db_id)
     return Plan(
-        saves={keys.alias_key(alias): record.model_dump_json()},
+        saves={keys.alias_key(db.db_id, alias): record.model_dump_json()},
         make_reply=_reply(e, collection_id=cid, invalidate=sorted({existing.collection_id, cid})),
     )
 
 
 def _describe_alias(e: ddl.DescribeAlias, view: MetaView) -> Plan:
+    db = _database(view, e.db_name)
     alias = validate_name("alias", e.alias)
-    existing = view.aliases.get(alias)
+    existing = view.alias(db.db_id, alias)
     target = None if existing is None else view.collections.get(existing.collection_id)
     if existing is None or target is None:
-        raise alias_not_found(alias)
+        raise alias_not_found(db.db_name, alias)
     description = AliasDescription(
         alias=alias,
         collection_name=target.collection_name,
@@ -487,12 +638,13 @@ def _describe_alias(e: ddl.DescribeAlias, view: MetaView) -> Plan:
 
 
 def _list_aliases(e: ddl.ListAliases, view: MetaView) -> Plan:
+    db = _database(view, e.db_name)
     if e.collection_name:
-        info = _resolve(view, "collection_name", e.collection_name)
+        info = _resolve(view, e, "collection_name", e.collection_name)
         return Plan(
             make_reply=_reply(e, collection_name=info.collection_name, aliases=view.aliases_of(info.collection_id))
         )
-    return Plan(make_reply=_reply(e, aliases=sorted(view.aliases)))
+    return Plan(make_reply=_reply(e, aliases=view.aliases_in(db.db_id)))
 
 
 # -- indexes (Milvus 2.4's rules: one index per field; an identical CreateIndex succeeds again)
@@ -508,7 +660,7 @@ def index_not_found(collection_name: str, index_name: str) -> IndexNotFound:
 
 
 async def _create_index(e: ddl.CreateIndex, view: MetaView, new_id: NewId) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     cid = info.collection_id
     if not isinstance(e.field_name, str) or not e.field_name:
         raise InvalidParameter("field_name", "is required: the field to index", e.field_name)
@@ -567,7 +719,7 @@ def _find_indexes(view: MetaView, cid: int, index_name: str, field_name: str) ->
 
 
 def _drop_index(e: ddl.DropIndex, view: MetaView) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     cid = info.collection_id
     found = _find_indexes(view, cid, e.index_name, e.field_name)
     if not found:  # Milvus: dropping an index that does not exist succeeds
@@ -586,7 +738,7 @@ def _drop_index(e: ddl.DropIndex, view: MetaView) -> Plan:
 
 
 def _describe_index(e: ddl.DescribeIndex, view: MetaView) -> Plan:
-    info = _resolve(view, "collection_name", e.collection_name)
+    info = _resolve(view, e, "collection_name", e.collection_name)
     cid = info.collection_id
     found = _find_indexes(view, cid, e.index_name, e.field_name)
     if not found:
@@ -597,33 +749,45 @@ def _describe_index(e: ddl.DescribeIndex, view: MetaView) -> Plan:
 async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topics) -> Plan:
     """The meta change ``event`` makes on ``view``; raises OspreyError if it must be refused."""
     match event:
+        case ddl.CreateDatabase():
+            return await _create_database(event, view, new_id)
+        case ddl.DropDatabase():
+            return _drop_database(event, view)
+        case ddl.AlterDatabase():
+            return _alter_database(event, view)
+        case ddl.DescribeDatabase():
+            return Plan(make_reply=_reply(event, database=_database(view, event.db_name)))
+        case ddl.ListDatabases():
+            return Plan(make_reply=_reply(event, databases=sorted(view.databases.values(), key=lambda d: d.db_id)))
         case ddl.CreateCollection():
             return await _create_collection(event, view, new_id, topics)
         case ddl.DropCollection():
             return await _drop_collection(event, view)
         case ddl.HasCollection():
+            db = _database(view, event.db_name)
             validate_name("collection_name", event.collection_name)
-            return Plan(make_reply=_reply(event, value=view.resolve(event.collection_name) is not None))
+            return Plan(make_reply=_reply(event, value=view.resolve(db.db_id, event.collection_name) is not None))
         case ddl.DescribeCollection():
             return _describe_collection(event, view)
         case ddl.ShowCollections():
-            return Plan(make_reply=_reply(event, collections=view.briefs()))
+            return Plan(make_reply=_reply(event, collections=view.briefs(_database(view, event.db_name).db_id)))
         case ddl.CreatePartition():
             return await _create_partition(event, view, new_id)
         case ddl.DropPartition():
             return _drop_partition(event, view)
         case ddl.HasPartition():
-            info = _resolve(view, "collection_name", event.collection_name)
+            info = _resolve(view, event, "collection_name", event.collection_name)
             name = validate_name("partition_name", event.partition_name)
             return Plan(make_reply=_reply(event, value=view.partition_by_name(info.collection_id, name) is not None))
         case ddl.ShowPartitions():
-            info = _resolve(view, "collection_name", event.collection_name)
+            info = _resolve(view, event, "collection_name", event.collection_name)
             return Plan(make_reply=_reply(event, partitions=view.partitions_of(info.collection_id)))
         case ddl.LoadCollection():
-            info = _resolve(view, "collection_name", event.collection_name)
-            return _load_change(event, view, info.collection_id, None, load=True, replica_number=event.replica_number)
+            info = _resolve(view, event, "collection_name", event.collection_name)
+            replicas = _replicas(view.databases[info.db_id], event.replica_number)
+            return _load_change(event, view, info.collection_id, None, load=True, replica_number=replicas)
         case ddl.ReleaseCollection():
-            info = _resolve(view, "collection_name", event.collection_name)
+            info = _resolve(view, event, "collection_name", event.collection_name)
             return _load_change(event, view, info.collection_id, None, load=False)
         case ddl.LoadPartitions():
             return _load_partitions(event, view)

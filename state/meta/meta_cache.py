@@ -8,8 +8,11 @@ its next use, so a stale entry never outlives the change that made it stale.
 
 from __future__ import annotations
 
-from schemas.errors import CollectionNotFound
-from schemas.meta import CollectionDescription, CollectionInfo
+from collections.abc import Sequence
+
+from schemas.database import database_name
+from schemas.errors import CollectionNotFound, DatabaseNotFound
+from schemas.meta import CollectionDescription, CollectionInfo, DatabaseInfo
 from schemas.status import MetaCacheHealth
 from state.meta.meta_table import META_PREFIX, MetaView
 from state.meta.snapshot import SnapshotKV
@@ -34,27 +37,45 @@ class MetaCache:
         self._view = None
         return await self.view()
 
-    async def get(self, name: str) -> CollectionDescription:
-        """The collection named ``name`` (collection name or alias); CollectionNotFound if none.
-        A miss reloads once, so a collection created through another proxy is found."""
-        view, info = await self._resolved(name)
+    async def database(self, db_name: str = "") -> DatabaseInfo:
+        """The database named ``db_name`` (``""``: default); DatabaseNotFound if none. A miss
+        reloads once, so a database created through another proxy is found."""
+        return (await self._database(db_name))[1]
+
+    async def _database(self, db_name: str) -> tuple[MetaView, DatabaseInfo]:
+        view = await self.view()
+        db = view.database(db_name)
+        if db is None:
+            view = await self.refresh()
+            db = view.database(db_name)
+        if db is None:
+            raise DatabaseNotFound(f"database not found[database={database_name(db_name)}]")
+        return view, db
+
+    async def get(self, name: str, db_name: str = "") -> CollectionDescription:
+        """The collection named ``name`` (collection name or alias) in database ``db_name``;
+        DatabaseNotFound or CollectionNotFound if none. A miss reloads once, so a collection
+        created through another proxy is found."""
+        view, info = await self._resolved(name, db_name)
         return view.describe(info.collection_id)  # type: ignore[return-value]
 
-    async def resolve(self, name: str) -> CollectionInfo:
+    async def resolve(self, name: str, db_name: str = "") -> CollectionInfo:
         """:meth:`get`'s collection alone, for a caller that needs no partitions, aliases, load
         state or indexes (a search, on every request): nothing is built."""
-        return (await self._resolved(name))[1]
+        return (await self._resolved(name, db_name))[1]
 
-    async def _resolved(self, name: str) -> tuple[MetaView, CollectionInfo]:
+    async def _resolved(self, name: str, db_name: str) -> tuple[MetaView, CollectionInfo]:
         """The view that knows ``name`` and its collection; reloaded once on a miss."""
-        view = await self.view()
-        info = view.resolve(name)
-        if info is None:
-            view = await self.refresh()
-            info = view.resolve(name)
-        if info is None:
-            raise CollectionNotFound(f"collection not found[database=default][collection={name}]")
-        return view, info
+        db = None
+        for reload in (False, True):
+            view = await (self.refresh() if reload else self.view())
+            db = view.database(db_name)
+            info = None if db is None else view.resolve(db.db_id, name)
+            if info is not None:
+                return view, info
+        if db is None:
+            raise DatabaseNotFound(f"database not found[database={database_name(db_name)}]")
+        raise CollectionNotFound(f"collection not found[database={db.db_name}][collection={name}]")
 
     async def get_by_id(self, collection_id: int) -> CollectionDescription:
         """The collection with id ``collection_id``; CollectionNotFound if it does not exist (any
@@ -80,14 +101,18 @@ class MetaCache:
                 self._dropped.add(collection_id)
         return info
 
-    def invalidate_ids(self, collection_ids: list[int]) -> None:
-        """A change touched these collections: the next use reloads the meta."""
-        if collection_ids:
+    def invalidate_ids(self, collection_ids: Sequence[int], database_ids: Sequence[int] = ()) -> None:
+        """A change touched these collections or databases: the next use reloads the meta."""
+        if collection_ids or database_ids:
             self._view = None
 
-    def invalidate_names(self, names: list[str]) -> None:
-        """A DDL event names these collections or aliases: reload if any is cached."""
-        if self._view is not None and any(self._view.resolve(n) is not None for n in names):
+    def invalidate_names(self, db_name: str, names: list[str]) -> None:
+        """A DDL event names these collections or aliases of database ``db_name``: reload if any
+        is cached (or the database is not)."""
+        if self._view is None:
+            return
+        db = self._view.database(db_name)
+        if db is None or any(self._view.resolve(db.db_id, n) is not None for n in names):
             self._view = None
 
     def health(self) -> MetaCacheHealth:

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from schemas.collection import DYNAMIC_FIELD_NAME, DataType
+from schemas.database import check_reading_allowed, database_name
 from schemas.dq import QueryRequest, SearchRequest
 from schemas.errors import (
     CollectionNotFound,
     CollectionNotLoaded,
+    DatabaseNotFound,
     InvalidParameter,
     PartitionNotFound,
     PartitionNotLoaded,
@@ -57,16 +59,21 @@ class Prepared:
 
 def resolve_collection(request: SearchRequest | QueryRequest, view: MetaView) -> CollectionInfo:
     """The collection a request names: by id if set, else by name or alias (resolved here, once)."""
+    db = view.database(request.db_name)
+    if db is None:
+        raise DatabaseNotFound(f"database not found[database={database_name(request.db_name)}]")
+    if not request.collection_id:  # published by an outside producer, not prepared by a proxy
+        check_reading_allowed(db)
     if request.collection_id:
         info = view.collections.get(request.collection_id)
         if info is None:
-            raise CollectionNotFound(f"collection not found[database=default][collection={request.collection_id}]")
+            raise CollectionNotFound(f"collection not found[database={db.db_name}][collection={request.collection_id}]")
         return info
     if not request.collection_name:
         raise InvalidParameter("collection_name", "a request needs collection_id or collection_name")
-    info = view.resolve(request.collection_name)
+    info = view.resolve(db.db_id, request.collection_name)
     if info is None:
-        raise CollectionNotFound(f"collection not found[database=default][collection={request.collection_name}]")
+        raise CollectionNotFound(f"collection not found[database={db.db_name}][collection={request.collection_name}]")
     return info
 
 

@@ -94,6 +94,7 @@ class _ReadParams:
     consistency_level: ConsistencyLevel | None
     guarantee_timestamp: int | None
     timeout_s: float | None
+    db_name: str  # the database of collection_name ("": default)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class SearchParams(_ReadParams):
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
+        db_name: str = "",
     ) -> SearchParams:
         """The arguments of :meth:`frontends.api.OspreyAPI.search`, checked (module doc)."""
         level = parse_level(consistency_level)
@@ -148,6 +150,7 @@ class SearchParams(_ReadParams):
             raise InvalidParameter("top_k", f"must be an integer in [1, {MAX_TOP_K}]", limit)
         return cls(
             collection_name=collection_name,
+            db_name=db_name,
             filter=filter or "",
             output_fields=list(output_fields or []),
             partition_names=list(partition_names or []),
@@ -174,6 +177,7 @@ class QueryParams(_ReadParams):
     offset: int
     ids: list[Any] | None
     count: bool
+    internal: bool = False  # the proxy's own read (a delete's filter, a visibility probe): no quota check
 
     @classmethod
     def of(
@@ -188,6 +192,8 @@ class QueryParams(_ReadParams):
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        db_name: str = "",
+        internal: bool = False,
     ) -> QueryParams:
         """The arguments of :meth:`frontends.api.OspreyAPI.query`, checked (module doc)."""
         level = parse_level(consistency_level)
@@ -207,6 +213,7 @@ class QueryParams(_ReadParams):
             raise InvalidParameter("ids", "must hold at least one primary key")
         return cls(
             collection_name=collection_name,
+            db_name=db_name,
             filter=filter or "",
             output_fields=names,
             partition_names=list(partition_names or []),
@@ -217,4 +224,5 @@ class QueryParams(_ReadParams):
             offset=offset,
             ids=None if ids is None else list(ids),
             count=count,
+            internal=internal,
         )

@@ -173,7 +173,9 @@ async def test_served_rpcs_answer_as_in_process(thin: Client, client: InProcessC
             await c.get_compaction_state(started.compaction_id, collection_name=b)
     await thin.drop_collection(b)
 
-    assert await thin.list_databases() == await client.list_databases() == ["default"]
+    assert (await thin.list_databases())[0] == "default"
+    assert await thin.list_databases() == await client.list_databases()
+    assert await thin.list_database_infos() == await client.list_database_infos()
     database = await thin.describe_database()
     assert database == await client.describe_database("default") and database.db_id == 1
     assert 0 < database.created_ts < await client.now()

@@ -9,7 +9,6 @@ import redis.asyncio as aioredis
 
 from schemas.segment import CompactionPlan, CompactionRound
 from state.meta.compaction_requests import CompactionRequests, CompactionTarget
-from state.meta.database import DatabaseRecords
 from state.meta.tso import compose_ts
 
 pytestmark = pytest.mark.integration
@@ -50,11 +49,3 @@ async def test_rounds_are_kept_per_start_oldest_first(redis: aioredis.Redis, clu
     await store.record_round(9, redone, started=TS + 2)
     assert await store.rounds(9) == [(TS + 2, redone), (TS + 5, done)]
     assert await redis.ttl(f"{cluster_name}:compaction:rounds:9") > 0
-
-
-async def test_the_default_database_keeps_its_first_timestamp(redis: aioredis.Redis, cluster_name: str) -> None:
-    records = DatabaseRecords(redis, cluster_name)
-    assert await records.default() is None
-    first = await records.ensure_default(TS)
-    again = await records.ensure_default(TS + 100)  # a restarted rootcoord
-    assert first == again and (again.db_name, again.db_id, again.created_ts) == ("default", 1, TS)

@@ -3,13 +3,15 @@ client, the REST client (:class:`frontends.client.Client` on a real proxy proces
 the same proxy's MilvusService), each on collections of its own, and the three transcripts must be
 equal step by step (``tests/integration/congruence.py``): DDL, insert/upsert/delete, search and
 query with filters and output fields, errors and their codes, consistency (Strong and a guarantee
-timestamp in the past), and an index built on flushed data. The stack is real: broker,
-redis-server, rootcoord, query node, data node, index node and a proxy process."""
+timestamp in the past), an index built on flushed data, and databases (properties, the same
+collection name in two databases, the refusals). The stack is real: broker, redis-server,
+rootcoord, query node, data node, index node and a proxy process."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from frontends.client import Client
 from frontends.embedded.cluster import LocalCluster
 from frontends.inprocess import InProcessClient
 from schemas.config import OspreyConfig
+from schemas.database import FORCE_DENY_WRITING  # also registers the database errors' codes (800s, 9)
 from tests.integration.congruence import ApiDriver, Driver, PymilvusDriver, Transcript, differences
 
 pytestmark = pytest.mark.integration
@@ -181,11 +184,169 @@ async def flushed_and_indexed(d: Driver, t: Transcript, n: Callable[[str], str])
     await t.do("drop", d.drop(c))
 
 
+@dataclass
+class Databases:
+    """A driver's database calls (the Driver protocol has none), answered as plain data alike, and
+    drivers of the collections of another database (:meth:`inside`): an OspreyAPI's
+    ``in_database`` view, or a MilvusClient of its own on the same connection naming the database."""
+
+    driver: Driver
+    opened: list[MilvusClient] = field(default_factory=list)
+
+    async def create(self, db: str, properties: dict[str, str] | None = None) -> None:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            await d.api.create_database(db, properties)
+        else:
+            await self._pymilvus().create_database(db, properties=properties)
+
+    async def drop(self, db: str) -> None:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            await d.api.drop_database(db)
+        else:
+            await self._pymilvus().drop_database(db)
+
+    async def listed(self, names: Sequence[str]) -> list[str]:
+        """The databases listed among ``names``, in the listing's order (default first)."""
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            every = await d.api.list_databases()
+        else:
+            every = await self._pymilvus().list_databases()
+        return [db for db in every if db in names]
+
+    async def describe(self, db: str) -> dict[str, Any]:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            info = await d.api.describe_database(db)
+            return {"name": info.db_name, "properties": dict(info.properties)}
+        described = dict(await self._pymilvus().describe_database(db))
+        return {"name": described.pop("name"), "properties": described}  # pymilvus: the properties inline
+
+    async def alter(self, db: str, properties: dict[str, str]) -> None:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            await d.api.alter_database_properties(db, properties)
+        else:
+            await self._pymilvus().alter_database_properties(db, properties)
+
+    async def drop_properties(self, db: str, keys: list[str]) -> None:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            await d.api.drop_database_properties(db, keys)
+        else:
+            await self._pymilvus().drop_database_properties(db, keys)
+
+    async def use(self, db: str) -> None:
+        """``using_database`` on a new client of the front end (the driver's own stays as it is)."""
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            await d.api.in_database("").using_database(db)
+        else:
+            await self._pymilvus(self._milvus_in("")).use_database(db)
+
+    def inside(self, db: str) -> Driver:
+        d = self.driver
+        if isinstance(d, ApiDriver):
+            return ApiDriver(d.name, d.api.in_database(db))
+        assert isinstance(d, PymilvusDriver)
+        return PymilvusDriver(self._milvus_in(db), d.name)
+
+    def close(self) -> None:
+        for milvus in self.opened:
+            milvus.close()
+
+    def _milvus_in(self, db: str) -> MilvusClient:
+        assert isinstance(self.driver, PymilvusDriver)
+        uri = self.driver.milvus._config.uri
+        milvus = MilvusClient(uri=uri, db_name=db, timeout=60.0)  # shares the driver's connection
+        self.opened.append(milvus)
+        return milvus
+
+    def _pymilvus(self, milvus: MilvusClient | None = None) -> _Blocking:
+        assert isinstance(self.driver, PymilvusDriver)
+        return _Blocking(self.driver, milvus or self.driver.milvus)
+
+
+@dataclass
+class _Blocking:
+    """A MilvusClient's calls run on a thread, its errors as the driver raises them."""
+
+    driver: PymilvusDriver
+    milvus: MilvusClient
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        call = getattr(self.milvus, method)
+
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            return await self.driver._run(call, *args, **kwargs)
+
+        return run
+
+
+async def databases(d: Driver, t: Transcript, n: Callable[[str], str]) -> None:
+    db, c, missing = n("db"), n("c"), n("nodb")
+    dbs = Databases(d)
+    try:
+        await t.do("create database", dbs.create(db, {"database.max.collections": "4", "team": "search"}))
+        await t.do("create it again", dbs.create(db))
+        await t.do("create an invalid name", dbs.create("1" + db))
+        await t.do("listed", dbs.listed(["default", db, missing]))
+        await t.do("describe", dbs.describe(db))
+        await t.do("describe missing", dbs.describe(missing))
+        await t.do("use missing", dbs.use(missing))
+        await t.do("alter", dbs.alter(db, {"database.replica.number": "1"}))
+        await t.do("drop a property", dbs.drop_properties(db, ["team"]))
+        await t.do("described after", dbs.describe(db))
+        await t.do("alter refused", dbs.alter(db, {"database.replica.number": "0"}))
+
+        # one collection name in two databases, other rows in each
+        inside = dbs.inside(db)
+        await ready(d, t, c, shards=1)
+        await ready(inside, t, c, shards=1)
+        await t.do("insert default", d.insert(c, rows(range(0, 40))))
+        in_db = [{**r, "tag": "db"} for r in rows(range(30, 50), seed=2)]  # ids 30..39 in both, other rows
+        await t.do("insert in db", inside.insert(c, in_db))
+        await t.do("count default", d.count(c))
+        await t.do("count in db", inside.count(c))
+        await t.do("query default", d.query(c, "id >= 38 and id < 42", output_fields=["tag"], **STRONG))
+        await t.do("query in db", inside.query(c, "id < 34", output_fields=["tag", "score"], **STRONG))
+        q = vectors(50, 2)[[31, 45]] + 0.01
+        await t.do("search in db", inside.search(c, q, 3, output_fields=["tag"], **STRONG))
+        await t.do("search default", d.search(c, q, 3, output_fields=["tag"], **STRONG))
+        await t.do("collections in db", inside.collections())
+        await t.do("describe in db", inside.describe(c))
+        await t.do("drop a database holding collections", dbs.drop(db))
+
+        # a database denying writes: reads go on
+        await t.do("deny writing", dbs.alter(db, {FORCE_DENY_WRITING: "true"}))
+        await t.do("insert denied", inside.insert(c, rows(range(60, 61))))
+        await t.do("count while denied", inside.count(c))
+        await t.do("insert default while denied", d.insert(c, rows(range(60, 61))))
+        await t.do("allow writing", dbs.drop_properties(db, [FORCE_DENY_WRITING]))
+        await t.do("insert allowed", inside.insert(c, rows(range(61, 62))))
+
+        await t.do("drop in db", inside.drop(c))
+        await t.do("collections in db after", inside.collections())
+        await t.do("count default after", d.count(c))
+        await t.do("drop default database", dbs.drop("default"))
+        await t.do("drop database", dbs.drop(db))
+        await t.do("describe dropped", dbs.describe(db))
+        await t.do("drop it again", dbs.drop(db))
+        await t.do("collections of dropped", inside.collections())
+        await t.do("listed after", dbs.listed(["default", db, missing]))
+        await t.do("drop", d.drop(c))
+    finally:
+        dbs.close()
+
+
 SCENARIOS: dict[str, Scenario] = {
     "ddl": ddl,
     "writes_and_reads": writes_and_reads,
     "errors": errors,
     "flushed_and_indexed": flushed_and_indexed,
+    "databases": databases,
 }
 
 

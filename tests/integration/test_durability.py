@@ -110,10 +110,14 @@ def rows(ids: range | list[int], seed: int) -> list[dict[str, Any]]:
     return [{"id": int(i), "vector": rng.standard_normal(DIM).astype(np.float32).tolist()} for i in ids]
 
 
-def strong_ids(config: OspreyConfig, collection: str, timeout_s: float = RECOVER_TIMEOUT_S) -> list[int]:
+def strong_ids(
+    config: OspreyConfig, collection: str, timeout_s: float = RECOVER_TIMEOUT_S, db_name: str = ""
+) -> list[int]:
     """Every PK a Strong query returns (duplicates kept), retried until the restarted stack answers."""
     last: list[Any] = [None]
     body = {"collectionName": collection, "filter": "id >= 0", "outputFields": ["id"], "consistencyLevel": "Strong"}
+    if db_name:
+        body["dbName"] = db_name
 
     def answered() -> tuple[list[int]] | None:
         try:
@@ -350,6 +354,7 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     stack = segmented_stack
     config = stack.config
     live = prepare_deletes(config, "dels")
+    create_tenant(config, range(90_000, 90_300))
     create(config, "docs")
     stream = InsertStream(config, "docs").start()
     stream.wait_acks(ACKS_BEFORE_CRASH)
@@ -361,6 +366,8 @@ def test_every_process_killed_at_once(segmented_stack: LocalCluster) -> None:
     kill_and_restart(stack, victims, stream)
     assert_exactly_once(strong_ids(config, "docs"), stream.acknowledged, stream.sent)
     assert_exactly_once(strong_ids(config, "dels"), live, live)
+    tenant_rows = set(range(90_000, 90_300))
+    assert_exactly_once(strong_ids(config, "docs", db_name=TENANT), tenant_rows, tenant_rows)
     doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
         state = doc.pchannels[pchannel]
@@ -431,14 +438,28 @@ async def client_insert(config: OspreyConfig, collection: str, ids: range) -> No
         assert list(result.primary_keys) == list(ids)
 
 
-def ddl_state(config: OspreyConfig) -> dict[str, Any]:
-    names = sorted(ok(config, "collections/list", {}))
+def ddl_state(config: OspreyConfig, db_name: str = "default") -> dict[str, Any]:
+    db = {"dbName": db_name}
+    names = sorted(ok(config, "collections/list", db))
     return {
+        "databases": sorted(ok(config, "databases/list", {})),
+        "database": ok(config, "databases/describe", db),
         "collections": names,
-        "partitions": {n: sorted(ok(config, "partitions/list", {"collectionName": n})) for n in names},
-        "aliases": {n: sorted(ok(config, "aliases/list", {"collectionName": n})) for n in names},
-        "ids": {n: ok(config, "collections/describe", {"collectionName": n})["collectionID"] for n in names},
+        "partitions": {n: sorted(ok(config, "partitions/list", {**db, "collectionName": n})) for n in names},
+        "aliases": {n: sorted(ok(config, "aliases/list", {**db, "collectionName": n})) for n in names},
+        "ids": {n: ok(config, "collections/describe", {**db, "collectionName": n})["collectionID"] for n in names},
     }
+
+
+TENANT = "tenant"  # a database besides default: its meta and rows come back too
+
+
+def create_tenant(config: OspreyConfig, pks: range) -> None:
+    """Database TENANT (with a property) holding a collection ``docs`` of its own with ``pks``."""
+    ok(config, "databases/create", {"dbName": TENANT, "properties": {"database.max.collections": "5"}})
+    ok(config, "collections/create", {"dbName": TENANT, "collectionName": "docs", "dimension": DIM})
+    ok(config, "aliases/create", {"dbName": TENANT, "aliasName": "docs_live", "collectionName": "docs"})
+    ok(config, "entities/insert", {"dbName": TENANT, "collectionName": "docs_live", "data": rows(pks, 3)})
 
 
 @pytest.fixture
@@ -460,6 +481,7 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     ok(config, "partitions/create", {"collectionName": "docs", "partitionName": "p1"})
     ok(config, "aliases/create", {"aliasName": "docs_live", "collectionName": "docs"})
     ok(config, "aliases/create", {"aliasName": "other_live", "collectionName": "other"})
+    create_tenant(config, range(90_000, 90_300))
     acknowledged: dict[str, set[int]] = {"docs": set(), "other": set()}
 
     asyncio.run(client_insert(config, "docs", range(0, 1_000)))  # the Python InProcessClient
@@ -477,9 +499,11 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     acknowledged["docs"] -= {*range(100), 1_000, 1_999}
     upserted = ok(config, "entities/upsert", {"collectionName": "docs", "data": rows(range(500, 510), 99)})
     assert upserted["upsertCount"] == 10
-    before = ddl_state(config)
+    before, tenant_before = ddl_state(config), ddl_state(config, TENANT)
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
+    tenant_rows = set(range(90_000, 90_300))
+    assert_exactly_once(strong_ids(config, "docs", db_name=TENANT), tenant_rows, tenant_rows)
     flushed = osprey(config, "collection", "flush", "docs")  # docs comes back from flushed segments, other from the log
     assert flushed.returncode == 0, flushed.stderr
     checkpoints = asyncio.run(_pchannel_checkpoints(config, "docs"))
@@ -488,10 +512,12 @@ def test_down_then_up_keeps_everything(cli_config: OspreyConfig, tmp_path: Path)
     assert not port_open(*config.proxy_host_port)
 
     osprey(config, "up")
-    assert ddl_state(config) == before
+    assert ddl_state(config) == before and ddl_state(config, TENANT) == tenant_before
     assert before["partitions"]["docs"] == ["_default", "p1"] and before["aliases"]["docs"] == ["docs_live"]
+    assert before["databases"] == ["default", TENANT] and tenant_before["aliases"]["docs"] == ["docs_live"]
     for name, ids in acknowledged.items():
         assert_exactly_once(strong_ids(config, name), ids, ids)
+    assert_exactly_once(strong_ids(config, "docs", db_name=TENANT), tenant_rows, tenant_rows)
     doc = recovered_status(config, checkpoints)
     for pchannel, offset in checkpoints.items():
         state = doc.pchannels[pchannel]

@@ -167,8 +167,8 @@ def test_create_collection_twice(milvus: MilvusClient) -> None:
 
 
 # ---------------------------------------------------------------------------- refused, never ignored
-# Milvus features Osprey does not serve yet are refused with code 1100 (800 for a database), a
-# reason naming the request field and saying so, and nothing changed (issue 34). Each test asserts
+# Milvus features Osprey does not serve yet are refused with code 1100, a reason naming the request
+# field and saying so, and nothing changed (issue 34). Each test asserts
 # what a ported application sees through pymilvus, unchanged.
 
 NOT_YET = "not supported by Osprey yet"
@@ -234,15 +234,15 @@ def test_collection_properties_are_refused(milvus: MilvusClient) -> None:
     assert not milvus.has_collection(name)
 
 
-def test_other_databases_are_refused(grpc_config: OspreyConfig, milvus: MilvusClient) -> None:
-    """A ``db_name`` other than default (the client's, or a call's) is Milvus's database-not-found,
-    never silently the default database."""
+def test_a_missing_database_is_never_the_default(grpc_config: OspreyConfig, milvus: MilvusClient) -> None:
+    """A client naming a database that does not exist gets Milvus's database-not-found (code 800)
+    for every call, never the default database's answer (databases: test_pymilvus_databases.py)."""
     name = coll_name()
     milvus.create_collection(name, schema=plain_schema())
     other = MilvusClient(uri=f"http://{grpc_config.proxy_grpc}", db_name="analytics", timeout=CLIENT_TIMEOUT_S)
     try:
         err = refused(other.list_collections)
-        assert err.code == 800 and "database not found[database=analytics]" in err.message and NOT_YET in err.message
+        assert err.code == 800 and "database not found[database=analytics]" in err.message
         err = refused(other.describe_collection, name)
         assert err.code == 800
     finally:
@@ -331,8 +331,6 @@ def test_rpcs_osprey_lacks_answer_code_10(milvus: MilvusClient) -> None:
     (a,) = created(milvus)
     err = refused(milvus.rename_collection, a, coll_name())
     assert err.code == 10 and "RenameCollection is not supported by Osprey yet (renaming collections)" in err.message
-    err = refused(lambda: milvus.create_database("analytics"))
-    assert err.code == 10 and "CreateDatabase is not supported by Osprey yet" in err.message
 
 
 def test_empty_partition_load_and_keyword_field_names(milvus: MilvusClient) -> None:
@@ -355,15 +353,15 @@ REFUSED_FIELDS = [
 
 def test_every_refused_field_is_refused_over_the_wire(stub: milvus_pb2_grpc.MilvusServiceStub) -> None:
     """Every field the contract refuses, set in a request sent to the real proxy with pymilvus's
-    stub, is answered code 1100 (800 for a database) naming the field and saying Osprey does not
-    support it yet, in the RPC's own reply."""
+    stub, is answered code 1100 naming the field and saying Osprey does not support it yet, in the
+    RPC's own reply."""
     wrong = []
     for method, path in REFUSED_FIELDS:
         request, where = build_request(method, path)
         reply = getattr(stub, method)(request, timeout=CLIENT_TIMEOUT_S)
         status = reply if isinstance(reply, common_pb2.Status) else reply.status
-        named = f"[field={where.split('[0]')[0]}" in status.reason or "database not found" in status.reason
-        if status.code not in (1100, 800) or NOT_YET not in status.reason or not named:
+        named = f"[field={where.split('[0]')[0]}" in status.reason
+        if status.code != 1100 or NOT_YET not in status.reason or not named:
             wrong.append((method, path, status.code, status.reason))
     assert not wrong, wrong
     assert len(REFUSED_FIELDS) > 100

@@ -101,7 +101,7 @@ async def test_redis_down_retries_the_same_event(
     own_redis.start()
     reply = await asyncio.wait_for(pending, 30)
     assert reply is not None and reply.ok
-    assert rc.view.resolve("z").collection_name == "a"  # type: ignore[union-attr]
+    assert rc.view.resolve(1, "z").collection_name == "a"  # type: ignore[union-attr]
     assert rc.checkpoint.position == 1
 
 
@@ -124,7 +124,7 @@ async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]
     again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_end)
     again.dd_log = rc.dd_log  # type: ignore[attr-defined]
     await again.recover()
-    assert again.checkpoint.position == 1 and again.view.resolve("z") is not None
+    assert again.checkpoint.position == 1 and again.view.resolve(1, "z") is not None
     # the consumer re-delivers both: nothing is applied again, the last reply is sent again
     before = len(sink.replies)
     assert (
@@ -133,6 +133,31 @@ async def test_restart_recovers_meta_and_checkpoint(core: tuple[RootCoord, Sink]
     )
     assert await handle(again, 1, event("CreateAlias", 2, 20, alias="z", collection_name="a")) is None
     assert [r.request_id for r in sink.replies[before:]] == [2]
+
+
+async def test_databases_survive_a_restart_and_read_as_of_a_timestamp(core: tuple[RootCoord, Sink]) -> None:
+    """The default database is recorded once, at the first start, with that write's timestamp; a
+    created database, its collections and properties come back after a restart; a read as of a
+    timestamp sees the databases as they were then (time travel)."""
+    rc, sink = core
+    default = rc.view.database("default")
+    assert default is not None and default.created_ts > 0
+    created = await handle(rc, 0, event("CreateDatabase", 1, 10, db_name="d1", properties={"k": "v"}))
+    assert isinstance(created, ddl.DatabaseReply) and created.ok and created.database is not None
+    await handle(rc, 1, event("CreateCollection", 2, 20, db_name="d1", collection_name="a", collection_schema=schema()))
+    await handle(rc, 2, event("AlterDatabase", 3, 30, db_name="d1", properties={"k": "w"}))
+    again = RootCoord(_config(rc), rc.store, rc.ids, DdCheckpoint(rc.checkpoint.redis, "core"), sink, rc.dd_end)
+    again.dd_log = rc.dd_log  # type: ignore[attr-defined]
+    await again.recover()
+    assert again.view.database("default") == default  # not recorded again
+    d1 = again.view.database("d1")
+    assert d1 is not None and d1.properties == {"k": "w"} and again.view.resolve(d1.db_id, "a") is not None
+    assert again.view.resolve(1, "a") is None
+    then = await handle(again, 3, event("DescribeDatabase", 4, 40, db_name="d1", as_of=created.ts))
+    assert isinstance(then, ddl.DescribeDatabaseReply) and then.database is not None
+    assert then.database.properties == {"k": "v"}
+    before = await handle(again, 4, event("ListDatabases", 5, 50, as_of=created.ts - 1))
+    assert isinstance(before, ddl.ListDatabasesReply) and [d.db_name for d in before.databases] == ["default"]
 
 
 def _config(rc: RootCoord) -> OspreyConfig:

@@ -74,7 +74,7 @@ async def test_created_timestamp_is_the_write_timestamp() -> None:
     meta = Meta()
     reply = await meta.run(ddl.CreateCollection, collection_name="a", collection_schema=SCHEMA, shards_num=2)
     assert isinstance(reply, ddl.CreateCollectionReply)
-    info = meta.view.collection_by_name("a")
+    info = meta.view.collection_by_name(1, "a")
     assert info is not None and info.created_ts == reply.ts == reply.created_ts
     assert info.vchannels == [f"{info.collection_id}_0v", f"{info.collection_id}_1v"]
     assert [p.partition_name for p in meta.view.partitions_of(info.collection_id)] == ["_default"]
@@ -103,7 +103,7 @@ async def test_alter_alias_with_an_older_timestamp_is_superseded() -> None:
     older = await meta.run(ddl.AlterAlias, alias="z", collection_name="c", ts=5500)
     assert isinstance(newer, ddl.AliasReply) and isinstance(older, ddl.AliasReply)
     assert not newer.superseded and older.superseded
-    assert meta.view.resolve("z").collection_name == "b"  # type: ignore[union-attr]
+    assert meta.view.resolve(1, "z").collection_name == "b"  # type: ignore[union-attr]
 
 
 async def test_names_and_aliases_share_one_namespace() -> None:
@@ -146,7 +146,7 @@ async def test_load_and_release_keep_a_load_version_in_the_meta() -> None:
     await meta.run(ddl.CreateCollection, collection_name="loaded", collection_schema=SCHEMA)
     await meta.run(ddl.CreateCollection, collection_name="cold", collection_schema=SCHEMA, load=False)
     view = meta.view
-    loaded, cold = view.collection_by_name("loaded"), view.collection_by_name("cold")
+    loaded, cold = view.collection_by_name(1, "loaded"), view.collection_by_name(1, "cold")
     assert loaded is not None and cold is not None
     first = view.loads[loaded.collection_id]
     assert first.partition_ids is None and cold.collection_id not in view.loads
@@ -170,7 +170,7 @@ async def test_partitions_load_and_release_one_by_one() -> None:
     await meta.run(ddl.CreateCollection, collection_name="c", collection_schema=SCHEMA, load=False)
     for name in ("p1", "p2"):
         await meta.run(ddl.CreatePartition, collection_name="c", partition_name=name)
-    info = meta.view.collection_by_name("c")
+    info = meta.view.collection_by_name(1, "c")
     assert info is not None
     ids = {p.partition_name: p.partition_id for p in meta.view.partitions_of(info.collection_id)}
     await meta.run(ddl.LoadPartitions, collection_name="c", partition_names=["p1"])
@@ -196,7 +196,7 @@ async def test_a_loaded_collection_keeps_its_replica_number_until_released() -> 
     meta = Meta()
     await meta.run(ddl.CreateCollection, collection_name="r", collection_schema=SCHEMA, load=False)
     await meta.run(ddl.CreatePartition, collection_name="r", partition_name="p1")
-    info = meta.view.collection_by_name("r")
+    info = meta.view.collection_by_name(1, "r")
     assert info is not None
     cid = info.collection_id
     await meta.run(ddl.LoadPartitions, collection_name="r", partition_names=["p1", "_default"], replica_number=2)

@@ -31,7 +31,7 @@ def view() -> MetaView:
     info = make_collection()
     v = MetaView()
     v.collections[info.collection_id] = info
-    v.names[info.collection_name] = info.collection_id
+    v.names[info.db_id, info.collection_name] = info.collection_id
     v.partitions[info.collection_id] = {
         11: PartitionInfo(partition_id=11, partition_name="_default", collection_id=info.collection_id, created_ts=1)
     }

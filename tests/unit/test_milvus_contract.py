@@ -18,18 +18,20 @@ import inspect
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
+from frontends.api import OspreyAPI
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc import contract
 from frontends.milvus_grpc.contract import CONTRACTS, RPCS, SERVICE, UNSUPPORTED_RPCS, Treatment
-from frontends.milvus_grpc.service import MilvusServicer, carries_status, reply_type
+from frontends.milvus_grpc.service import Collections, MilvusServicer, carries_status, reply_type
 from schemas.config import OspreyConfig
 from schemas.errors import DatabaseNotFound, InvalidParameter
+from schemas.meta import AliasDescription, CollectionBrief, DatabaseInfo
 from tests.contract_requests import build_request, message_class
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "milvus-compat.md"
@@ -81,13 +83,12 @@ def test_each_rule_is_explained(method: str, path: str) -> None:
 
 def _expect_refusal(method: str, path: str, value: Any | None = None) -> None:
     request, where = build_request(method, path, value)
-    with pytest.raises((InvalidParameter, DatabaseNotFound)) as err:
+    with pytest.raises(InvalidParameter) as err:
         contract.check(method, request)
-    assert err.value.code in (1100, 800)
+    assert err.value.code == 1100
     assert NOT_YET in err.value.reason, err.value.reason
-    if isinstance(err.value, InvalidParameter):
-        field = err.value.field  # the element, or the whole list a rule refuses
-        assert field.startswith(where) or where.startswith(field + "["), (field, where)
+    field = err.value.field  # the element, or the whole list a rule refuses
+    assert field.startswith(where) or where.startswith(field + "["), (field, where)
 
 
 @pytest.mark.parametrize(("method", "path"), CASES)
@@ -221,7 +222,7 @@ async def test_the_servicer_answers_each_refusal(servicer: MilvusServicer, metho
     request, _ = build_request(method, path)
     reply = await getattr(servicer, method)(request, None)
     status = reply if isinstance(reply, common_pb2.Status) else reply.status
-    assert status.code in (1100, 800) and NOT_YET in status.reason, status
+    assert status.code == 1100 and NOT_YET in status.reason, status
     assert status.error_code != 0  # pymilvus checks both
 
 
@@ -257,13 +258,85 @@ async def test_unsupported_rpcs_answer_their_reply_type(servicer: MilvusServicer
     assert status.code == 10 and status.reason == contract.unsupported_reason(method)
 
 
-async def test_the_call_database_is_checked(servicer: MilvusServicer) -> None:
-    """pymilvus's ``dbname`` metadata (MilvusClient(db_name=...)) names another database: refused
-    before anything runs, as a ``db_name`` field would be."""
-    request = milvus_pb2.ShowCollectionsRequest()
-    reply = await servicer.ShowCollections(request, CallContext((("dbname", "analytics"),)))
-    assert reply.status.code == 800 and "database not found[database=analytics]" in reply.status.reason
-    assert NOT_YET in reply.status.reason
+class DatabaseViews:
+    """An OspreyAPI stand-in recording the database each call's view names (``in_database``) and
+    answering the few reads the tests below make."""
+
+    def __init__(self, db_name: str = "default", views: list[str] | None = None) -> None:
+        self.db_name = db_name
+        self.views: list[str] = [] if views is None else views
+
+    def in_database(self, db_name: str) -> DatabaseViews:
+        self.views.append(db_name)
+        return DatabaseViews(db_name, self.views)
+
+    async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
+        return [CollectionBrief(collection_name=f"in_{self.db_name}", collection_id=7, created_ts=1)]
+
+    async def describe_alias(self, alias: str, as_of: int = 0) -> AliasDescription:
+        return AliasDescription(alias=alias, collection_name="c", collection_id=7, created_ts=1)
+
+    async def describe_database(self, db_name: str = "") -> DatabaseInfo:
+        if db_name != "analytics":
+            raise DatabaseNotFound(f"database not found[database={db_name}]")
+        return DatabaseInfo(db_name=db_name, db_id=5, created_ts=3, properties={"k": "v"})
+
+
+@pytest.fixture
+def views() -> DatabaseViews:
+    return DatabaseViews()
+
+
+@pytest.fixture
+def on_views(views: DatabaseViews) -> MilvusServicer:
+    return MilvusServicer(cast(OspreyAPI, views), cast(Collections, None))
+
+
+@pytest.mark.parametrize(
+    ("db_name", "metadata", "runs_in"),
+    [
+        ("", (), "default"),
+        ("", (("dbname", ""),), "default"),  # MilvusClient's metadata without a database
+        ("", (("dbname", "analytics"),), "analytics"),  # MilvusClient(db_name=...), using_database
+        ("sales", (("dbname", "analytics"),), "sales"),  # the request's own db_name wins
+        ("sales", (), "sales"),
+    ],
+)
+async def test_each_call_runs_in_the_database_it_names(
+    on_views: MilvusServicer, views: DatabaseViews, db_name: str, metadata: tuple[tuple[str, str], ...], runs_in: str
+) -> None:
+    """Milvus's proxy resolves the database of a call: the request's ``db_name``, else the
+    ``dbname`` metadata pymilvus sends, else default; the call runs on a view in that database and
+    replies that carry a database name it."""
+    shown = await on_views.ShowCollections(milvus_pb2.ShowCollectionsRequest(db_name=db_name), CallContext(metadata))
+    assert shown.status.code == 0 and list(shown.collection_names) == [f"in_{runs_in}"]
+    described = await on_views.DescribeAlias(
+        milvus_pb2.DescribeAliasRequest(db_name=db_name, alias="a"), CallContext(metadata)
+    )
+    assert described.status.code == 0 and described.db_name == runs_in
+    assert views.views == [runs_in, runs_in]
+
+
+async def test_connect_checks_the_call_database(on_views: MilvusServicer) -> None:
+    """Milvus's Connect refuses a ``dbname`` that names no database (code 800), so
+    ``MilvusClient(db_name=...)`` of a missing one fails at once."""
+    ok = await on_views.Connect(milvus_pb2.ConnectRequest(), CallContext((("dbname", "analytics"),)))
+    assert ok.status.code == 0
+    missing = await on_views.Connect(milvus_pb2.ConnectRequest(), CallContext((("dbname", "nowhere"),)))
+    assert missing.status.code == 800 and "database not found[database=nowhere]" in missing.status.reason
+    described = await on_views.DescribeDatabase(milvus_pb2.DescribeDatabaseRequest(db_name="analytics"), CallContext())
+    assert (described.db_name, described.dbID, described.created_timestamp) == ("analytics", 5, 3)
+    assert [(p.key, p.value) for p in described.properties] == [("k", "v")]
+
+
+async def test_alter_database_takes_properties_or_delete_keys(servicer: MilvusServicer) -> None:
+    """Both at once: Milvus's text, before anything runs (neither: the core's refusal)."""
+    request = milvus_pb2.AlterDatabaseRequest(
+        db_name="analytics", properties=[common_pb2.KeyValuePair(key="k", value="v")], delete_keys=["k"]
+    )
+    reply = await servicer.AlterDatabase(request, CallContext())
+    assert reply.code == 1100
+    assert "alter database cannot modify properties and delete keys at the same time" in reply.reason
 
 
 # ---------------------------------------------------------------------------- the document

@@ -18,7 +18,8 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from frontends.milvus_grpc import convert
 from frontends.milvus_grpc.server import credential_user
-from schemas.collection import CollectionSchema, parse_collection_schema
+from schemas.collection import CollectionSchema, ConsistencyLevel, parse_collection_schema
+from schemas.database import QuotaExceeded
 from schemas.errors import (
     CollectionNotFound,
     DatabaseNotFound,
@@ -28,6 +29,7 @@ from schemas.errors import (
     ServiceUnavailable,
 )
 from schemas.hits import Hits
+from schemas.meta import CollectionDescription, CollectionInfo
 from schemas.results import ColumnRows, Columns, QueryResults, SearchResults
 
 DIM = 4
@@ -124,6 +126,8 @@ def basic_auth(text: str) -> dict[str, str]:
         (IndexNotFound("index not found"), 700, common_pb2.IndexNotExist),
         (ServiceUnavailable("rootcoord did not answer"), 2, common_pb2.UnexpectedError),
         (OspreyError("boom"), 5, common_pb2.UnexpectedError),
+        (QuotaExceeded("access has been disabled by the administrator"), 9, common_pb2.ForceDeny),
+        (DatabaseNotFound("database not found[database=x]"), 800, common_pb2.UnexpectedError),
     ],
 )
 def test_error_status_keeps_code_and_maps_legacy_error_code(err: OspreyError, code: int, legacy: int) -> None:
@@ -211,8 +215,33 @@ def test_schema_named_unlike_the_collection_is_refused() -> None:
     with pytest.raises(InvalidParameter) as err:
         convert.schema_from_proto(parsed_schema(pymilvus_schema_bytes(auto_id=False, dynamic=False)), "magazines")
     assert err.value.field == "schema.name"
-    with pytest.raises(DatabaseNotFound):
-        convert.schema_from_proto(schema_pb2.CollectionSchema(dbName="analytics"), "c")
+
+
+def test_described_collection_names_its_database() -> None:
+    """DescribeCollection's ``db_name`` and ``db_id``: the database the collection lives in."""
+    info = CollectionInfo(
+        collection_id=9,
+        db_id=5,
+        collection_name="books",
+        collection_schema=stored_schema(),
+        shards_num=1,
+        consistency_level=ConsistencyLevel.Bounded,
+        vchannels=["9_0v"],
+        pchannels=["dml_0"],
+        created_ts=1 << 18,
+    )
+    desc = CollectionDescription(info=info, partitions=[], aliases=[], db_name="analytics")
+    fields = convert.describe_collection(desc, 1)
+    assert (fields["db_name"], fields["db_id"]) == ("analytics", 5)
+
+
+def test_schema_database_is_the_requests() -> None:
+    """``dbName`` is not read (Milvus's proxy overwrites it with the request's database): the same
+    schema whatever it says."""
+    proto = parsed_schema(pymilvus_schema_bytes(auto_id=False, dynamic=False))
+    plain = convert.schema_from_proto(proto, "books")
+    proto.dbName = "analytics"
+    assert convert.schema_from_proto(proto, "books") == plain
 
 
 def test_field_data_of_another_type_than_its_values_is_refused() -> None:

@@ -192,15 +192,16 @@ def test_loaded_collections_lists_loaded_ones_and_checks_names() -> None:
     other = collection(10, "d")
     view = MetaView(
         collections={9: INFO, 10: other},
-        names={"c": 9, "d": 10},
+        names={(1, "c"): 9, (1, "d"): 10},
         loads={9: LoadInfo(collection_id=9, loaded_ts=LOAD_TS)},
     )
-    listed = loaded_collections(view, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)), [])
+    default = view.databases[1]
+    listed = loaded_collections(view, default, Claims.of(OWNERS), report(dict.fromkeys(VCHANNELS, LOAD_TS)), [])
     assert [(p.collection_name, p.progress) for p in listed] == [("c", 100)]
     with pytest.raises(CollectionNotLoaded, match=r"collection not loaded\[collection=d\]"):
-        loaded_collections(view, Claims.of(OWNERS), {}, [], ["d"])
+        loaded_collections(view, default, Claims.of(OWNERS), {}, [], ["d"])
     with pytest.raises(CollectionNotFound):
-        loaded_collections(view, Claims.of(OWNERS), {}, [], ["nope"])
+        loaded_collections(view, default, Claims.of(OWNERS), {}, [], ["nope"])
 
 
 def test_loaded_partitions_lists_covered_ones_and_checks_names() -> None:
