@@ -72,9 +72,13 @@ class OspreyAPI(Protocol):
         shards_num: int = 1,
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
+        num_partitions: int = 0,
     ) -> int:
-        """Create a collection; returns its id. It is loaded (searchable) at once unless ``load``
-        is False (then :meth:`load_collection` before searching). As in Milvus, creating an existing
+        """Create a collection; returns its id. A schema with a partition key field keeps its rows
+        in ``num_partitions`` hidden partitions (0: 16) routed by the key's hash (Milvus's
+        partition key mode: writes and reads name no partition there, and partition DDL is
+        refused); ``num_partitions`` needs a partition key field. It is loaded (searchable) at once
+        unless ``load`` is False (then :meth:`load_collection` before searching). As in Milvus, creating an existing
         collection again with identical parameters returns its id and changes nothing (a collection
         released since stays released); with any difference it is refused (InvalidParameter)."""
         ...

@@ -139,6 +139,7 @@ def _rest_schema(schema: CollectionSchema) -> dict[str, Any]:
             "fieldName": f.name,
             "dataType": f.dtype.value,
             "isPrimary": f.is_primary,
+            "isPartitionKey": f.is_partition_key,
             "description": f.description,
             "elementTypeParams": {k: getattr(f, k) for k in _TYPE_PARAMS if getattr(f, k) is not None},
         }
@@ -194,6 +195,7 @@ def _field(f: Mapping[str, Any]) -> FieldSchema:
             "name": f["name"],
             "dtype": _DATA_TYPES[f["type"].replace("_", "").lower()],
             "is_primary": f["primaryKey"],
+            "is_partition_key": f.get("partitionKey", False),
             "auto_id": f["autoId"],
             "description": f["description"],
             "field_id": f["id"],
@@ -484,6 +486,7 @@ class Client(OspreyAPI):
         shards_num: int = 1,
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
+        num_partitions: int = 0,
     ) -> int:
         """The schema is checked here first, with the proxy's rules (only a valid one has a REST form)."""
         checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
@@ -496,6 +499,8 @@ class Client(OspreyAPI):
         }
         if consistency_level is not None:
             body["consistencyLevel"] = _level(consistency_level)
+        if num_partitions:
+            body["params"] = {"partitionsNum": num_partitions}
         return await self._call("collections/create", body, lambda a: int(a["data"]["collectionID"]))
 
     async def drop_collection(self, collection_name: str) -> int:

@@ -116,12 +116,14 @@ class InProcessClient(OspreyAPI):
         shards_num: int = 1,
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
+        num_partitions: int = 0,
     ) -> int:
         fields: dict[str, Any] = {
             "collection_name": collection_name,
             "collection_schema": schema,
             "shards_num": shards_num,
             "load": load,
+            "num_partitions": num_partitions,
         }
         if consistency_level is not None:
             fields["consistency_level"] = consistency_level

@@ -42,6 +42,13 @@ RULE_MAX_LENGTH_REQUIRED = "is required for VARCHAR"
 RULE_MAX_LENGTH_RANGE = f"must be in {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH}"
 RULE_MAX_LENGTH_NOT_VARCHAR = "is only allowed on VARCHAR fields"
 RULE_PRIMARY_DTYPE = "a primary key field must be INT64 or VARCHAR"
+# partition keys (Milvus's rules and texts: proxy validatePartitionKeyField / rootcoord)
+RULE_PARTITION_KEY_DTYPE = "a partition key field must be INT64 or VARCHAR"
+MILVUS_PARTITION_KEY_DTYPE = "the data type of partition key should be Int64 or VarChar"
+RULE_PARTITION_KEY_NOT_PRIMARY = "the primary key field cannot be the partition key"
+MILVUS_PARTITION_KEY_NOT_PRIMARY = "the partition key field must not be primary field"
+RULE_ONE_PARTITION_KEY = "a schema has at most one partition key field"
+MILVUS_ONE_PARTITION_KEY = "there are more than one partition key"
 RULE_AUTO_ID_NOT_PRIMARY = "auto_id is only allowed on the primary key field"
 RULE_AUTO_ID_DTYPE = (
     "auto_id on a VARCHAR primary key: not supported by Osprey yet (auto_id needs an INT64 primary key)"
@@ -209,6 +216,9 @@ class FieldSchema(BaseModel):
     )
     is_dynamic: bool = Field(False, description=f"True only on the system field {DYNAMIC_FIELD_NAME}")
     field_id: StrictishInt | None = Field(None, ge=FIRST_FIELD_ID, description="assigned by the rootcoord")
+    is_partition_key: bool = Field(
+        False, description="INT64 or VARCHAR, not the primary key: rows go to hidden partitions by its hash"
+    )
 
     @field_validator("name")
     @classmethod
@@ -267,6 +277,18 @@ class FieldSchema(BaseModel):
 
         if self.is_primary and not dtype.can_be_primary:
             raise rule_error(RULE_PRIMARY_DTYPE, dtype.value, "dtype")
+        if self.is_partition_key:
+            if dtype not in (DataType.INT64, DataType.VARCHAR):
+                raise rule_error(
+                    RULE_PARTITION_KEY_DTYPE, dtype.value, "is_partition_key", milvus_text=MILVUS_PARTITION_KEY_DTYPE
+                )
+            if self.is_primary:
+                raise rule_error(
+                    RULE_PARTITION_KEY_NOT_PRIMARY,
+                    True,
+                    "is_partition_key",
+                    milvus_text=MILVUS_PARTITION_KEY_NOT_PRIMARY,
+                )
         if self.auto_id:
             if not self.is_primary:
                 raise rule_error(RULE_AUTO_ID_NOT_PRIMARY, True, "auto_id")
@@ -318,6 +340,15 @@ class CollectionSchema(BaseModel):
                 f"{RULE_ONE_PRIMARY}, found {len(primaries)}: {names}", None, f"fields[{primaries[1]}].is_primary"
             )
 
+        keys = [i for i, f in enumerate(fields) if f.is_partition_key]
+        if len(keys) > 1:
+            raise rule_error(
+                RULE_ONE_PARTITION_KEY,
+                None,
+                f"fields[{keys[1]}].is_partition_key",
+                milvus_text=MILVUS_ONE_PARTITION_KEY,
+            )
+
         vectors = [i for i, f in enumerate(fields) if f.dtype.is_vector]
         if not vectors:
             raise rule_error(RULE_NEED_VECTOR, None, "fields", milvus_text=MILVUS_NO_VECTOR_FIELD)
@@ -344,6 +375,11 @@ class CollectionSchema(BaseModel):
     def vector_fields(self) -> list[FieldSchema]:
         """The vector fields, in field order."""
         return [f for f in self.fields if f.dtype.is_vector]
+
+    @property
+    def partition_key_field(self) -> FieldSchema | None:
+        """The partition key field, if the schema has one."""
+        return next((f for f in self.fields if f.is_partition_key), None)
 
     @property
     def dynamic_field(self) -> FieldSchema | None:

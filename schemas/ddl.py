@@ -84,6 +84,11 @@ class CreateCollection(DdlEvent):
     collection_schema: CollectionSchema
     shards_num: int = Field(1, ge=1, le=MAX_SHARDS_NUM)
     consistency_level: ConsistencyLevel = DEFAULT_CONSISTENCY_LEVEL
+    num_partitions: int = Field(
+        0,
+        ge=0,
+        description="hidden partitions of a partition-key collection (0: 16); only with a partition key field",
+    )
     load: bool = Field(
         True,
         description="load the new collection at once (Osprey's Client, REST and CLI; Milvus's CreateCollection "

@@ -31,6 +31,12 @@ class CollectionInfo(_Record):
     vchannels: list[str]
     pchannels: list[str]
     created_ts: int
+    # a partition-key collection: its hidden partitions, by index; a row goes to
+    # key_partitions[hash(partition key) % len] (streams/hashing.py). Empty: no partition key.
+    key_partitions: list[int] = []
+
+
+NAMED_PARTITION_IN_KEY_MODE = "not support manually specifying the partition names if partition key mode is used"
 
 
 class PartitionInfo(_Record):

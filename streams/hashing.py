@@ -1,4 +1,6 @@
-"""Primary key -> shard, as Milvus routes rows: hash(pk) % shards_num.
+"""Primary key -> shard, as Milvus routes rows: hash(pk) % shards_num; and partition key ->
+hidden partition of a partition-key collection: hash(key) % num_partitions (Milvus's
+``typeutil.HashKey2Partitions``, the same hashes).
 
 INT64 keys hash with murmur3 (32-bit, seed 0) of their 8 little-endian bytes (Milvus
 ``typeutil.Hash32Int64``), vectorized over a numpy array. VARCHAR keys hash with crc32 (IEEE) of
@@ -54,3 +56,8 @@ def shard_of(pks: np.ndarray | Sequence[str], shards_num: int) -> np.ndarray:
     """The shard index of every primary key."""
     hashes = murmur3_int64(pks) if isinstance(pks, np.ndarray) and pks.dtype.kind in "iu" else crc32_strings(list(pks))
     return (hashes % np.uint32(shards_num)).astype(np.int64)
+
+
+def partition_index_of(keys: np.ndarray | Sequence[str], num_partitions: int) -> np.ndarray:
+    """The index of the hidden partition of every partition key (INT64 or VARCHAR)."""
+    return shard_of(keys, num_partitions)

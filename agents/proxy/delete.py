@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from agents.proxy.interfaces import DeleteHost
+from agents.proxy.partition_key import refuse_partition_names
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.collection import DataType
@@ -177,6 +178,7 @@ class DeleteTask(Task[DeleteResult]):
         desc = await self.host.cache.get(self.collection_name, self.db_name)
         self.info = desc.info
         self.partition_id = ALL_PARTITIONS
+        refuse_partition_names(self.info, "partition_name", self.partition_name)
         if self.partition_name:
             self.partition_id = desc.partition_id(self.partition_name, self.collection_name)
         if self.ids is not None:

@@ -50,6 +50,7 @@ from aiokafka.structs import OffsetAndMetadata
 from agents.process import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S
 from agents.proxy.ingest import IngestTask
 from agents.proxy.json_rows import JsonRowsTask
+from agents.proxy.partition_key import write_partition
 from agents.proxy.visibility import VisibilityProbe, wait_visible_through
 from agents.service import OnCrash, Service
 from schemas.codec import decode, encode
@@ -57,7 +58,6 @@ from schemas.database import check_writing_allowed
 from schemas.dml_request import MAX_REQUEST_ID_CHARS, REQUEST_ID_PATTERN, DmlRequest, DmlResult
 from schemas.errors import InvalidParameter, OspreyError
 from schemas.ingest import DeadLetter, IngestChunk
-from schemas.meta import DEFAULT_PARTITION_NAME
 from schemas.status import DmlRequestsHealth
 from schemas.validation import invalid_from_validation_error
 from state.meta.request_log import RequestLog
@@ -125,7 +125,7 @@ async def apply_request(proxy: Any, request: DmlRequest, source: str) -> DmlResu
         chunk = IngestChunk(
             identity=request_identity(request.request_id),
             collection_id=desc.info.collection_id,
-            partition_id=desc.partition_id(request.partition or DEFAULT_PARTITION_NAME, request.collection),
+            partition_id=write_partition(desc, request.partition, request.collection),
             origin=request.origin or "dml-request",
             arrow=request.arrow or b"",
             mode=request.op,

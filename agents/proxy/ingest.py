@@ -45,6 +45,7 @@ from agents.proxy.arrow_checks import SplitRows, check_arrow_schema, read_ipc, r
 from agents.proxy.insert import InsertPipeline
 from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import DeleteHost
+from agents.proxy.partition_key import KEY_ROUTED, refuse_partition_names, write_partition
 from agents.proxy.task import Task
 from agents.proxy.upsert import UpsertPlan
 from schemas.codec import encode
@@ -63,8 +64,8 @@ async def open_target(cache: MetaCache, request: IngestOpen) -> IngestTarget:
     schema against the collection: InvalidParameter naming the field before any row is sent."""
     check_writing_allowed(await cache.database(request.db_name))
     desc = await cache.get(request.collection_name, request.db_name)
-    name = request.partition_name or DEFAULT_PARTITION_NAME
-    partition_id = desc.partition_id(name, request.collection_name)
+    partition_id = write_partition(desc, request.partition_name, request.collection_name)
+    name = "" if partition_id == KEY_ROUTED else request.partition_name or DEFAULT_PARTITION_NAME
     check_arrow_schema(
         read_ipc_schema(request.arrow_schema), desc.info.collection_schema, pk_given=request.mode == "upsert"
     )
@@ -97,16 +98,19 @@ class IngestTask(Task[IngestChunkReply]):
 
     async def pre_execute(self) -> None:
         desc = await self.host.cache.get_by_id(self.chunk.collection_id)
-        part = next((p for p in desc.partitions if p.partition_id == self.chunk.partition_id), None)
-        if part is None:
-            raise PartitionNotFound(
-                f"partition not found[collection={desc.info.collection_name}][partition_id={self.chunk.partition_id}]"
-            )
+        routed = self.chunk.partition_id == KEY_ROUTED and bool(desc.info.key_partitions)
+        if not routed:
+            refuse_partition_names(desc.info, "partition_id", self.chunk.partition_id)
+            if not any(p.partition_id == self.chunk.partition_id for p in desc.partitions):
+                raise PartitionNotFound(
+                    f"partition not found[collection={desc.info.collection_name}]"
+                    f"[partition_id={self.chunk.partition_id}]"
+                )
         schema = desc.info.collection_schema
         upsert = self.chunk.mode == "upsert"
         self.split = self._split(schema, upsert)
         self.pipeline = InsertPipeline(
-            self.host, desc.info, part.partition_id, self.request_id, self.chunk.identity, replayable=True
+            self.host, desc.info, self.chunk.partition_id, self.request_id, self.chunk.identity, replayable=True
         )
         if not len(self.split.good):
             return

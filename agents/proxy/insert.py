@@ -28,12 +28,13 @@ import numpy as np
 
 from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import InsertHost
+from agents.proxy.partition_key import KEY_ROUTED, key_partition_ids, write_partition
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.database import check_writing_allowed
 from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult
 from schemas.errors import InvalidParameter
-from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
+from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.segment_alloc import max_rows_of
 from state.meta.tso import TimestampOracle
@@ -73,12 +74,14 @@ class InsertPipeline:
         self.replayable = replayable  # True when the identity may come again with the same rows
         self.columns: dict[str, Any] = {}
         self.n = 0
-        self.groups: list[tuple[int, np.ndarray]] = []  # stays empty when there is no row
+        # (shard, partition id, rows): stays empty when there is no row
+        self.groups: list[tuple[int, int, np.ndarray]] = []
         self.row_bytes = 1
         self.ts = 0
 
     async def route(self, columns: dict[str, Any], n: int) -> None:
-        """Auto ids (if the schema has them), then rows grouped by shard (hash of the PK)."""
+        """Auto ids (if the schema has them), then rows grouped by shard (hash of the PK) and, in a
+        partition-key collection (``partition_id`` KEY_ROUTED), by hidden partition (hash of the key)."""
         self.columns, self.n = columns, n
         schema = self.info.collection_schema
         pk = schema.primary_field
@@ -87,10 +90,20 @@ class InsertPipeline:
             self.columns[pk.name] = np.arange(first, first + self.n, dtype=np.int64)
         pks = self.columns[pk.name]
         shards = shard_of(pks if isinstance(pks, np.ndarray) else list(pks), self.info.shards_num)
-        order = np.argsort(shards, kind="stable")
-        bounds = np.searchsorted(shards[order], np.arange(self.info.shards_num + 1))
+        if self.partition_id == KEY_ROUTED:
+            key = schema.partition_key_field
+            assert key is not None and self.info.key_partitions
+            partitions = key_partition_ids(self.info, self.columns[key.name])
+            ids, slot = np.unique(partitions, return_inverse=True)
+        else:
+            ids, slot = np.array([self.partition_id]), np.zeros(self.n, dtype=np.int64)
+        group = shards * len(ids) + slot  # one group per (shard, partition)
+        order = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[order], np.arange(self.info.shards_num * len(ids) + 1))
         self.groups = [
-            (s, order[bounds[s] : bounds[s + 1]]) for s in range(self.info.shards_num) if bounds[s + 1] > bounds[s]
+            (g // len(ids), int(ids[g % len(ids)]), order[bounds[g] : bounds[g + 1]])
+            for g in range(self.info.shards_num * len(ids))
+            if bounds[g + 1] > bounds[g]
         ]
         self.row_bytes = _row_bytes(self.columns, self.n)
 
@@ -111,7 +124,7 @@ class InsertPipeline:
         """Publish the events (and ``more(ts)``'s records, on ``extra_pchannels`` too if they are
         dml records); the timestamp, once all are acknowledged."""
         host = self.host
-        pchannels = sorted({self.info.pchannels[s] for s, _ in self.groups} | set(extra_pchannels))
+        pchannels = sorted({self.info.pchannels[s] for s, _, _ in self.groups} | set(extra_pchannels))
         stats = host.dm_stats
         self.ts = await stats.enter(pchannels)
         try:
@@ -122,14 +135,14 @@ class InsertPipeline:
             )
             # an event fits one segment: at most max_rows rows (a function of schema and settings)
             rows_per_event = max(1, min(int(MAX_EVENT_BYTES * EVENT_FILL) // self.row_bytes, max_rows))
-            for shard, rows in self.groups:
+            for shard, partition_id, rows in self.groups:
                 vchannel, pchannel = self.info.vchannels[shard], self.info.pchannels[shard]
                 for lo in range(0, len(rows), rows_per_event):
                     part = rows[lo : lo + rows_per_event]
                     segment_id = await host.quotas.take_whole(
-                        self.info.collection_id, self.partition_id, vchannel, len(part), max_rows, reason, self.ts
+                        self.info.collection_id, partition_id, vchannel, len(part), max_rows, reason, self.ts
                     )
-                    event = self._event(chunk, segment_id, vchannel, part)
+                    event = self._event(chunk, segment_id, vchannel, partition_id, part)
                     chunk += 1
                     sends.append(
                         await host.producer.send(host.topics.dml, encode(event), partition=pchannel_partition(pchannel))
@@ -143,7 +156,7 @@ class InsertPipeline:
             stats.leave(pchannels, self.ts)
         return self.ts
 
-    def _event(self, chunk: int, segment_id: int, vchannel: str, rows: np.ndarray) -> InsertEvent:
+    def _event(self, chunk: int, segment_id: int, vchannel: str, partition_id: int, rows: np.ndarray) -> InsertEvent:
         columns = []
         for f in self.info.collection_schema.fields:
             values = self.columns[f.name]
@@ -155,7 +168,7 @@ class InsertPipeline:
             proxy_id=self.host.proxy_id,
             ts=self.ts,
             collection_id=self.info.collection_id,
-            partition_id=self.partition_id,
+            partition_id=partition_id,
             segment_id=segment_id,
             vchannel=vchannel,
             num_rows=len(rows),
@@ -180,7 +193,7 @@ class InsertTask(Task[InsertResult]):
         self.collection_name = collection_name
         self.db_name = db_name
         self.data = data
-        self.partition_name = partition_name or DEFAULT_PARTITION_NAME
+        self.partition_name = partition_name
         self.pipeline: InsertPipeline | None = None
 
     async def on_enqueue(self, ids: IdAllocator, tso: TimestampOracle) -> None:
@@ -190,7 +203,7 @@ class InsertTask(Task[InsertResult]):
     async def pre_execute(self) -> None:
         check_writing_allowed(await self.host.cache.database(self.db_name))
         desc = await self.host.cache.get(self.collection_name, self.db_name)
-        partition_id = desc.partition_id(self.partition_name, self.collection_name)
+        partition_id = write_partition(desc, self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
         self.pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)
         await self.pipeline.route(*columns_of(self.data, desc.info.collection_schema))

@@ -25,12 +25,13 @@ from agents.proxy.delete import delete_events, publish_deletes
 from agents.proxy.insert import InsertPipeline
 from agents.proxy.insert_checks import columns_of
 from agents.proxy.interfaces import DeleteHost
+from agents.proxy.partition_key import write_partition
 from agents.proxy.task import Task
 from schemas.collection import DataType
 from schemas.database import check_writing_allowed
 from schemas.dml import ALL_PARTITIONS, UpsertResult
 from schemas.errors import InvalidParameter
-from schemas.meta import DEFAULT_PARTITION_NAME, CollectionInfo
+from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
 from streams.hashing import shard_of
@@ -106,7 +107,7 @@ class UpsertTask(Task[UpsertResult]):
         self.collection_name = collection_name
         self.db_name = db_name
         self.data = data
-        self.partition_name = partition_name or DEFAULT_PARTITION_NAME
+        self.partition_name = partition_name
         self.plan: UpsertPlan | None = None
 
     async def on_enqueue(self, ids: IdAllocator, tso: TimestampOracle) -> None:
@@ -116,7 +117,7 @@ class UpsertTask(Task[UpsertResult]):
     async def pre_execute(self) -> None:
         check_writing_allowed(await self.host.cache.database(self.db_name))
         desc = await self.host.cache.get(self.collection_name, self.db_name)
-        partition_id = desc.partition_id(self.partition_name, self.collection_name)
+        partition_id = write_partition(desc, self.partition_name, self.collection_name)
         identity = f"{self.host.proxy_id}:{self.request_id}"
         pipeline = InsertPipeline(self.host, desc.info, partition_id, self.request_id, identity)
         columns, n = columns_of(self.data, desc.info.collection_schema, pk_given=True)

@@ -193,7 +193,7 @@ SCHEMA: dict[str, Rule] = {
     "schema.fields[].is_dynamic": refused(
         "declaring the dynamic field yourself (set enable_dynamic_field: the server adds $meta)"
     ),
-    "schema.fields[].is_partition_key": refused("partition keys"),
+    "schema.fields[].is_partition_key": served(f"{CONVERT}.schema_from_proto"),
     "schema.fields[].is_clustering_key": refused("clustering keys"),
     "schema.fields[].nullable": refused("nullable fields"),
     "schema.fields[].is_function_output": refused("function output fields (BM25, embedding functions)"),
@@ -432,7 +432,7 @@ RPCS: dict[str, dict[str, Rule]] = {
         "properties{collection.ttl.seconds}": refused("collection TTL (collection.ttl.seconds)"),
         "properties{mmap.enabled}": refused("memory-mapped collections (mmap.enabled)"),
         "properties{*}": refused("collection properties"),
-        "num_partitions": refused("partition-key partitions (num_partitions)"),
+        "num_partitions": served(SERVICER, example=16),
     },
     "DropCollection": {**COLLECTION},
     "HasCollection": {**COLLECTION, "time_stamp": served(SERVICER, example=1)},

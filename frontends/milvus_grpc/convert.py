@@ -170,6 +170,8 @@ def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) 
             "auto_id": bool(f.autoID or (f.is_primary_key and proto.autoID)),
             "description": f.description,
         }
+        if f.is_partition_key:
+            field["is_partition_key"] = True
         if "dim" in params:
             field["dim"] = params["dim"]
         if "max_length" in params:
@@ -209,6 +211,7 @@ def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
         data_type=f.dtype.milvus_code,
         type_params=type_params,
         autoID=f.auto_id,
+        is_partition_key=f.is_partition_key,
     )
 
 

@@ -274,6 +274,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             shards_num=request.shards_num or 1,
             consistency_level=level,
             load=False,  # Milvus's RPC creates released; pymilvus loads after CreateIndex
+            num_partitions=request.num_partitions,
         )
         return convert.ok_status()
 

@@ -40,7 +40,6 @@ REFUSED_KEYS: dict[str, str] = {
     "exprParams": "filter templates (exprParams)",
     "functionScore": "rerankers (functionScore)",
     "functions": "functions (BM25, text embedding)",
-    "partitionsNum": "partition-key partitions (partitionsNum)",
     "partitionKeyIsolation": "partition-key isolation",
     "ttlSeconds": "collection TTL (ttlSeconds)",
     "mmap.enabled": "memory-mapped collections (mmap.enabled)",

@@ -30,7 +30,7 @@ from schemas.errors import InvalidParameter
 # elementTypeParams keys -> Osprey field schema keys.
 ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length"}
 # Milvus field features Osprey does not have: refused when set to anything but their default.
-UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isPartitionKey", "isClusteringKey", "nullable", "defaultValue")
+UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isClusteringKey", "nullable", "defaultValue")
 
 # Quick setup (a create without schema.fields), Milvus's defaults.
 QUICK_INDEX_TYPE = "AUTOINDEX"  # the index Milvus's quick setup creates on the vector field
@@ -71,6 +71,8 @@ def _field_schema(body: Body, auto_id: bool) -> dict[str, Any]:
         "auto_id": auto_id and is_primary,
         "description": body.string("description", default=""),
     }
+    if body.boolean("isPartitionKey"):
+        spec["is_partition_key"] = True
     params = body.obj("elementTypeParams")
     for key, value in params.whole().items():
         if key not in ELEMENT_TYPE_PARAMS:
@@ -145,7 +147,10 @@ def _parse_create(body: Body) -> Parsed:
     if level is not None:
         kwargs["consistency_level"] = level
     kwargs["load"] = body.boolean("load", default=True)
-    return Parsed(kwargs, QUICK_SETUP_FIELDS if quick else {})
+    partitions = body.setting("partitionsNum")
+    if partitions is not None:
+        kwargs["num_partitions"] = partitions
+    return Parsed(kwargs, {**(QUICK_SETUP_FIELDS if quick else {}), "num_partitions": "params.partitionsNum"})
 
 
 async def _create_collection(

@@ -53,6 +53,15 @@ from streams.channels import assign_pchannels, vchannel_name
 from streams.topics import Topics
 
 MAX_PARTITIONS_PER_COLLECTION = 1024  # Milvus rootCoord.maxPartitionNum
+DEFAULT_KEY_PARTITIONS = 16  # Milvus common.DefaultPartitionsWithPartitionKey
+# partition-key collections: Milvus's texts (proxy task.go); the partitions are the rootcoord's
+NUM_PARTITIONS_WITHOUT_KEY = "num_partitions should only be specified with partition key field enabled"
+PARTITION_KEY_DDL = {
+    "CreatePartition": "disable create partition if partition key mode is used",
+    "DropPartition": "disable drop partition if partition key mode is used",
+    "LoadPartitions": "disable load partitions if partition key mode is used",
+    "ReleasePartitions": "disable release partitions if partition key mode is used",
+}
 MAX_COLLECTIONS_PER_DATABASE = 65536  # Milvus quotaAndLimits.limits.maxCollectionNumPerDB
 
 NewId = Callable[[], Awaitable[int]]
@@ -290,6 +299,8 @@ def _create_difference(e: ddl.CreateCollection, info: CollectionInfo) -> tuple[s
         return "shards_num", e.shards_num
     if e.consistency_level != info.consistency_level:
         return "consistency_level", e.consistency_level.value
+    if info.key_partitions and (e.num_partitions or DEFAULT_KEY_PARTITIONS) != len(info.key_partitions):
+        return "num_partitions", e.num_partitions
     return None
 
 
@@ -328,8 +339,10 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
     if len(view.collections_in(db.db_id)) >= limit:
         raise CollectionNumLimitExceeded(db.db_name, limit)
     schema = e.collection_schema.with_field_ids()
+    num_keyed = _key_partition_count(e, schema.partition_key_field is not None)
     collection_id = await new_id()
-    partition_id = await new_id()
+    partition_ids = [await new_id() for _ in range(max(1, num_keyed))]
+    partition_names = [f"{DEFAULT_PARTITION_NAME}_{i}" for i in range(num_keyed)] or [DEFAULT_PARTITION_NAME]
     pchannels = assign_pchannels(topics.dml, topics.dml_partitions, e.shards_num, view.pchannels_in_use())
     vchannels = [vchannel_name(collection_id, shard) for shard in range(e.shards_num)]
 
@@ -344,16 +357,20 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
             vchannels=vchannels,
             pchannels=pchannels,
             created_ts=ts,
+            key_partitions=partition_ids if num_keyed else [],
         )
         return keys.collection_info_key(collection_id), record.model_dump_json()
 
-    def default_partition(ts: int) -> tuple[str, str]:
-        record = PartitionInfo(
-            partition_id=partition_id, partition_name=DEFAULT_PARTITION_NAME, collection_id=collection_id, created_ts=ts
-        )
-        return keys.partition_key(collection_id, partition_id), record.model_dump_json()
+    def partition(partition_id: int, name: str) -> Addition:
+        def record(ts: int) -> tuple[str, str]:
+            part = PartitionInfo(
+                partition_id=partition_id, partition_name=name, collection_id=collection_id, created_ts=ts
+            )
+            return keys.partition_key(collection_id, partition_id), part.model_dump_json()
 
-    additions: list[Addition] = [info, default_partition]
+        return record
+
+    additions: list[Addition] = [info, *(partition(p, n) for p, n in zip(partition_ids, partition_names, strict=True))]
     if e.load:
         additions.append(_load_record(collection_id, None, _replicas(db, 0)))
     reply_type = ddl.CreateCollectionReply
@@ -411,9 +428,42 @@ def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
     return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
 
 
+def _key_partition_count(e: ddl.CreateCollection, has_key: bool) -> int:
+    """The hidden partitions of a new collection: 0 without a partition key (num_partitions must
+    then be unset), else num_partitions (default 16, at most 1024)."""
+    if not has_key:
+        if e.num_partitions:
+            raise InvalidParameter(
+                "num_partitions",
+                "needs a partition key field",
+                e.num_partitions,
+                milvus_text=NUM_PARTITIONS_WITHOUT_KEY,
+            )
+        return 0
+    count = e.num_partitions or DEFAULT_KEY_PARTITIONS
+    if count > MAX_PARTITIONS_PER_COLLECTION:
+        raise InvalidParameter(
+            "num_partitions",
+            f"must be at most {MAX_PARTITIONS_PER_COLLECTION}",
+            count,
+            milvus_text=f"partition number ({count}) exceeds max configuration ({MAX_PARTITIONS_PER_COLLECTION})",
+        )
+    return count
+
+
+def _not_partition_key(e: ddl.DdlEvent, info: CollectionInfo) -> None:
+    """Partition DDL is refused on a partition-key collection (its partitions are the hidden ones)."""
+    if info.key_partitions:
+        text = PARTITION_KEY_DDL[e.kind]  # type: ignore[attr-defined]
+        raise InvalidParameter(
+            "collection_name", "must not be a partition-key collection", info.collection_name, milvus_text=text
+        )
+
+
 # -- partitions
 async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewId) -> Plan:
     info = _resolve(view, e, "collection_name", e.collection_name)
+    _not_partition_key(e, info)
     name = validate_name("partition_name", e.partition_name)
     cid = info.collection_id
     if view.partition_by_name(cid, name) is not None:
@@ -446,6 +496,7 @@ async def _create_partition(e: ddl.CreatePartition, view: MetaView, new_id: NewI
 
 def _drop_partition(e: ddl.DropPartition, view: MetaView) -> Plan:
     info = _resolve(view, e, "collection_name", e.collection_name)
+    _not_partition_key(e, info)
     name = validate_name("partition_name", e.partition_name)
     if name == DEFAULT_PARTITION_NAME:
         raise InvalidParameter("partition_name", "the default partition cannot be dropped", name)
@@ -534,6 +585,7 @@ def _partition_ids(view: MetaView, info: CollectionInfo, names: list[str]) -> li
 
 def _load_partitions(e: ddl.LoadPartitions, view: MetaView) -> Plan:
     info = _resolve(view, e, "collection_name", e.collection_name)
+    _not_partition_key(e, info)
     cid = info.collection_id
     wanted = _partition_ids(view, info, e.partition_names)
     replicas = _replicas(view.databases[info.db_id], e.replica_number)
@@ -546,6 +598,7 @@ def _load_partitions(e: ddl.LoadPartitions, view: MetaView) -> Plan:
 
 def _release_partitions(e: ddl.ReleasePartitions, view: MetaView) -> Plan:
     info = _resolve(view, e, "collection_name", e.collection_name)
+    _not_partition_key(e, info)
     cid = info.collection_id
     released = set(_partition_ids(view, info, e.partition_names))
     current = view.loads.get(cid)

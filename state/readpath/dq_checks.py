@@ -25,10 +25,11 @@ from schemas.errors import (
     PartitionNotLoaded,
 )
 from schemas.index import IndexInfo
-from schemas.meta import CollectionInfo
+from schemas.meta import NAMED_PARTITION_IN_KEY_MODE, CollectionInfo
 from schemas.results import COUNT_STAR
 from state.meta.meta_table import MetaView
 from state.readpath.expr import Filter, compile_filter
+from state.readpath.key_pruning import key_partitions_of
 from state.readpath.read_params import MAX_QUERY_LIMIT
 from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 
@@ -77,13 +78,33 @@ def resolve_collection(request: SearchRequest | QueryRequest, view: MetaView) ->
     return info
 
 
-def _partitions(request: SearchRequest | QueryRequest, info: CollectionInfo, view: MetaView) -> list[int] | None:
+def _partitions(
+    request: SearchRequest | QueryRequest, info: CollectionInfo, view: MetaView, flt: Filter | None = None
+) -> list[int] | None:
     """The partition ids to read: the ones asked for (each must exist and be loaded), else every
     loaded one (None when the collection is loaded whole). A collection that is not loaded is
-    refused (Milvus's code 101, "collection not loaded")."""
+    refused (Milvus's code 101, "collection not loaded"). A partition-key collection takes no
+    partition names (Milvus's text); its read is pruned to the partitions the filter's key values
+    hash to (:mod:`state.readpath.key_pruning`)."""
     load = view.loads.get(info.collection_id)
     if load is None:
         raise CollectionNotLoaded(f"collection not loaded[collection={info.collection_name}]")
+    if info.key_partitions:
+        if request.partition_names:
+            raise InvalidParameter(
+                "partition_names",
+                "must be empty: the partition key routes rows",
+                request.partition_names,
+                milvus_text=NAMED_PARTITION_IN_KEY_MODE,
+            )
+        if request.partition_ids:  # a proxy's prepared request: the partitions it pruned to
+            unknown = sorted(set(request.partition_ids) - set(info.key_partitions))
+            if unknown:
+                raise PartitionNotFound(
+                    f"partition not found[collection={info.collection_name}][partition={unknown[0]}]"
+                )
+            return sorted(set(request.partition_ids))
+        return key_partitions_of(info, None if flt is None else flt.ast)
     names = {p.partition_id: p.partition_name for p in view.partitions_of(info.collection_id)}
     ids = set(request.partition_ids)
     for pid in ids:
@@ -236,8 +257,8 @@ def _derive_shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Sha
     for vchannel in request.vchannels:
         if vchannel not in info.vchannels:
             raise InvalidParameter("vchannels", f"must be vchannels of collection {info.collection_id}", vchannel)
-    partition_ids = _partitions(request, info, view)
     flt = compile_filter(request.filter, info.collection_schema)
+    partition_ids = _partitions(request, info, view, flt)
     if isinstance(request, QueryRequest):
         return _Shape(info, partition_ids, flt, _output_fields(request.output_fields, info, allow_count=True))
     field = _vector_field(request, info)

@@ -210,9 +210,8 @@ def test_search_iterator_is_refused(milvus: MilvusClient) -> None:
     assert err.code == 1100 and "search iterators" in err.message and NOT_YET in err.message
 
 
-def test_partition_key_nullable_and_default_value_are_refused(milvus: MilvusClient) -> None:
+def test_nullable_and_default_value_are_refused(milvus: MilvusClient) -> None:
     cases: dict[str, dict[str, Any]] = {
-        "is_partition_key": {"is_partition_key": True},
         "nullable": {"nullable": True},
         "default_value": {"default_value": "none"},
     }

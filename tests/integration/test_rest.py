@@ -121,6 +121,7 @@ async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
         "id": 100,
         "type": "Int64",
         "primaryKey": True,
+        "partitionKey": False,
         "autoId": True,
         "description": "",
         "params": [],
@@ -368,7 +369,7 @@ BAD_REQUESTS = [
             },
         },
         "schema.fields[3].isPartitionKey",
-        "not supported",
+        "must be INT64 or VARCHAR",
     ),
     (
         "collections/create",
@@ -422,7 +423,7 @@ async def test_a_missing_database_is_milvus_database_not_found(rest: Rest) -> No
             "collections/create",
             {"collectionName": "c", "dimension": 8, "params": {"partitionsNum": 4}},
             "params.partitionsNum",
-            "partition-key",
+            "needs a partition key field",
         ),
     ],
 )
