@@ -73,6 +73,7 @@ class OspreyAPI(Protocol):
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
         num_partitions: int = 0,
+        properties: dict[str, Any] | None = None,
     ) -> int:
         """Create a collection; returns its id. A schema with a partition key field keeps its rows
         in ``num_partitions`` hidden partitions (0: 16) routed by the key's hash (Milvus's
@@ -86,6 +87,32 @@ class OspreyAPI(Protocol):
     async def drop_collection(self, collection_name: str) -> int:
         """Drop a collection by its own name (not an alias); returns the dropped id, 0 if it was
         missing (Milvus: dropping a missing collection succeeds)."""
+        ...
+
+    async def alter_collection_properties(
+        self, collection_name: str, properties: dict[str, Any]
+    ) -> CollectionDescription:
+        """Milvus's AlterCollection setting ``properties`` (``schemas/collection_properties.py``:
+        ``collection.ttl.seconds``, ``mmap.enabled`` (not while loaded), the user's own keys);
+        returns the collection after it."""
+        ...
+
+    async def drop_collection_properties(
+        self, collection_name: str, property_keys: Sequence[str]
+    ) -> CollectionDescription:
+        """Milvus's AlterCollection deleting ``property_keys``; returns the collection after it."""
+        ...
+
+    async def alter_collection_field(
+        self, collection_name: str, field_name: str, field_params: dict[str, Any]
+    ) -> CollectionDescription:
+        """Milvus's AlterCollectionField: a VARCHAR field's ``max_length``, a field's
+        ``mmap.enabled`` (not while loaded); returns the collection after it."""
+        ...
+
+    async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:
+        """Milvus's RenameCollection, within the client's database or into ``target_db`` (a
+        collection with aliases cannot move to another database); its id, data and indexes stay."""
         ...
 
     async def has_collection(self, collection_name: str, as_of: int = 0) -> bool:

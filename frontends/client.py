@@ -56,7 +56,7 @@ from schemas.auth import bearer_headers, client_token
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
-from schemas.database import database_name  # also registers the database errors' codes (800s, 9)
+from schemas.database import database_name, property_value  # also registers the database errors' codes (800s, 9)
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -190,8 +190,10 @@ def _read_options(
 # -- answers -> the in-process client's models
 def _field(f: Mapping[str, Any]) -> FieldSchema:
     params = {p["key"]: int(p["value"]) for p in f["params"] if p["key"] in _TYPE_PARAMS}
+    properties = {p["key"]: p["value"] for p in f["params"] if p["key"] not in _TYPE_PARAMS}
     return FieldSchema.model_validate(
         {
+            "properties": properties,
             "name": f["name"],
             "dtype": _DATA_TYPES[f["type"].replace("_", "").lower()],
             "is_primary": f["primaryKey"],
@@ -238,6 +240,7 @@ def _description(d: Mapping[str, Any]) -> CollectionDescription:
         vchannels=list(d["virtualChannelNames"]),
         pchannels=list(d["physicalChannelNames"]),
         created_ts=d["createdTimestamp"],
+        properties={p["key"]: p["value"] for p in d.get("properties", [])},
     )
     load = d.get("loadInfo")
     return CollectionDescription(
@@ -487,6 +490,7 @@ class Client(OspreyAPI):
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
         num_partitions: int = 0,
+        properties: dict[str, Any] | None = None,
     ) -> int:
         """The schema is checked here first, with the proxy's rules (only a valid one has a REST form)."""
         checked = parse_collection_schema(schema)  # the proxy's rules: the same InvalidParameter
@@ -501,7 +505,36 @@ class Client(OspreyAPI):
             body["consistencyLevel"] = _level(consistency_level)
         if num_partitions:
             body["params"] = {"partitionsNum": num_partitions}
+        if properties:
+            body["properties"] = {k: property_value(v) for k, v in properties.items()}
         return await self._call("collections/create", body, lambda a: int(a["data"]["collectionID"]))
+
+    async def alter_collection_properties(
+        self, collection_name: str, properties: dict[str, Any]
+    ) -> CollectionDescription:
+        body = {"collectionName": collection_name, "properties": {k: property_value(v) for k, v in properties.items()}}
+        await self._call("collections/alter_properties", body, lambda a: None)
+        return await self.describe_collection(collection_name)
+
+    async def drop_collection_properties(
+        self, collection_name: str, property_keys: Sequence[str]
+    ) -> CollectionDescription:
+        body = {"collectionName": collection_name, "propertyKeys": list(property_keys)}
+        await self._call("collections/drop_properties", body, lambda a: None)
+        return await self.describe_collection(collection_name)
+
+    async def alter_collection_field(
+        self, collection_name: str, field_name: str, field_params: dict[str, Any]
+    ) -> CollectionDescription:
+        params = {k: property_value(v) for k, v in field_params.items()}
+        body = {"collectionName": collection_name, "fieldName": field_name, "fieldParams": params}
+        await self._call("collections/fields/alter_properties", body, lambda a: None)
+        return await self.describe_collection(collection_name)
+
+    async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:
+        body = {"collectionName": old_name, "newCollectionName": new_name, "newDbName": target_db}
+        await self._call("collections/rename", body, lambda a: None)
+        return await (self.in_database(target_db) if target_db else self).describe_collection(new_name)
 
     async def drop_collection(self, collection_name: str) -> int:
         return await self._call(

@@ -21,7 +21,7 @@ from frontends.api import OspreyAPI
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
-from schemas.database import database_name
+from schemas.database import database_name, property_value
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import RequestTimeout
 from schemas.health import HealthCheck
@@ -117,6 +117,7 @@ class InProcessClient(OspreyAPI):
         consistency_level: ConsistencyLevel | str | None = None,
         load: bool = True,
         num_partitions: int = 0,
+        properties: dict[str, Any] | None = None,
     ) -> int:
         fields: dict[str, Any] = {
             "collection_name": collection_name,
@@ -124,11 +125,39 @@ class InProcessClient(OspreyAPI):
             "shards_num": shards_num,
             "load": load,
             "num_partitions": num_partitions,
+            "properties": {k: property_value(v) for k, v in (properties or {}).items()},
         }
         if consistency_level is not None:
             fields["consistency_level"] = consistency_level
         reply = await self._call(ddl.CreateCollection, **fields)
         return reply.collection_id
+
+    async def alter_collection_properties(
+        self, collection_name: str, properties: dict[str, Any]
+    ) -> CollectionDescription:
+        values = {k: property_value(v) for k, v in properties.items()}
+        return (await self._call(ddl.AlterCollection, collection_name=collection_name, properties=values)).collection
+
+    async def drop_collection_properties(
+        self, collection_name: str, property_keys: Sequence[str]
+    ) -> CollectionDescription:
+        keys = list(property_keys)
+        return (await self._call(ddl.AlterCollection, collection_name=collection_name, delete_keys=keys)).collection
+
+    async def alter_collection_field(
+        self, collection_name: str, field_name: str, field_params: dict[str, Any]
+    ) -> CollectionDescription:
+        values = {k: property_value(v) for k, v in field_params.items()}
+        reply = await self._call(
+            ddl.AlterCollectionField, collection_name=collection_name, field_name=field_name, properties=values
+        )
+        return reply.collection
+
+    async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:
+        reply = await self._call(
+            ddl.RenameCollection, collection_name=old_name, new_name=new_name, new_db_name=target_db
+        )
+        return reply.collection
 
     async def drop_collection(self, collection_name: str) -> int:
         return (await self._call(ddl.DropCollection, collection_name=collection_name)).collection_id

@@ -219,6 +219,9 @@ class FieldSchema(BaseModel):
     is_partition_key: bool = Field(
         False, description="INT64 or VARCHAR, not the primary key: rows go to hidden partitions by its hash"
     )
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="field properties set by AlterCollectionField (mmap.enabled)"
+    )
 
     @field_validator("name")
     @classmethod

@@ -161,7 +161,7 @@ def check_properties(properties: Mapping[str, object], field: str = "properties"
         elif key in NOT_SERVED_KEYS or key.startswith(NOT_SERVED_PREFIXES):
             served = ", ".join(DATABASE_PROPERTIES)
             raise InvalidParameter(
-                f"{field}[{key}]", f"is not a database property Osprey supports yet (it serves {served})", value
+                f"{field}[{key}]", f"this database property is not supported by Osprey yet (it serves {served})", value
             )
         checked[key] = value
     return checked

@@ -89,12 +89,41 @@ class CreateCollection(DdlEvent):
         ge=0,
         description="hidden partitions of a partition-key collection (0: 16); only with a partition key field",
     )
+    properties: dict[str, str] = Field(default_factory=dict, description="schemas/collection_properties.py")
     load: bool = Field(
         True,
         description="load the new collection at once (Osprey's Client, REST and CLI; Milvus's CreateCollection "
         "RPC leaves it unloaded unless index params come with it). A create repeating an existing collection "
         "changes nothing: a collection released since stays released",
     )
+
+
+class AlterCollection(DdlEvent):
+    """Set ``properties`` or remove ``delete_keys`` of a collection (one of the two, as Milvus)."""
+
+    kind: Literal["AlterCollection"] = "AlterCollection"
+    collection_name: str
+    properties: dict[str, str] = Field(default_factory=dict)
+    delete_keys: list[str] = Field(default_factory=list)
+
+
+class AlterCollectionField(DdlEvent):
+    """Set properties of one field: ``mmap.enabled``, or ``max_length`` of a VARCHAR field."""
+
+    kind: Literal["AlterCollectionField"] = "AlterCollectionField"
+    collection_name: str
+    field_name: str
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RenameCollection(DdlEvent):
+    """Rename collection ``collection_name`` of ``db_name`` to ``new_name`` in ``new_db_name``
+    (``""``: the same database)."""
+
+    kind: Literal["RenameCollection"] = "RenameCollection"
+    collection_name: str
+    new_name: str
+    new_db_name: str = ""
 
 
 class DropCollection(DdlEvent):
@@ -249,6 +278,9 @@ DdlRequest = Annotated[
     | DescribeDatabase
     | ListDatabases
     | CreateCollection
+    | AlterCollection
+    | AlterCollectionField
+    | RenameCollection
     | DropCollection
     | HasCollection
     | DescribeCollection
@@ -444,6 +476,9 @@ REPLY_TYPE: dict[str, type[DdlReply]] = {
     "DescribeDatabase": DescribeDatabaseReply,
     "ListDatabases": ListDatabasesReply,
     "CreateCollection": CreateCollectionReply,
+    "AlterCollection": DescribeCollectionReply,
+    "AlterCollectionField": DescribeCollectionReply,
+    "RenameCollection": DescribeCollectionReply,
     "DropCollection": DropCollectionReply,
     "HasCollection": HasReply,
     "HasPartition": HasReply,

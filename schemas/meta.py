@@ -34,6 +34,8 @@ class CollectionInfo(_Record):
     # a partition-key collection: its hidden partitions, by index; a row goes to
     # key_partitions[hash(partition key) % len] (streams/hashing.py). Empty: no partition key.
     key_partitions: list[int] = []
+    properties: dict[str, str] = {}  # schemas/collection_properties.py
+    updated_ts: int = 0  # the last AlterCollection/AlterCollectionField/RenameCollection (0: never)
 
 
 NAMED_PARTITION_IN_KEY_MODE = "not support manually specifying the partition names if partition key mode is used"

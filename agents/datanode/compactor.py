@@ -46,6 +46,7 @@ from aiokafka import AIOKafkaProducer
 
 from agents.service import OnCrash, Service
 from schemas.collection import DataType
+from schemas.collection_properties import ttl_seconds
 from schemas.config import OspreyConfig
 from schemas.dml import ALL_PARTITIONS
 from schemas.meta import CollectionInfo
@@ -68,6 +69,7 @@ from state.meta.segment_meta import FLUSHED_STATES, SegmentMeta
 from state.meta.snapshot import Guard
 from state.meta.tso import TimestampOracle, physical_ms
 from state.objectstore import ObjectStore
+from state.readpath.ttl import expired_before
 from state.segcore.compaction import CompactionCandidate, plan_compaction
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.delta_files import read_delta_log
@@ -217,13 +219,16 @@ class Compactor(Service):
         segments = [s for s in await self.meta.segments(cid) if s.vchannel == vchannel and s.state in FLUSHED_STATES]
         logs = [d for d in await self.meta.deltas(cid) if d.vchannel == vchannel]
         signature = (tuple(s.segment_id for s in segments), tuple(d.path for d in logs))
-        if not segments or (not forced and self._signatures.get(vchannel) == signature):
+        ttl = ttl_seconds(info.properties)  # rows expire with time: a TTL collection is looked at each round
+        if not segments or (not forced and not ttl and self._signatures.get(vchannel) == signature):
             return 0
         lock = f"{self.config.cluster}:compaction:lock:{vchannel}"
         if not await self.redis.set(lock, b"1", nx=True, px=LOCK_TTL_MS):
             return 0  # another data node (a rebalance in flight) is compacting it
         try:
             dead = await self._dead(info, segments, logs)
+            if ttl:
+                self._expire(info, segments, dead, await self.tso.alloc())
             schema = info.collection_schema
             max_rows, _ = max_rows_of(schema, self.config.segment_max_bytes, self.config.segment_max_rows)
             candidates = [
@@ -246,6 +251,18 @@ class Compactor(Service):
             return len(plans)
         finally:
             await self.redis.delete(lock)
+
+    def _expire(self, info: CollectionInfo, segments: list[SegmentInfo], dead: list[np.ndarray], now: int) -> None:
+        """Rows older than the collection's TTL at ``now`` count as dead (at the TTL's floor), so
+        the deleted-share rule rewrites their segments without them (Milvus removes expired rows
+        in compaction too); reads stopped seeing them already (``state/readpath/ttl.py``)."""
+        floor = expired_before(info.properties, now)
+        if not floor:
+            return
+        for s, d in zip(segments, dead, strict=True):
+            stamps = self._keys[s.segment_id][1]
+            expired = stamps < np.uint64(floor)
+            d[expired] = np.minimum(d[expired], np.uint64(floor))
 
     async def _dead(self, info: CollectionInfo, segments: list[SegmentInfo], logs: list[Any]) -> list[np.ndarray]:
         """Every row's dead timestamp from the flushed segments and delete logs alone."""

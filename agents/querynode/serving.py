@@ -42,6 +42,7 @@ from state.readpath.columns import columns_of
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
 from state.readpath.search_hits import search_result
+from state.readpath.ttl import expired_before
 from state.segcore.vector_index import SearchHits
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ async def _serve_shard(
         await delegator.wait_tsafe(guarantee, timeout_s)
         if request.newest_snapshot or request.guarantee_ts is None:  # a consistency level, not a timestamp
             guarantee = delegator.newest_read_ts(guarantee, request.ts)  # then read (and fetch fields) there
-        mask_of = mask_of_filter(prepared.filter)
+        mask_of = mask_of_filter(prepared.filter, expired_before(prepared.info.properties, guarantee))
         if isinstance(request, SearchRequest):
             assert prepared.queries is not None  # prepare() sets them for a search
             started = time.perf_counter()

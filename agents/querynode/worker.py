@@ -90,14 +90,20 @@ MaskOf = Callable[[GrowingSegment], "np.ndarray | None"]
 QueryResult = dict[str, "list[Any] | np.ndarray"]
 
 
-def mask_of_filter(flt: Filter | None) -> MaskOf | None:
-    """The per-segment row mask of a compiled filter (None: every row)."""
-    if flt is None:
+def mask_of_filter(flt: Filter | None, expired_before: int = 0) -> MaskOf | None:
+    """The per-segment row mask of a compiled filter and of the collection's TTL (rows inserted
+    before ``expired_before`` are expired: ``state/readpath/ttl.py``); None: every row."""
+    if flt is None and not expired_before:
         return None
 
     def mask_of(segment: GrowingSegment) -> np.ndarray:
         n = segment.row_count
-        return flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
+        if flt is None:
+            return segment.timestamps_view()[:n] >= np.uint64(expired_before)
+        mask = flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
+        if expired_before:
+            mask = mask & (segment.timestamps_view()[:n] >= np.uint64(expired_before))
+        return mask
 
     return mask_of
 

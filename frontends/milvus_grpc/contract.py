@@ -429,12 +429,27 @@ RPCS: dict[str, dict[str, Rule]] = {
         **SCHEMA,
         "shards_num": served(SERVICER, example=1),
         "consistency_level": served(SERVICER, example=common_pb2.Bounded),
-        "properties{collection.ttl.seconds}": refused("collection TTL (collection.ttl.seconds)"),
-        "properties{mmap.enabled}": refused("memory-mapped collections (mmap.enabled)"),
-        "properties{*}": refused("collection properties"),
+        "properties{*}": served(SERVICER, example="60"),
         "num_partitions": served(SERVICER, example=16),
     },
     "DropCollection": {**COLLECTION},
+    "AlterCollection": {
+        **COLLECTION,
+        "collectionID": inert("Milvus's proxy finds the collection by its name and never reads the id"),
+        "properties{*}": served(SERVICER, example="60"),
+        "delete_keys": served(SERVICER),
+    },
+    "AlterCollectionField": {
+        **COLLECTION,
+        "field_name": served(SERVICER),
+        "properties{*}": served(SERVICER, example="true"),
+        "delete_keys": refused("deleting field properties"),
+    },
+    "RenameCollection": {
+        "oldName": served(SERVICER),
+        "newName": served(SERVICER),
+        "newDBName": served(SERVICER),
+    },
     "HasCollection": {**COLLECTION, "time_stamp": served(SERVICER, example=1)},
     "DescribeCollection": {
         **COLLECTION,
@@ -575,8 +590,6 @@ RPCS: dict[str, dict[str, Rule]] = {
 # Every other RPC: answered "not supported" (code 10), naming what Milvus offers there.
 UNSUPPORTED_RPCS: dict[str, str] = {
     "BatchDescribeCollection": "describing several collections in one call",
-    "AlterCollection": "collection properties",
-    "AlterCollectionField": "field properties",
     "AddCollectionFunction": "functions",
     "AlterCollectionFunction": "functions",
     "DropCollectionFunction": "functions",
@@ -618,7 +631,6 @@ UNSUPPORTED_RPCS: dict[str, str] = {
     "TransferReplica": "resource groups",
     "ListResourceGroups": "resource groups",
     "DescribeResourceGroup": "resource groups",
-    "RenameCollection": "renaming collections",
     "ListIndexedSegment": "segment index information",
     "DescribeSegmentIndexData": "segment index information",
     "ReplicateMessage": "cross-cluster replication",

@@ -32,7 +32,7 @@ from schemas.errors import (
     PartitionNotFound,
     SchemaMismatch,
 )
-from schemas.meta import CollectionDescription
+from schemas.meta import CollectionDescription, CollectionInfo
 from schemas.results import COUNT_STAR, QueryResults, SearchResults
 from state.meta.tso import physical_ms
 
@@ -198,7 +198,7 @@ def schema_to_proto(collection_name: str, schema: CollectionSchema) -> schema_pb
 
 
 def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
-    type_params = []
+    type_params = [common_pb2.KeyValuePair(key=k, value=v) for k, v in f.properties.items()]
     if f.dim is not None:
         type_params.append(common_pb2.KeyValuePair(key="dim", value=str(f.dim)))
     if f.max_length is not None:
@@ -233,11 +233,17 @@ def describe_collection(desc: CollectionDescription, shards_num: int, db_name: s
         "db_name": db_name or desc.db_name,
         "db_id": info.db_id,
         "num_partitions": len(desc.partitions),
-        # Osprey never alters a schema: it is as of its creation (pymilvus caches this and sends it
-        # back as an insert's schema_timestamp)
-        "update_timestamp": info.created_ts,
-        "update_timestamp_str": str(info.created_ts),
+        "properties": [common_pb2.KeyValuePair(key=k, value=v) for k, v in info.properties.items()],
+        # the last alter (or the creation): pymilvus caches it and sends it back as an insert's
+        # schema_timestamp, answered SchemaMismatch when it is not the collection's (service.py)
+        "update_timestamp": schema_ts(info),
+        "update_timestamp_str": str(schema_ts(info)),
     }
+
+
+def schema_ts(info: CollectionInfo) -> int:
+    """The timestamp of the collection's meta as a client caches it: its last alter, else its creation."""
+    return info.updated_ts or info.created_ts
 
 
 # ---------------------------------------------------------------------------- inserted columns

@@ -275,12 +275,44 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             consistency_level=level,
             load=False,  # Milvus's RPC creates released; pymilvus loads after CreateIndex
             num_partitions=request.num_partitions,
+            properties=convert.key_values(request.properties),
         )
         return convert.ok_status()
 
     @rpc
     async def DropCollection(self, request: milvus_pb2.DropCollectionRequest, context: Any, call: Call) -> Message:
         await call.api.drop_collection(request.collection_name)
+        return convert.ok_status()
+
+    @rpc
+    async def AlterCollection(self, request: milvus_pb2.AlterCollectionRequest, context: Any, call: Call) -> Message:
+        properties = convert.key_values(request.properties)
+        if properties and request.delete_keys:  # Milvus's proxy text (the core says the same)
+            raise InvalidParameter(
+                "delete_keys",
+                "cannot provide both DeleteKeys and ExtraParams",
+                list(request.delete_keys),
+                milvus_text="cannot provide both DeleteKeys and ExtraParams",
+            )
+        if request.delete_keys:
+            await call.api.drop_collection_properties(request.collection_name, list(request.delete_keys))
+        else:
+            await call.api.alter_collection_properties(request.collection_name, properties)
+        return convert.ok_status()
+
+    @rpc
+    async def AlterCollectionField(
+        self, request: milvus_pb2.AlterCollectionFieldRequest, context: Any, call: Call
+    ) -> Message:
+        params = convert.key_values(request.properties)
+        await call.api.alter_collection_field(request.collection_name, request.field_name, params)
+        return convert.ok_status()
+
+    @rpc
+    async def RenameCollection(self, request: milvus_pb2.RenameCollectionRequest, context: Any, call: Call) -> Message:
+        if not request.oldName:
+            raise InvalidParameter("oldName", "is required", "", milvus_text="old collection name should not be empty")
+        await call.api.rename_collection(request.oldName, request.newName, target_db=request.newDBName)
         return convert.ok_status()
 
     @rpc
@@ -565,10 +597,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         if not schema_timestamp:
             return
         info = await self.collections.resolve(collection_name, call.db_name)
-        if schema_timestamp != info.created_ts:  # Osprey never alters a schema: its update is its creation
+        if schema_timestamp != convert.schema_ts(info):  # created again, or altered since
             raise SchemaMismatch(
                 f"collection schema mismatch[collection={collection_name}]: the client's schema "
-                f"(schema_timestamp {schema_timestamp}) is not the collection's ({info.created_ts})"
+                f"(schema_timestamp {schema_timestamp}) is not the collection's ({convert.schema_ts(info)})"
             )
 
     @rpc

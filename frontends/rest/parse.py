@@ -41,8 +41,6 @@ REFUSED_KEYS: dict[str, str] = {
     "functionScore": "rerankers (functionScore)",
     "functions": "functions (BM25, text embedding)",
     "partitionKeyIsolation": "partition-key isolation",
-    "ttlSeconds": "collection TTL (ttlSeconds)",
-    "mmap.enabled": "memory-mapped collections (mmap.enabled)",
     "isClustering": "clustering compaction (isClustering)",
     "multiAnalyzerParam": "text analyzers (multiAnalyzerParam)",
     "radius": "range search (radius)",

@@ -129,8 +129,10 @@ def altered(applied: bool) -> dict[str, Any]:
 
 
 def _type_params(f: FieldSchema) -> list[dict[str, str]]:
-    """Milvus shows type parameters as string key/value pairs."""
-    return [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
+    """Milvus shows type parameters (and a field's properties, e.g. ``mmap.enabled``) as string
+    key/value pairs."""
+    pairs = [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
+    return pairs + [{"key": k, "value": v} for k, v in f.properties.items()]
 
 
 def rows(value: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -297,6 +299,7 @@ def collection(desc: CollectionDescription) -> dict[str, Any]:
         "partitionsNum": len(desc.partitions),
         "partitions": [p.partition_name for p in desc.partitions],
         "createdTimestamp": info.created_ts,
+        "properties": [{"key": k, "value": v} for k, v in info.properties.items()],
         "virtualChannelNames": info.vchannels,
         "physicalChannelNames": info.pchannels,
         "partitionInfos": partition_infos(desc.partitions),

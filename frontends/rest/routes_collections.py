@@ -25,12 +25,16 @@ from frontends.rest.parse import (
 )
 from frontends.rest.routes_indexes import check_index_params, create_indexes, index_spec
 from schemas.collection import DataType
+from schemas.collection_properties import MMAP_ENABLED, TTL_SECONDS
 from schemas.errors import InvalidParameter
 
 # elementTypeParams keys -> Osprey field schema keys.
 ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length"}
 # Milvus field features Osprey does not have: refused when set to anything but their default.
 UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isClusteringKey", "nullable", "defaultValue")
+
+# collections/create params Milvus reads as collection properties
+REST_PROPERTY_PARAMS = {"ttlSeconds": TTL_SECONDS, "mmap.enabled": MMAP_ENABLED}
 
 # Quick setup (a create without schema.fields), Milvus's defaults.
 QUICK_INDEX_TYPE = "AUTOINDEX"  # the index Milvus's quick setup creates on the vector field
@@ -147,6 +151,13 @@ def _parse_create(body: Body) -> Parsed:
     if level is not None:
         kwargs["consistency_level"] = level
     kwargs["load"] = body.boolean("load", default=True)
+    properties = dict(body.obj("properties").whole())  # Osprey: any collection property
+    for key, prop in REST_PROPERTY_PARAMS.items():  # Milvus's params for them
+        value = body.obj("params").raw(key)
+        if value is not None:
+            properties[prop] = value
+    if properties:
+        kwargs["properties"] = properties
     partitions = body.setting("partitionsNum")
     if partitions is not None:
         kwargs["num_partitions"] = partitions
@@ -280,6 +291,49 @@ def _parse_property_keys(body: Body) -> Parsed:
     )
 
 
+def _parse_collection_properties(body: Body) -> Parsed:
+    """``collectionName`` and ``properties`` (key -> value) for collections/alter_properties."""
+    properties = body.obj("properties").whole()
+    fields = {f"properties[{key}]": f"properties[{key}]" for key in properties}
+    return Parsed({"collection_name": body.string("collectionName"), "properties": properties}, fields)
+
+
+def _parse_collection_property_keys(body: Body) -> Parsed:
+    keys = read_list(body, "propertyKeys")
+    for i, key in enumerate(keys):
+        if not isinstance(key, str):
+            raise InvalidParameter(body.path(f"propertyKeys[{i}]"), "must be a string", key)
+    return Parsed(
+        {"collection_name": body.string("collectionName"), "property_keys": keys},
+        {"delete_keys": "propertyKeys", "property_keys": "propertyKeys"},
+    )
+
+
+def _parse_field_params(body: Body) -> Parsed:
+    """collections/fields/alter_properties: ``collectionName``, ``fieldName``, ``fieldParams``."""
+    params = body.obj("fieldParams").whole()
+    fields = {f"properties[{key}]": f"fieldParams[{key}]" for key in params}
+    kwargs = {
+        "collection_name": body.string("collectionName"),
+        "field_name": body.string("fieldName"),
+        "field_params": params,
+    }
+    return Parsed(kwargs, {**fields, "properties": "fieldParams"})
+
+
+def _parse_rename(body: Body) -> Parsed:
+    """collections/rename: ``collectionName`` -> ``newCollectionName`` (in ``newDbName``)."""
+    kwargs = {
+        "old_name": body.string("collectionName"),
+        "new_name": body.string("newCollectionName"),
+        "target_db": body.string("newDbName", default=""),
+    }
+    return Parsed(
+        kwargs,
+        {"collection_name": "collectionName", "new_name": "newCollectionName", "new_db_name": "newDbName"},
+    )
+
+
 DATABASE_ROUTES: dict[str, Endpoint] = {
     "databases/create": Endpoint("create_database", parse=_parse_properties, beside=render.database_beside),
     "databases/drop": Endpoint("drop_database", (DATABASE,)),
@@ -307,6 +361,10 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
     "collections/show": Endpoint("show_collections", (AS_OF,), render.collection_briefs),
     "collections/has": Endpoint("has_collection", (COLLECTION, AS_OF), render.has),
     "collections/drop": Endpoint("drop_collection", (COLLECTION,), beside=render.dropped_collection),
+    "collections/alter_properties": Endpoint("alter_collection_properties", parse=_parse_collection_properties),
+    "collections/drop_properties": Endpoint("drop_collection_properties", parse=_parse_collection_property_keys),
+    "collections/fields/alter_properties": Endpoint("alter_collection_field", parse=_parse_field_params),
+    "collections/rename": Endpoint("rename_collection", parse=_parse_rename),
     "collections/flush": Endpoint("flush", (COLLECTION,), render.flushed),
     "collections/compact": Endpoint("compact", render=render.compaction, parse=_parse_compact),
     "collections/get_compaction_state": Endpoint(

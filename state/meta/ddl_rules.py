@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import ddl
-from schemas.collection import DataType
+from schemas.collection import MAX_VARCHAR_LENGTH, MIN_VARCHAR_LENGTH, DataType
+from schemas.collection_properties import (
+    FIELD_PROPERTIES,
+    LOAD_BOUND,
+    check_collection_properties,
+)
 from schemas.database import (
     DEFAULT_DATABASE_ID,
     MAX_DATABASES,
@@ -301,6 +306,8 @@ def _create_difference(e: ddl.CreateCollection, info: CollectionInfo) -> tuple[s
         return "consistency_level", e.consistency_level.value
     if info.key_partitions and (e.num_partitions or DEFAULT_KEY_PARTITIONS) != len(info.key_partitions):
         return "num_partitions", e.num_partitions
+    if check_collection_properties(e.properties) != info.properties:
+        return "properties", e.properties
     return None
 
 
@@ -339,6 +346,7 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
     if len(view.collections_in(db.db_id)) >= limit:
         raise CollectionNumLimitExceeded(db.db_name, limit)
     schema = e.collection_schema.with_field_ids()
+    properties = check_collection_properties(e.properties)
     num_keyed = _key_partition_count(e, schema.partition_key_field is not None)
     collection_id = await new_id()
     partition_ids = [await new_id() for _ in range(max(1, num_keyed))]
@@ -358,6 +366,7 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
             pchannels=pchannels,
             created_ts=ts,
             key_partitions=partition_ids if num_keyed else [],
+            properties=properties,
         )
         return keys.collection_info_key(collection_id), record.model_dump_json()
 
@@ -385,6 +394,162 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
             invalidate=[collection_id],
         ),
     )
+
+
+# -- altering and renaming collections (Milvus 2.6's rules and texts: proxy task.go, rootcoord)
+RULE_ALTER_BOTH_KEYS = "cannot provide both DeleteKeys and ExtraParams"
+
+
+def _altered(
+    e: ddl.DdlEvent, view: MetaView, info: CollectionInfo, invalidate: list[int] | None = None, **changes: object
+) -> Plan:
+    """Write ``info`` with ``changes`` (and ``updated_ts``: the write's timestamp); the reply
+    describes the collection after the change."""
+    cid = info.collection_id
+    reply_type = ddl.DescribeCollectionReply
+
+    def changed(ts: int) -> CollectionInfo:
+        return info.model_copy(update={**changes, "updated_ts": ts})
+
+    def record(ts: int) -> tuple[str, str]:
+        return keys.collection_info_key(cid), changed(ts).model_dump_json()
+
+    def reply(ts: int) -> ddl.DdlReply:
+        after = changed(ts)
+        description = view.describe(cid)
+        assert description is not None
+        db_name = view.databases[after.db_id].db_name if after.db_id in view.databases else description.db_name
+        described = description.model_copy(update={"info": after, "db_name": db_name})
+        return reply_type(
+            request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, collection=described, invalidate=invalidate or [cid]
+        )
+
+    return Plan(additions=[record], make_reply=reply)
+
+
+def _alter_collection(e: ddl.AlterCollection, view: MetaView) -> Plan:
+    """Set or delete properties (``schemas/collection_properties.py``); ``mmap.enabled`` does not
+    change while the collection is loaded. A change that changes nothing writes nothing."""
+    if e.properties and e.delete_keys:
+        raise InvalidParameter("delete_keys", RULE_ALTER_BOTH_KEYS, e.delete_keys, milvus_text=RULE_ALTER_BOTH_KEYS)
+    info = _resolve(view, e, "collection_name", e.collection_name)
+    loaded = info.collection_id in view.loads
+    if e.properties:
+        changes = check_collection_properties(e.properties)
+        for key in sorted(LOAD_BOUND & set(changes)):
+            if loaded and info.properties.get(key) != changes[key]:
+                text = "can not alter mmap properties if collection loaded"
+                raise InvalidParameter(
+                    f"properties[{key}]", "must not change while loaded", changes[key], milvus_text=text
+                )
+        properties = {**info.properties, **changes}
+    else:
+        for key in sorted(LOAD_BOUND & set(e.delete_keys)):
+            if loaded and key in info.properties:
+                text = "can not delete mmap properties if collection loaded"
+                raise InvalidParameter("delete_keys", "must not change while loaded", key, milvus_text=text)
+        properties = {k: v for k, v in info.properties.items() if k not in set(e.delete_keys)}
+    if properties == info.properties:
+        return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
+    return _altered(e, view, info, properties=properties)
+
+
+FIELD_PARAMS = ("max_length", *FIELD_PROPERTIES)
+
+
+def _alter_collection_field(e: ddl.AlterCollectionField, view: MetaView) -> Plan:
+    """Set a field's ``mmap.enabled`` (not while loaded) or a VARCHAR field's ``max_length``."""
+    info = _resolve(view, e, "collection_name", e.collection_name)
+    schema = info.collection_schema
+    field = schema.field(e.field_name)
+    if field is None or field.is_dynamic:
+        raise InvalidParameter(
+            "field_name",
+            "must be a field of the collection",
+            e.field_name,
+            milvus_text=f"field {e.field_name} does not exist in collection",
+        )
+    params = dict(e.properties)
+    update: dict[str, object] = {}
+    if "max_length" in params:
+        raw = params.pop("max_length")
+        if field.dtype is not DataType.VARCHAR:
+            text = "can not modify the maxlength for non-string types"
+            raise InvalidParameter("properties[max_length]", "only a VARCHAR field has one", raw, milvus_text=text)
+        try:
+            length = int(raw)
+        except ValueError:
+            length = -1
+        if not MIN_VARCHAR_LENGTH <= length <= MAX_VARCHAR_LENGTH:
+            raise InvalidParameter(
+                "properties[max_length]", f"must be an integer in [{MIN_VARCHAR_LENGTH}, {MAX_VARCHAR_LENGTH}]", raw
+            )
+        update["max_length"] = length
+    unknown = [k for k in params if k not in FIELD_PROPERTIES]
+    if unknown:
+        raise InvalidParameter(
+            f"properties[{unknown[0]}]",
+            f"is not a field property Osprey supports yet (it serves {', '.join(FIELD_PARAMS)})",
+            params[unknown[0]],
+            milvus_text=f"{unknown[0]} does not allow update in collection field param",
+        )
+    changes = check_collection_properties(params, served=FIELD_PROPERTIES)
+    if changes and info.collection_id in view.loads and any(field.properties.get(k) != v for k, v in changes.items()):
+        text = "can not alter collection field properties if collection loaded"
+        raise InvalidParameter("properties", "must not change while loaded", changes, milvus_text=text)
+    if changes:
+        update["properties"] = {**field.properties, **changes}
+    altered = field.model_copy(update=update)
+    if altered == field:
+        return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
+    fields = [altered if f.name == field.name else f for f in schema.fields]
+    return _altered(e, view, info, collection_schema=schema.model_copy(update={"fields": fields}))
+
+
+RULE_RENAME_SAME = "collection name or database name should be different"
+RULE_RENAME_ALIASES = "fail to rename db name, must drop all aliases of this collection before rename"
+
+
+def _rename_collection(e: ddl.RenameCollection, view: MetaView) -> Plan:
+    """Milvus's rules, in its order: the names differ; the target database exists; the old name is
+    not an alias; the new name is neither an alias nor a collection of the target database; a
+    collection moving to another database has no aliases. Its id, data and indexes stay."""
+    db = _database(view, e.db_name)
+    old = validate_name("collection_name", e.collection_name)
+    new = validate_name("new_name", e.new_name)
+    target_name = e.new_db_name or db.db_name
+    if old == new and target_name == db.db_name:
+        raise InvalidParameter("new_name", RULE_RENAME_SAME, new, milvus_text=RULE_RENAME_SAME)
+    target = view.database(target_name)
+    if target is None:
+        raise database_not_found(target_name)
+    if view.alias(db.db_id, old) is not None:
+        raise InvalidParameter(
+            "collection_name",
+            RULE_NOT_AN_ALIAS,
+            old,
+            milvus_text=f"unsupported use an alias to rename collection, alias:{old}",
+        )
+    if view.alias(target.db_id, new) is not None:
+        raise AliasCollectionNameConflict(f"cannot rename collection to an existing alias: {new}")
+    if view.collection_by_name(target.db_id, new) is not None:
+        raise InvalidParameter(
+            "new_name",
+            "must not name a collection of the target database",
+            new,
+            milvus_text=f"duplicated new collection name {target.db_name}:{new} with other collection name or alias",
+        )
+    info = view.collection_by_name(db.db_id, old)
+    if info is None:
+        raise collection_not_found(db.db_name, old)
+    if target.db_id != db.db_id:
+        if view.aliases_of(info.collection_id):
+            raise InvalidParameter("new_db_name", RULE_RENAME_ALIASES, target.db_name, milvus_text=RULE_RENAME_ALIASES)
+        limit = DatabaseProperties(target.properties).max_collections
+        limit = MAX_COLLECTIONS_PER_DATABASE if limit is None else limit
+        if len(view.collections_in(target.db_id)) >= limit:
+            raise CollectionNumLimitExceeded(target.db_name, limit)
+    return _altered(e, view, info, collection_name=new, db_id=target.db_id)
 
 
 async def _drop_collection(e: ddl.DropCollection, view: MetaView) -> Plan:
@@ -816,6 +981,12 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
             return await _create_collection(event, view, new_id, topics)
         case ddl.DropCollection():
             return await _drop_collection(event, view)
+        case ddl.AlterCollection():
+            return _alter_collection(event, view)
+        case ddl.AlterCollectionField():
+            return _alter_collection_field(event, view)
+        case ddl.RenameCollection():
+            return _rename_collection(event, view)
         case ddl.HasCollection():
             db = _database(view, event.db_name)
             validate_name("collection_name", event.collection_name)

@@ -224,12 +224,14 @@ def test_nullable_and_default_value_are_refused(milvus: MilvusClient) -> None:
         assert not milvus.has_collection(name)
 
 
-def test_collection_properties_are_refused(milvus: MilvusClient) -> None:
+def test_collection_properties_osprey_does_not_serve_are_refused(milvus: MilvusClient) -> None:
     name = coll_name()
     err = refused(
-        lambda: milvus.create_collection(name, schema=plain_schema(), properties={"collection.ttl.seconds": 60})
+        lambda: milvus.create_collection(
+            name, schema=plain_schema(), properties={"collection.autocompaction.enabled": "false"}
+        )
     )
-    assert err.code == 1100 and "collection TTL" in err.message and NOT_YET in err.message
+    assert err.code == 1100 and "collection.autocompaction.enabled" in err.message and NOT_YET in err.message
     assert not milvus.has_collection(name)
 
 
@@ -327,9 +329,8 @@ def test_stale_schema_cache_is_refreshed(grpc_config: OspreyConfig, milvus: Milv
 def test_rpcs_osprey_lacks_answer_code_10(milvus: MilvusClient) -> None:
     """A whole RPC Osprey does not serve answers code 10 in its reply (never a transport error,
     which pymilvus would retry or report as a broken connection)."""
-    (a,) = created(milvus)
-    err = refused(milvus.rename_collection, a, coll_name())
-    assert err.code == 10 and "RenameCollection is not supported by Osprey yet (renaming collections)" in err.message
+    err = refused(milvus.list_resource_groups)
+    assert err.code == 10 and "ListResourceGroups is not supported by Osprey yet (resource groups)" in err.message
 
 
 def test_empty_partition_load_and_keyword_field_names(milvus: MilvusClient) -> None:

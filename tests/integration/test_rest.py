@@ -415,12 +415,6 @@ async def test_a_missing_database_is_milvus_database_not_found(rest: Rest) -> No
         ("entities/query", {"collectionName": "c", "exprParams": {"x": 1}}, "exprParams", "filter templates"),
         (
             "collections/create",
-            {"collectionName": "c", "dimension": 8, "params": {"ttlSeconds": 60}},
-            "params.ttlSeconds",
-            "collection TTL",
-        ),
-        (
-            "collections/create",
             {"collectionName": "c", "dimension": 8, "params": {"partitionsNum": 4}},
             "params.partitionsNum",
             "needs a partition key field",
@@ -467,7 +461,7 @@ async def http_error(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     return answer
 
 
-@pytest.mark.parametrize("path", [f"{API_PREFIX}/collections/rename", "/nowhere", "/"])
+@pytest.mark.parametrize("path", [f"{API_PREFIX}/segments/describe", "/nowhere", "/"])
 async def test_unknown_path_is_a_json_404(rest: Rest, path: str) -> None:
     async with rest.session.post(f"{rest.url}{path}", json={}) as resp:
         assert resp.status == 404

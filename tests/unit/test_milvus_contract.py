@@ -151,7 +151,6 @@ def test_served_fields_are_read_by_the_code_named(method: str, path: str) -> Non
         ("Search", "search_params"),
         ("Query", "query_params"),
         ("CreateIndex", "extra_params"),
-        ("CreateCollection", "properties"),
     ],
 )
 def test_unknown_keys_are_refused(method: str, field: str) -> None:
