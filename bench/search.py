@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.search --rows 20000     # a quicker run
     .venv/bin/python -m bench.search --rows 1000000   # issue 13's million-vector run
     .venv/bin/python -m bench.search --interim        # before issue 13: growing segments, interim index
+    .venv/bin/python -m bench.search --filters        # issue 38: filtered and partition-key reads (bench.filters)
 
 Starts a private embedded stack (broker, redis-server, rootcoord with the index coordinator, one
 querynode, one datanode, one indexnode), inserts the workload through ``InProcessClient.insert``,
@@ -454,7 +455,17 @@ def main(argv: list[str] | None = None) -> None:
         default="local",
         help="where segments and indexes live: the local folder, or an embedded SeaweedFS's S3 (issue 35)",
     )
+    parser.add_argument(
+        "--filters",
+        action="store_true",
+        help="filtered searches and partition-key reads against the same reads without (bench.filters, issue 38)",
+    )
     args = parser.parse_args(argv)
+    if args.filters:
+        from bench.filters import main as filters_main
+
+        filters_main(["--rows", str(args.rows), "--searches", str(min(args.sequential, 500))])
+        return
 
     print(f"workload: {args.rows} x {args.dim} Gaussian mixture (seed 42, 256 centres), {args.queries} queries")
     w = gaussian_mixture(args.rows, args.dim, args.queries, TOP_K)

@@ -43,14 +43,15 @@ def _print(value: Any) -> None:
     print(json.dumps(value, indent=2) if not isinstance(value, str) else value)
 
 
-def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]]) -> Any:
+def _with_client(config: OspreyConfig, action: Callable[[Any], Awaitable[Any]], db_name: str = "") -> Any:
     """``action`` on a thin client of the running proxy at ``config.proxy_http`` (``osprey proxy``
-    or ``osprey up``), sending the config's credential (:func:`schemas.auth.client_token`) when
-    ``authorization_enabled``; no proxy there: ServiceUnavailable, printed as an error."""
+    or ``osprey up``) naming database ``db_name`` (``--db``; default: ``default``), sending the
+    config's credential (:func:`schemas.auth.client_token`) when ``authorization_enabled``; no
+    proxy there: ServiceUnavailable, printed as an error."""
     from frontends.client import Client
 
     async def run() -> Any:
-        async with Client(config) as client:  # config.proxy_http, with its credential when required
+        async with Client(config, db_name=db_name) as client:  # with its credential when required
             return await action(client)
 
     return asyncio.run(run())
@@ -181,14 +182,31 @@ def _index_call(args: argparse.Namespace) -> Callable[[Any], Awaitable[Any]]:
     return lambda c: c.drop_index(name, index_name=index_name)
 
 
+def _properties(pairs: list[str]) -> dict[str, str]:
+    """``--property KEY=VALUE`` flags as a dict."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParameter("--property", "must be KEY=VALUE", pair)
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
-    group, op = args.command, args.op
+    group, op, db = args.command, args.op, args.db or ""
     if group == "entity":
-        return _with_client(config, _entity_call(args))
+        return _with_client(config, _entity_call(args), db)
     if group == "index":
-        return _with_client(config, _index_call(args))
+        return _with_client(config, _index_call(args), db)
     as_of = getattr(args, "as_of", 0) or 0
     calls: dict[tuple[str, str], Callable[[Any], Awaitable[Any]]] = {
+        ("database", "create"): lambda c: c.create_database(args.name, _properties(args.property)),
+        ("database", "drop"): lambda c: c.drop_database(args.name),
+        ("database", "list"): lambda c: c.list_database_infos(),
+        ("database", "describe"): lambda c: c.describe_database(args.name),
+        ("database", "alter"): lambda c: c.alter_database_properties(args.name, _properties(args.property)),
+        ("database", "drop-properties"): lambda c: c.drop_database_properties(args.name, args.key),
         ("collection", "create"): lambda c: c.create_collection(
             args.name, _simple_schema(args), shards_num=args.shards, consistency_level=args.consistency
         ),
@@ -217,7 +235,7 @@ def _ddl(args: argparse.Namespace, config: OspreyConfig) -> Any:
         ("alias", "describe"): lambda c: c.describe_alias(args.alias, as_of=as_of),
         ("alias", "list"): lambda c: c.list_aliases(args.collection or "", as_of=as_of),
     }
-    return _with_client(config, calls[(group, op)])
+    return _with_client(config, calls[(group, op)], db)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -233,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="any setting of OspreyConfig, e.g. --set log_level=debug (wins over OSPREY_<NAME>); repeatable",
     )
+    p.add_argument("--db", default="", help="the database collection commands name (default: default)")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser(
         "up",
@@ -328,6 +347,18 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("partition", nargs="+")
         if op == "load":
             q.add_argument("--replicas", type=int, default=1, help="replicas (as collection load --replicas)")
+
+    db = sub.add_parser("database", help="databases").add_subparsers(dest="op", required=True)
+    for op in ("create", "alter"):
+        q = db.add_parser(op)
+        q.add_argument("name")
+        q.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    db.add_parser("drop").add_argument("name")
+    db.add_parser("describe").add_argument("name")
+    db.add_parser("list")
+    q = db.add_parser("drop-properties")
+    q.add_argument("name")
+    q.add_argument("key", nargs="+")
 
     al = sub.add_parser("alias", help="aliases").add_subparsers(dest="op", required=True)
     for op in ("create", "alter"):

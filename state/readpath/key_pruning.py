@@ -10,6 +10,8 @@ row read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from schemas.collection import DataType, FieldSchema
@@ -24,11 +26,11 @@ def pinned_values(node: Node, key: str) -> set[Literal] | None:
     """The values of field ``key`` outside which ``node`` is false; None when it pins none."""
     if isinstance(node, Compare):
         if node.field.name == key and not node.field.json_path and node.op == "==":
-            return {node.value}
+            return _scalars((node.value,))
         return None
     if isinstance(node, InList):
         if node.field.name == key and not node.field.json_path and not node.negated:
-            return set(node.values)
+            return _scalars(node.values)
         return None
     if isinstance(node, And):
         pinned = [p for p in (pinned_values(op, key) for op in node.operands) if p is not None]
@@ -39,6 +41,11 @@ def pinned_values(node: Node, key: str) -> set[Literal] | None:
             return None
         return set().union(*each)  # type: ignore[arg-type]
     return None
+
+
+def _scalars(values: Iterable[object]) -> set[Literal]:
+    """The scalar values among ``values`` (a list literal matches no INT64 or VARCHAR key)."""
+    return {v for v in values if isinstance(v, (bool, int, float, str))}
 
 
 def _typed(values: set[Literal], field: FieldSchema) -> list[int] | list[str]:

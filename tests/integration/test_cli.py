@@ -86,6 +86,24 @@ def test_ddl_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None
     assert set(status["leases"]) == {"proxy", "querynode", "datanode", "indexnode"}
 
 
+def test_database_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None:
+    db, coll = name("clidb"), name("cli_in_db")
+    created = osprey(module_config, "database", "create", db, "--property", "database.max.collections=2")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["properties"] == {"database.max.collections": "2"}
+    assert osprey(module_config, "--db", db, "collection", "create", coll, "--dim", "8").returncode == 0
+    in_db = [c["collection_name"] for c in json.loads(osprey(module_config, "--db", db, "collection", "list").stdout)]
+    in_default = [c["collection_name"] for c in json.loads(osprey(module_config, "collection", "list").stdout)]
+    assert in_db == [coll] and coll not in in_default
+    refused = osprey(module_config, "database", "drop", db)
+    assert refused.returncode != 0 and "not empty, must drop all collections before drop database" in refused.stderr
+    assert osprey(module_config, "--db", db, "collection", "drop", coll).returncode == 0
+    assert osprey(module_config, "database", "drop-properties", db, "database.max.collections").returncode == 0
+    assert json.loads(osprey(module_config, "database", "describe", db).stdout)["properties"] == {}
+    assert osprey(module_config, "database", "drop", db).returncode == 0
+    assert db not in [d["db_name"] for d in json.loads(osprey(module_config, "database", "list").stdout)]
+
+
 def test_index_commands(module_config: OspreyConfig, proxy: WorkerProcess) -> None:
     coll = name("cli_ix")
     assert osprey(module_config, "collection", "create", coll, "--dim", "8").returncode == 0
