@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, Self
 
+from frontends.api_rbac import RbacAPI
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.health import HealthCheck
@@ -43,7 +44,7 @@ from schemas.segment import CollectionStats, CompactionState, FlushResult, Flush
 __all__ = ["OspreyAPI"]
 
 
-class OspreyAPI(Protocol):
+class OspreyAPI(RbacAPI, Protocol):
     """Milvus's collection, partition, alias, index and data API, and Osprey's stream-writer calls."""
 
     # -- lifecycle: ``async with`` a client, or start() ... stop()
@@ -187,11 +188,17 @@ class OspreyAPI(Protocol):
         ...
 
     async def delete(
-        self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
+        self,
+        collection_name: str,
+        ids: Sequence[Any] | None = None,
+        filter: str = "",
+        partition_name: str = "",
+        filter_params: dict[str, Any] | None = None,
     ) -> DeleteResult:
         """Delete the rows with these primary keys (``ids``), or the rows matching ``filter`` at
         the delete's timestamp: exactly one of the two (InvalidParameter otherwise). In
-        ``partition_name``, or in every partition when it is empty.
+        ``partition_name``, or in every partition when it is empty. ``filter_params``: the values
+        of the filter's ``{name}`` placeholders, as in :meth:`query`.
 
         Returns the primary keys named (for a filter, the ones it matched), their count and the
         delete's timestamp, once the broker acknowledged every event: those rows are invisible to
@@ -426,6 +433,7 @@ class OspreyAPI(Protocol):
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
+        filter_params: dict[str, Any] | None = None,
     ) -> SearchResults:
         """ANN search, as pymilvus's ``MilvusClient.search``: ``data`` is a list of query vectors
         (or an (nq, dim) array); per query, its top ``limit`` hits ``{"id", "distance", "entity"}``
@@ -435,7 +443,8 @@ class OspreyAPI(Protocol):
         overrides the collection's default; ``guarantee_timestamp`` (a TSO timestamp) overrides both.
         ``timeout`` bounds the wait for the shards' tsafe. ``offset``: skip each query's first hits
         (a page: ``limit + offset`` at most 16384); ``round_decimal`` (0 to 6): distances rounded to
-        that many decimals (-1: not rounded). Both may also be keys of ``search_params``."""
+        that many decimals (-1: not rounded). Both may also be keys of ``search_params``.
+        ``filter_params``: the values of the filter's ``{name}`` placeholders, as in :meth:`query`."""
         ...
 
     async def query(
@@ -450,10 +459,14 @@ class OspreyAPI(Protocol):
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        filter_params: dict[str, Any] | None = None,
     ) -> QueryResults:
         """Rows matching ``filter`` (and ``ids``, if given) in primary-key order, ``offset`` then
         ``limit`` applied; each row has the primary key and ``output_fields`` ("*" = all).
-        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``."""
+        ``output_fields=["count(*)"]`` returns ``[{"count(*)": n}]``. ``filter_params`` (pymilvus's
+        name; Milvus's filter templates): the values of the filter's ``{name}`` placeholders (bools,
+        numbers, strings, lists of those), substituted by value when the filter is parsed:
+        ``filter="tags[0] in {wanted}", filter_params={"wanted": [1, 2]}``."""
         ...
 
     async def get(

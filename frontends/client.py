@@ -52,6 +52,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from frontends.api import OspreyAPI
+from frontends.client_rbac import ClientRbac
 from schemas.auth import bearer_headers, client_token
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
@@ -98,7 +99,7 @@ PROXY_HINT = "is `osprey proxy` (or `osprey up`) running?"
 
 # REST dataType spelling (Milvus's "FloatVector", or Osprey's "FLOAT_VECTOR") -> DataType.
 _DATA_TYPES = {d.value.replace("_", "").lower(): d for d in DataType}
-_TYPE_PARAMS = ("dim", "max_length")  # FieldSchema parameters, sent and described as elementTypeParams
+_TYPE_PARAMS = ("dim", "max_length", "max_capacity")  # FieldSchema parameters, sent and described as elementTypeParams
 
 T = TypeVar("T")
 Answer = dict[str, Any]
@@ -142,6 +143,7 @@ def _rest_schema(schema: CollectionSchema) -> dict[str, Any]:
             "isPartitionKey": f.is_partition_key,
             "description": f.description,
             "elementTypeParams": {k: getattr(f, k) for k in _TYPE_PARAMS if getattr(f, k) is not None},
+            **({"elementDataType": f.element_type.value} if f.element_type is not None else {}),
         }
         for f in schema.fields
         if not f.is_dynamic
@@ -201,6 +203,7 @@ def _field(f: Mapping[str, Any]) -> FieldSchema:
             "auto_id": f["autoId"],
             "description": f["description"],
             "field_id": f["id"],
+            "element_type": _DATA_TYPES[f["elementType"].replace("_", "").lower()] if f.get("elementType") else None,
             **params,
         }
     )
@@ -356,7 +359,7 @@ def _nothing(answer: Answer) -> None:
     return None
 
 
-class Client(OspreyAPI):
+class Client(ClientRbac, OspreyAPI):
     """A thin client of one running proxy's REST front end (see the module docstring)."""
 
     def __init__(
@@ -629,7 +632,12 @@ class Client(OspreyAPI):
         return await self._call("entities/upsert", body, result)
 
     async def delete(
-        self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
+        self,
+        collection_name: str,
+        ids: Sequence[Any] | None = None,
+        filter: str = "",
+        partition_name: str = "",
+        filter_params: dict[str, Any] | None = None,
     ) -> DeleteResult:
         body: dict[str, Any] = {
             "collectionName": collection_name,
@@ -638,6 +646,8 @@ class Client(OspreyAPI):
         }
         if ids is not None:
             body["ids"] = list(ids)
+        if filter_params:
+            body["exprParams"] = dict(filter_params)
 
         def result(answer: Answer) -> DeleteResult:
             d = answer["data"]
@@ -905,6 +915,7 @@ class Client(OspreyAPI):
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
+        filter_params: dict[str, Any] | None = None,
     ) -> SearchResults:
         vectors = _jsonable(data) if hasattr(data, "tolist") else data
         params = dict(search_params or {})  # pymilvus's style: offset, round_decimal as keys too
@@ -921,6 +932,8 @@ class Client(OspreyAPI):
             "searchParams": _search_params(params),
             **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
         }
+        if filter_params:
+            body["exprParams"] = dict(filter_params)
         nq = len(vectors) if isinstance(vectors, list | tuple) else 1
         return await self._call(
             "entities/search", body, lambda a: _hits(a["data"], nq, a.get("entityPrimaryKey", "")), timeout
@@ -938,6 +951,7 @@ class Client(OspreyAPI):
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        filter_params: dict[str, Any] | None = None,
     ) -> QueryResults:
         body: dict[str, Any] = {
             "collectionName": collection_name,
@@ -945,6 +959,8 @@ class Client(OspreyAPI):
             "offset": offset,
             **_read_options(output_fields, partition_names, consistency_level, guarantee_timestamp, timeout),
         }
+        if filter_params:
+            body["exprParams"] = dict(filter_params)
         if limit is not None:
             body["limit"] = limit
         if ids is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from agents.proxy.proxy import Proxy
 from frontends.api import OspreyAPI
+from frontends.inprocess_rbac import InProcessRbac
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
@@ -41,7 +42,7 @@ from schemas.segment import CollectionStats, CompactionState, FlushResult, Flush
 from state.readpath.read_params import QueryParams, SearchParams
 
 
-class InProcessClient(OspreyAPI):
+class InProcessClient(InProcessRbac, OspreyAPI):
     """OspreyAPI on a :class:`Proxy` of this process (:attr:`proxy`, for its status document),
     naming database ``db_name`` (``""``: default) in its calls."""
 
@@ -94,13 +95,13 @@ class InProcessClient(OspreyAPI):
         await self.proxy.drop_database(db_name)
 
     async def list_databases(self) -> list[str]:
-        return [d.db_name for d in await self.proxy.list_databases()]
+        return [d.db_name for d in await self.list_database_infos()]
 
     async def list_database_infos(self) -> list[DatabaseInfo]:
-        return await self.proxy.list_databases()
+        return await self._visible_databases(await self.proxy.list_databases())  # the caller's (rbac)
 
     async def describe_database(self, db_name: str = "") -> DatabaseInfo:
-        return await self.proxy.describe_database(db_name)
+        return await self._check_database_visible(await self.proxy.describe_database(db_name))
 
     async def alter_database_properties(self, db_name: str, properties: dict[str, Any]) -> DatabaseInfo:
         return await self.proxy.alter_database(db_name, properties=properties)
@@ -168,14 +169,16 @@ class InProcessClient(OspreyAPI):
     async def describe_collection(
         self, collection_name: str = "", as_of: int = 0, collection_id: int = 0
     ) -> CollectionDescription:
-        return (
+        desc = (
             await self._call(
                 ddl.DescribeCollection, collection_name=collection_name, collection_id=collection_id, as_of=as_of
             )
         ).collection
+        return await self._check_collection_visible(collection_name, desc)  # the caller's (rbac)
 
     async def show_collections(self, as_of: int = 0) -> list[CollectionBrief]:
-        return (await self._call(ddl.ShowCollections, as_of=as_of)).collections
+        briefs = (await self._call(ddl.ShowCollections, as_of=as_of)).collections
+        return await self._visible_collections(self.db_name, briefs)  # the caller's (rbac)
 
     async def list_collections(self, as_of: int = 0) -> list[str]:
         return [c.collection_name for c in await self.show_collections(as_of)]
@@ -225,10 +228,20 @@ class InProcessClient(OspreyAPI):
         return await self.proxy.insert(collection_name, data, partition_name, db_name=self._db_name)
 
     async def delete(
-        self, collection_name: str, ids: Sequence[Any] | None = None, filter: str = "", partition_name: str = ""
+        self,
+        collection_name: str,
+        ids: Sequence[Any] | None = None,
+        filter: str = "",
+        partition_name: str = "",
+        filter_params: dict[str, Any] | None = None,
     ) -> DeleteResult:
         return await self.proxy.delete(
-            collection_name, ids=ids, filter=filter, partition_name=partition_name, db_name=self._db_name
+            collection_name,
+            ids=ids,
+            filter=filter,
+            partition_name=partition_name,
+            db_name=self._db_name,
+            filter_params=filter_params,
         )
 
     async def upsert(self, collection_name: str, data: Any, partition_name: str = "") -> UpsertResult:
@@ -393,6 +406,7 @@ class InProcessClient(OspreyAPI):
         timeout: float | None = None,
         offset: int = 0,
         round_decimal: int = -1,
+        filter_params: dict[str, Any] | None = None,
     ) -> SearchResults:
         return await self.proxy.search(
             SearchParams.of(
@@ -410,6 +424,7 @@ class InProcessClient(OspreyAPI):
                 offset=offset,
                 round_decimal=round_decimal,
                 db_name=self._db_name,
+                filter_params=filter_params,
             )
         )
 
@@ -425,6 +440,7 @@ class InProcessClient(OspreyAPI):
         consistency_level: ConsistencyLevel | str | None = None,
         guarantee_timestamp: int | None = None,
         timeout: float | None = None,
+        filter_params: dict[str, Any] | None = None,
     ) -> QueryResults:
         return await self.proxy.query(
             QueryParams.of(
@@ -439,6 +455,7 @@ class InProcessClient(OspreyAPI):
                 guarantee_timestamp=guarantee_timestamp,
                 timeout=timeout,
                 db_name=self._db_name,
+                filter_params=filter_params,
             )
         )
 

@@ -1,10 +1,12 @@
-"""Credentials: Milvus's ``user:password`` token, checked against ``OspreyConfig.users``.
+"""Credentials: Milvus's ``user:password`` token.
 
 One set of rules for every front end and every client of a proxy:
 
 - the front ends: gRPC (``authorization`` metadata, base64 of the token: what pymilvus sends) and
-  REST (``Authorization: Bearer <token>``, Milvus RESTful v2) both check with :func:`check_token`;
-  REST answers a refusal with :class:`NotAuthenticated` (Milvus's code 1800 and text);
+  REST (``Authorization: Bearer <token>``, Milvus RESTful v2) both check the token against the
+  users of the meta (``agents/proxy/access.py``; docs/rbac.md); REST answers a refusal with
+  :class:`NotAuthenticated` (Milvus's code 1800 and text). :func:`check_token` is the same check
+  against a static map (``user -> password``);
 - the clients (the thin REST client, the Spark sink, the demo): with ``authorization_enabled``
   they send :func:`client_token` of their config, the first user of ``users``;
 - what prints settings shows ``users`` as :func:`masked_users` (every password ``***``).

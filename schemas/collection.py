@@ -26,6 +26,8 @@ MIN_DIM = 2  # FLOAT_VECTOR dimensions, inclusive
 MAX_DIM = 32768  # FLOAT_VECTOR dimensions, inclusive, Milvus maxDimension
 MIN_VARCHAR_LENGTH = 1  # VARCHAR max_length in bytes, inclusive
 MAX_VARCHAR_LENGTH = 65535  # VARCHAR max_length in bytes, inclusive
+MIN_ARRAY_CAPACITY = 1  # ARRAY max_capacity (elements a row), inclusive
+MAX_ARRAY_CAPACITY = 4096  # ARRAY max_capacity, inclusive, Milvus defaultMaxArrayCapacity
 FIRST_FIELD_ID = 100  # Milvus StartOfUserFieldID; ids 0..99 are system fields (row id, timestamp)
 DYNAMIC_FIELD_NAME = "$meta"  # Milvus common.MetaFieldName
 DYNAMIC_FIELD_DESCRIPTION = "dynamic schema"  # what Milvus puts on its appended $meta field
@@ -42,6 +44,14 @@ RULE_MAX_LENGTH_REQUIRED = "is required for VARCHAR"
 RULE_MAX_LENGTH_RANGE = f"must be in {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH}"
 RULE_MAX_LENGTH_NOT_VARCHAR = "is only allowed on VARCHAR fields"
 RULE_PRIMARY_DTYPE = "a primary key field must be INT64 or VARCHAR"
+# ARRAY fields (Milvus's rules and texts: proxy validateElementType / validateMaxCapacityPerRow)
+RULE_ELEMENT_TYPE_REQUIRED = "is required for ARRAY"
+RULE_ELEMENT_TYPE = "must be BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE or VARCHAR"
+RULE_ELEMENT_TYPE_NOT_ARRAY = "is only allowed on ARRAY fields"
+RULE_MAX_CAPACITY_REQUIRED = "is required for ARRAY"
+RULE_MAX_CAPACITY_RANGE = f"must be in {MIN_ARRAY_CAPACITY}..{MAX_ARRAY_CAPACITY}"
+RULE_MAX_CAPACITY_NOT_ARRAY = "is only allowed on ARRAY fields"
+MILVUS_MAX_CAPACITY_RANGE = f"the maximum capacity specified for a Array should be in (0, {MAX_ARRAY_CAPACITY}]"
 # partition keys (Milvus's rules and texts: proxy validatePartitionKeyField / rootcoord)
 RULE_PARTITION_KEY_DTYPE = "a partition key field must be INT64 or VARCHAR"
 MILVUS_PARTITION_KEY_DTYPE = "the data type of partition key should be Int64 or VarChar"
@@ -118,6 +128,7 @@ class DataType(str, Enum):
     DOUBLE = "DOUBLE"
     VARCHAR = "VARCHAR"
     JSON = "JSON"
+    ARRAY = "ARRAY"
     FLOAT_VECTOR = "FLOAT_VECTOR"
 
     @classmethod
@@ -165,8 +176,22 @@ _MILVUS_CODES: dict[DataType, int] = {
     DataType.DOUBLE: 11,
     DataType.VARCHAR: 21,
     DataType.JSON: 23,
+    DataType.ARRAY: 22,
     DataType.FLOAT_VECTOR: 101,
 }
+# the element types of an ARRAY field (Milvus validateElementType)
+ELEMENT_TYPES = frozenset(
+    {
+        DataType.BOOL,
+        DataType.INT8,
+        DataType.INT16,
+        DataType.INT32,
+        DataType.INT64,
+        DataType.FLOAT,
+        DataType.DOUBLE,
+        DataType.VARCHAR,
+    }
+)
 
 
 class ConsistencyLevel(str, Enum):
@@ -212,7 +237,11 @@ class FieldSchema(BaseModel):
     description: str = ""
     dim: StrictishInt | None = Field(None, description=f"FLOAT_VECTOR only, {MIN_DIM}..{MAX_DIM}")
     max_length: StrictishInt | None = Field(
-        None, description=f"VARCHAR only, {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH} bytes"
+        None, description=f"VARCHAR (and ARRAY of VARCHAR) only, {MIN_VARCHAR_LENGTH}..{MAX_VARCHAR_LENGTH} bytes"
+    )
+    element_type: DataType | None = Field(None, description="ARRAY only: the type of its elements (ELEMENT_TYPES)")
+    max_capacity: StrictishInt | None = Field(
+        None, description=f"ARRAY only, {MIN_ARRAY_CAPACITY}..{MAX_ARRAY_CAPACITY} elements a row"
     )
     is_dynamic: bool = Field(False, description=f"True only on the system field {DYNAMIC_FIELD_NAME}")
     field_id: StrictishInt | None = Field(None, ge=FIRST_FIELD_ID, description="assigned by the rootcoord")
@@ -266,7 +295,8 @@ class FieldSchema(BaseModel):
         elif self.dim is not None:
             raise rule_error(RULE_DIM_NOT_VECTOR, self.dim, "dim")
 
-        if dtype is DataType.VARCHAR:
+        self._check_array()
+        if DataType.VARCHAR in (dtype, self.element_type):
             if self.max_length is None:
                 raise rule_error(RULE_MAX_LENGTH_REQUIRED, None, "max_length")
             if not MIN_VARCHAR_LENGTH <= self.max_length <= MAX_VARCHAR_LENGTH:
@@ -298,6 +328,25 @@ class FieldSchema(BaseModel):
             if dtype is not DataType.INT64:
                 raise rule_error(RULE_AUTO_ID_DTYPE, True, "auto_id")
         return self
+
+    def _check_array(self) -> None:
+        """element_type and max_capacity: on ARRAY fields, and only there (Milvus's rules)."""
+        if self.dtype is not DataType.ARRAY:
+            if self.element_type is not None:
+                raise rule_error(RULE_ELEMENT_TYPE_NOT_ARRAY, self.element_type.value, "element_type")
+            if self.max_capacity is not None:
+                raise rule_error(RULE_MAX_CAPACITY_NOT_ARRAY, self.max_capacity, "max_capacity")
+            return
+        if self.element_type is None:
+            raise rule_error(RULE_ELEMENT_TYPE_REQUIRED, None, "element_type", "element data type None is not valid")
+        if self.element_type not in ELEMENT_TYPES:
+            text = f"element type {self.element_type.value} is not supported"
+            raise rule_error(RULE_ELEMENT_TYPE, self.element_type.value, "element_type", text)
+        if self.max_capacity is None:
+            text = f"type param(max_capacity) should be specified for array field {self.name}"
+            raise rule_error(RULE_MAX_CAPACITY_REQUIRED, None, "max_capacity", text)
+        if not MIN_ARRAY_CAPACITY <= self.max_capacity <= MAX_ARRAY_CAPACITY:
+            raise rule_error(RULE_MAX_CAPACITY_RANGE, self.max_capacity, "max_capacity", MILVUS_MAX_CAPACITY_RANGE)
 
 
 class CollectionSchema(BaseModel):

@@ -68,8 +68,15 @@ class OspreyConfig(BaseModel):
     users: dict[str, str] = Field(
         default_factory=lambda: {"root": "Milvus"},
         repr=False,
-        description="user -> password accepted when authorization_enabled (JSON in OSPREY_USERS); "
-        "Osprey's own clients (CLI, Spark sink, demo) send the first entry's user:password; printed as ***",
+        description="user -> password the rootcoord creates at its start when absent, once each (JSON in "
+        "OSPREY_USERS; root gets the Milvus default password when not given; then managed with CreateCredential & co., "
+        "docs/rbac.md); Osprey's own clients (CLI, Spark sink, demo) send the first entry's user:password; "
+        "printed as ***",
+    )
+    super_users: str = Field(
+        "",
+        description="comma-separated users whose UpdateCredential of any user skips the old-password check "
+        "(Milvus common.security.superUsers; default none, as Milvus)",
     )
     cluster: str = Field(
         "osprey", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", description="prefix of topics, groups and Redis keys"
@@ -350,6 +357,11 @@ class OspreyConfig(BaseModel):
             except ValueError:
                 raise ValueError('must be a JSON object of user -> password, e.g. {"root": "Milvus"}') from None
         return value
+
+    @property
+    def super_user_names(self) -> frozenset[str]:
+        """The users of ``super_users``."""
+        return frozenset(name.strip() for name in self.super_users.split(",") if name.strip())
 
     @property
     def time_tick_idle_ms(self) -> int:

@@ -24,6 +24,7 @@ from schemas.meta import (
     LoadInfo,
     PartitionInfo,
 )
+from schemas.rbac import GrantInfo, PrivilegeGroupInfo, RoleResult, UserResult
 
 MAX_SHARDS_NUM = 16
 
@@ -271,6 +272,120 @@ class DescribeIndex(_ReadEvent):
     field_name: str = ""
 
 
+# -- users, roles and privileges (Milvus's RBAC, schemas/rbac.py; docs/rbac.md). ``db_name`` is
+# unused but by grants, where it is the grant's database ("*": every one). Passwords never travel:
+# the proxy sends the salted hash (schemas/passwords.py).
+class CreateCredential(DdlEvent):
+    kind: Literal["CreateCredential"] = "CreateCredential"
+    user_name: str
+    password_hash: str = Field(repr=False)
+
+
+class UpdateCredential(DdlEvent):
+    """A new password hash for an existing user (the proxy checked the old password)."""
+
+    kind: Literal["UpdateCredential"] = "UpdateCredential"
+    user_name: str
+    password_hash: str = Field(repr=False)
+
+
+class DeleteCredential(DdlEvent):
+    """Deleting a user that does not exist succeeds (Milvus); the user's role bindings go with it."""
+
+    kind: Literal["DeleteCredential"] = "DeleteCredential"
+    user_name: str
+
+
+class ListCredUsers(_ReadEvent):
+    kind: Literal["ListCredUsers"] = "ListCredUsers"
+
+
+class CreateRole(DdlEvent):
+    kind: Literal["CreateRole"] = "CreateRole"
+    role_name: str
+
+
+class DropRole(DdlEvent):
+    """Drop a role, its user bindings and (``force_drop``) its grants; without ``force_drop`` a
+    role that holds grants is refused (Milvus)."""
+
+    kind: Literal["DropRole"] = "DropRole"
+    role_name: str
+    force_drop: bool = False
+
+
+class OperateUserRole(DdlEvent):
+    kind: Literal["OperateUserRole"] = "OperateUserRole"
+    user_name: str
+    role_name: str
+    operation: Literal["AddUserToRole", "RemoveUserFromRole"]
+
+
+class SelectRole(_ReadEvent):
+    """One role (``role_name``; a missing one: no result) or every role (``""``)."""
+
+    kind: Literal["SelectRole"] = "SelectRole"
+    role_name: str = ""
+    include_user_info: bool = False
+
+
+class SelectUser(_ReadEvent):
+    """One user (``user_name``; a missing one: no result) or every user (``""``)."""
+
+    kind: Literal["SelectUser"] = "SelectUser"
+    user_name: str = ""
+    include_role_info: bool = False
+
+
+class OperatePrivilege(DdlEvent):
+    """Grant or revoke ``privilege`` (a privilege, a group or ``*``) of ``role_name`` on
+    ``object_type``/``object_name`` in database ``db_name`` (``*``: every one). ``version`` v2 is
+    OperatePrivilegeV2 (Milvus 2.5: the object type follows from the privilege, groups are
+    checked against their level). ``grantor``: the user granting it."""
+
+    kind: Literal["OperatePrivilege"] = "OperatePrivilege"
+    role_name: str
+    object_type: str
+    object_name: str
+    privilege: str
+    grantor: str
+    operation: Literal["Grant", "Revoke"]
+    version: Literal["v1", "v2"] = "v1"
+
+
+class SelectGrant(_ReadEvent):
+    """The grants of ``role_name`` in database ``db_name`` (and every-database ones; ``*``: all),
+    on ``object_type``/``object_name`` when given."""
+
+    kind: Literal["SelectGrant"] = "SelectGrant"
+    role_name: str
+    object_type: str = ""
+    object_name: str = ""
+
+
+class CreatePrivilegeGroup(DdlEvent):
+    kind: Literal["CreatePrivilegeGroup"] = "CreatePrivilegeGroup"
+    group_name: str
+
+
+class DropPrivilegeGroup(DdlEvent):
+    """Dropping a group that is not a custom one succeeds (Milvus); one a role holds is refused."""
+
+    kind: Literal["DropPrivilegeGroup"] = "DropPrivilegeGroup"
+    group_name: str
+
+
+class OperatePrivilegeGroup(DdlEvent):
+    kind: Literal["OperatePrivilegeGroup"] = "OperatePrivilegeGroup"
+    group_name: str
+    privileges: list[str]
+    operation: Literal["AddPrivilegesToGroup", "RemovePrivilegesFromGroup"]
+
+
+class ListPrivilegeGroups(_ReadEvent):
+    kind: Literal["ListPrivilegeGroups"] = "ListPrivilegeGroups"
+
+
 DdlRequest = Annotated[
     CreateDatabase
     | DropDatabase
@@ -300,7 +415,22 @@ DdlRequest = Annotated[
     | ListAliases
     | CreateIndex
     | DropIndex
-    | DescribeIndex,
+    | DescribeIndex
+    | CreateCredential
+    | UpdateCredential
+    | DeleteCredential
+    | ListCredUsers
+    | CreateRole
+    | DropRole
+    | OperateUserRole
+    | SelectRole
+    | SelectUser
+    | OperatePrivilege
+    | SelectGrant
+    | CreatePrivilegeGroup
+    | DropPrivilegeGroup
+    | OperatePrivilegeGroup
+    | ListPrivilegeGroups,
     Field(discriminator="kind"),
 ]
 DDL_REQUEST = TypeAdapter(DdlRequest)
@@ -441,6 +571,41 @@ class DescribeIndexReply(DdlReply):
     indexes: list[IndexInfo] = []
 
 
+class RbacReply(DdlReply):
+    """Reply to a change of users, roles, grants or privilege groups. ``invalidate_rbac``: the
+    change wrote the meta, so every proxy drops its cached RBAC meta (credentials, roles, grants)."""
+
+    kind: Literal["RbacReply"] = "RbacReply"
+    invalidate_rbac: bool = False
+
+
+class ListCredUsersReply(DdlReply):
+    kind: Literal["ListCredUsersReply"] = "ListCredUsersReply"
+    users: list[str] = []
+
+
+class SelectRoleReply(DdlReply):
+    kind: Literal["SelectRoleReply"] = "SelectRoleReply"
+    roles: list[RoleResult] = []
+
+
+class SelectUserReply(DdlReply):
+    kind: Literal["SelectUserReply"] = "SelectUserReply"
+    users: list[UserResult] = []
+
+
+class SelectGrantReply(DdlReply):
+    kind: Literal["SelectGrantReply"] = "SelectGrantReply"
+    grants: list[GrantInfo] = []
+
+
+class ListPrivilegeGroupsReply(DdlReply):
+    """Custom groups (by name), then Milvus's built-in ones."""
+
+    kind: Literal["ListPrivilegeGroupsReply"] = "ListPrivilegeGroupsReply"
+    groups: list[PrivilegeGroupInfo] = []
+
+
 class ErrorReply(DdlReply):
     """Reply to a request that could not be decoded into any request model."""
 
@@ -464,6 +629,12 @@ AnyDdlReply = Annotated[
     | ListAliasesReply
     | IndexReply
     | DescribeIndexReply
+    | RbacReply
+    | ListCredUsersReply
+    | SelectRoleReply
+    | SelectUserReply
+    | SelectGrantReply
+    | ListPrivilegeGroupsReply
     | ErrorReply,
     Field(discriminator="kind"),
 ]
@@ -499,4 +670,19 @@ REPLY_TYPE: dict[str, type[DdlReply]] = {
     "CreateIndex": IndexReply,
     "DropIndex": IndexReply,
     "DescribeIndex": DescribeIndexReply,
+    "CreateCredential": RbacReply,
+    "UpdateCredential": RbacReply,
+    "DeleteCredential": RbacReply,
+    "ListCredUsers": ListCredUsersReply,
+    "CreateRole": RbacReply,
+    "DropRole": RbacReply,
+    "OperateUserRole": RbacReply,
+    "SelectRole": SelectRoleReply,
+    "SelectUser": SelectUserReply,
+    "OperatePrivilege": RbacReply,
+    "SelectGrant": SelectGrantReply,
+    "CreatePrivilegeGroup": RbacReply,
+    "DropPrivilegeGroup": RbacReply,
+    "OperatePrivilegeGroup": RbacReply,
+    "ListPrivilegeGroups": ListPrivilegeGroupsReply,
 }

@@ -55,6 +55,9 @@ class DmlRequest(BaseModel):
     arrow: Blob | None = None
     ids: list[int | str] | None = None
     filter: str = ""
+    filter_params: dict[str, Any] | None = Field(
+        None, description="a delete's filter template values ({name} placeholders; Milvus's expr_template_values)"
+    )
     origin: str = Field("", max_length=256, description="who published it, for dead letters and logs")
 
     @model_validator(mode="after")
@@ -67,7 +70,7 @@ class DmlRequest(BaseModel):
         else:
             if (self.rows is None) == (self.arrow is None):
                 raise rule_error(f"an {self.op} carries exactly one of rows (JSON) and arrow (compact)", field="rows")
-            if self.ids is not None or self.filter:
+            if self.ids is not None or self.filter or self.filter_params is not None:
                 raise rule_error(f"must not be given in an {self.op} (it carries rows)", field="ids")
         return self
 

@@ -40,6 +40,11 @@ class _Request(_Event):
     partition_ids: list[int] = Field(default_factory=list, description="partitions to read; empty = all")
     partition_names: list[str] = Field(default_factory=list, description="resolved to partition_ids by the query node")
     filter: str = ""
+    filter_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the values of the filter template's {name} placeholders (JSON: bools, numbers, strings, "
+        "lists), substituted by value when the filter is parsed (Milvus's expr_template_values)",
+    )
     output_fields: list[str] = Field(default_factory=list)
     consistency_level: ConsistencyLevel | None = Field(None, description="used when guarantee_ts is None")
     guarantee_ts: int | None = Field(

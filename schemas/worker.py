@@ -18,7 +18,7 @@ less answers with the segment in ``resync`` and the delegator sends the whole st
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, TypeAdapter
@@ -98,6 +98,7 @@ class SegmentSearch(_WorkerRequest):
     vectors: Blob
     ef: int | None = None
     filter: str = ""
+    filter_params: dict[str, Any] = Field(default_factory=dict)  # the filter template's values
 
     def queries(self) -> np.ndarray:
         return np.frombuffer(self.vectors, dtype="<f4").reshape(self.nq, self.dim)
@@ -112,6 +113,7 @@ class SegmentQuery(_WorkerRequest):
     segments: list[DeadSync]
     ts: int
     filter: str = ""
+    filter_params: dict[str, Any] = Field(default_factory=dict)  # the filter template's values
     output_fields: list[str] = Field(default_factory=list)
     window: int | None = None
     count: bool = False

@@ -3,20 +3,26 @@
 :func:`evaluate_row` gives, for one row, what :meth:`state.readpath.expr.Filter.evaluate` must give
 for that row: the same semantics (``state/readpath/expr/evaluate.py``'s module doc), written
 directly and independently of the vectorized kernels, so the property tests in
-``tests/unit/test_expr.py`` can check one against the other. Not used outside the tests.
+``tests/unit/test_expr.py`` and ``tests/unit/test_expr_arrays.py`` can check one against the other.
+Not used outside the tests.
+
+A row's value of an ARRAY field is a list; the oracle tells an ARRAY element (``a[0]``, bound by
+:func:`state.readpath.expr.compile_filter` to a FieldRef with an integer path) from a JSON path by
+``array_fields``: the names of the ARRAY fields of the schema.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 import numpy as np
 
 from state.readpath.expr import And, Compare, FieldRef, InList, Node, Not, Or
 from state.readpath.expr.evaluate import ANY_ONE, ANY_RUN, like_tokens
-from state.readpath.expr.parser import Literal
+from state.readpath.expr.parser import CONTAINS_ALL, Contains, Exists, LengthCompare, Value
 
 __all__ = ["evaluate_row"]
 
@@ -29,18 +35,21 @@ _ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
 }
 
 
-def evaluate_row(ast: Node, row: Mapping[str, Any]) -> bool:
+def evaluate_row(ast: Node, row: Mapping[str, Any], array_fields: Collection[str] = ()) -> bool:
     """Whether one row matches a bound AST; naive and per-row, the oracle for :meth:`Filter.evaluate`.
 
-    ``row`` maps column names to Python or numpy scalar values (dicts for JSON / ``$meta``); a
-    missing column is a missing value. Same semantics as the vectorized kernels, written directly.
+    ``row`` maps column names to Python or numpy scalar values (dicts for JSON / ``$meta``, lists
+    for ARRAY fields, named in ``array_fields``); a missing column is a missing value. Same
+    semantics as the vectorized kernels, written directly.
     """
     if isinstance(ast, And):
-        return all(evaluate_row(child, row) for child in ast.operands)
+        return all(evaluate_row(child, row, array_fields) for child in ast.operands)
     if isinstance(ast, Or):
-        return any(evaluate_row(child, row) for child in ast.operands)
+        return any(evaluate_row(child, row, array_fields) for child in ast.operands)
     if isinstance(ast, Not):
-        return not evaluate_row(ast.operand, row)
+        return not evaluate_row(ast.operand, row, array_fields)
+    if ast.field.name in array_fields:
+        return _array_predicate(ast, row.get(ast.field.name, []))
     value = _row_value(row, ast.field)
     if isinstance(ast, Compare):
         if ast.op == "==":
@@ -50,7 +59,70 @@ def evaluate_row(ast: Node, row: Mapping[str, Any]) -> bool:
         return _same_kind(value, ast.value) and _ORDER[ast.op](value, ast.value)
     if isinstance(ast, InList):
         return any(_same(value, v) for v in ast.values) != ast.negated
+    if isinstance(ast, Contains):
+        return _contains(value, ast)
+    if isinstance(ast, LengthCompare):
+        length = len(value) if isinstance(value, list) else 0
+        return _compare_number(length, ast.op, ast.value)
+    if isinstance(ast, Exists):
+        return value is not _MISSING and not _empty(value)
     return isinstance(value, str) and _like_reference(value, ast.pattern)
+
+
+def _array_predicate(ast: Node, array: list[Any]) -> bool:
+    """A predicate on an ARRAY field's row: ``a[i] ...`` on its element, else on the whole list."""
+    assert not isinstance(ast, (And, Or, Not))
+    path = ast.field.json_path
+    if isinstance(ast, Contains):
+        return _contains(array, ast)
+    if isinstance(ast, LengthCompare):
+        return _compare_number(len(array), ast.op, ast.value)
+    if isinstance(ast, Compare) and not path:
+        same = len(array) == len(ast.value) and all(  # type: ignore[arg-type]
+            _same(e, v)
+            for e, v in zip(array, ast.value, strict=True)  # type: ignore[arg-type]
+        )
+        return same if ast.op == "==" else not same
+    index = path[0]
+    assert isinstance(index, int)
+    if index >= len(array):
+        return isinstance(ast, InList) and ast.negated  # no element: nothing matches, only `not` flips it
+    element = array[index]
+    if isinstance(ast, Compare):
+        if ast.op in ("==", "!="):
+            return _same(element, ast.value) == (ast.op == "==")
+        return _ORDER[ast.op](element, ast.value)
+    if isinstance(ast, InList):
+        return any(_same(element, v) for v in ast.values) != ast.negated
+    assert not isinstance(ast, Exists)
+    return isinstance(element, str) and _like_reference(element, ast.pattern)
+
+
+def _contains(value: Any, ast: Contains) -> bool:
+    if not ast.values:
+        return ast.mode == CONTAINS_ALL
+    if not isinstance(value, list):
+        return False
+    found = [any(_same(e, v) for e in value) for v in ast.values]
+    return all(found) if ast.mode == CONTAINS_ALL else any(found)
+
+
+def _compare_number(number: int, op: str, value: Value) -> bool:
+    if op == "==":
+        return number == value
+    if op == "!=":
+        return number != value
+    return bool(_ORDER[op](number, value))
+
+
+def _empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return all(_empty(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_empty(v) for v in value)
+    return False
 
 
 def _row_value(row: Mapping[str, Any], ref: FieldRef) -> Any:
@@ -58,26 +130,36 @@ def _row_value(row: Mapping[str, Any], ref: FieldRef) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     for key in ref.json_path:
-        # one branch per container, so that mypy narrows the key and the value together
-        if isinstance(key, str) and isinstance(value, dict) and key in value:
-            value = value[key]
+        # a JSON pointer: a key or an index, each as digits too; one branch per container
+        if isinstance(value, dict) and str(key) in value:
+            value = value[str(key)]
             continue
-        if isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value):
-            value = value[key]
-            continue
+        if isinstance(value, list):
+            text = str(key)
+            if re.fullmatch("0|[1-9][0-9]*", text) and int(text) < len(value):
+                value = value[int(text)]
+                continue
         return _MISSING
     return value
 
 
-def _same_kind(value: Any, literal: Literal) -> bool:
+def _same_kind(value: Any, literal: Value) -> bool:
     if type(literal) is bool:
         return type(value) is bool
     if type(literal) is str:
         return type(value) is str
+    if type(literal) is tuple:
+        return type(value) is list
     return type(value) in (int, float)
 
 
-def _same(value: Any, literal: Literal) -> bool:
+def _same(value: Any, literal: Value) -> bool:
+    if isinstance(literal, tuple):
+        return (
+            isinstance(value, list)
+            and len(value) == len(literal)
+            and all(_same(v, lit) for v, lit in zip(value, literal, strict=True))
+        )
     return _same_kind(value, literal) and value == literal
 
 

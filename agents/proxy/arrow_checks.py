@@ -19,7 +19,8 @@ is not said, and the upsert path refuses a repeated key), so one repeat costs it
 Type mapping (Spark → Arrow → Osprey): ``array<float>``/``array<double>`` (also fixed-size lists)
 → FLOAT_VECTOR, values cast to float32; any integer type → INT8..INT64 (range checked per row);
 ``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in characters, as the insert
-path); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text).
+path); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text);
+``array<e>`` → ARRAY of a matching element type (each row's elements checked as the insert path does).
 Columns the schema lacks go to the dynamic field when it is enabled (a null value is JSON null).
 A ``map`` at any depth, in a JSON field or the dynamic field, is a JSON object.
 """
@@ -35,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agents.proxy.array_checks import check_array_row
 from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN
 from schemas.arrow_ipc import ipc_stream
 from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema, DataType, FieldSchema
@@ -77,6 +79,7 @@ def _type_rule(f: FieldSchema) -> str:
         DataType.FLOAT: "must be float or double (FLOAT)",
         DataType.DOUBLE: "must be float or double (DOUBLE)",
         DataType.JSON: "must be map, struct, array or string holding JSON text (JSON)",
+        DataType.ARRAY: f"must be an array of {f.element_type.value if f.element_type else ''} elements (ARRAY)",
     }.get(f.dtype, f"must be an integer type: byte, short, int or long ({f.dtype.value})")
 
 
@@ -93,6 +96,21 @@ def _fits(f: FieldSchema, t: pa.DataType) -> bool:
         return pa.types.is_floating(t)
     if f.dtype == DataType.JSON:
         return pa.types.is_map(t) or pa.types.is_struct(t) or _is_list(t) or _is_string(t)
+    if f.dtype == DataType.ARRAY:
+        return _is_list(t) and _element_fits(f.element_type, t.value_type)
+    return pa.types.is_integer(t)
+
+
+def _element_fits(element: DataType | None, t: pa.DataType) -> bool:
+    """Can an Arrow list of ``t`` hold elements of an ARRAY of ``element`` (ranges checked per row)?"""
+    if pa.types.is_null(t):
+        return True
+    if element is DataType.BOOL:
+        return pa.types.is_boolean(t)
+    if element is DataType.VARCHAR:
+        return _is_string(t)
+    if element in (DataType.FLOAT, DataType.DOUBLE):
+        return pa.types.is_floating(t) or pa.types.is_integer(t)
     return pa.types.is_integer(t)
 
 
@@ -204,6 +222,8 @@ def split_rows(table: pa.Table, schema: CollectionSchema, pk_given: bool = False
                 marks.mark(f.name, out, f"must fit {f.dtype.value} ({low}..{high})")
         elif f.dtype == DataType.JSON:
             json_values[f.name] = _check_json(f.name, column, marks)
+        elif f.dtype == DataType.ARRAY:
+            json_values[f.name] = _check_arrays(f, column, marks)
     extra = [c for c in table.column_names if schema.field(c) is None]
     if extra and schema.dynamic_field is not None:
         _check_dynamic(table, extra, marks)
@@ -340,6 +360,21 @@ def _check_json(name: str, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
     return values
 
 
+def _check_arrays(f: FieldSchema, column: pa.ChunkedArray, marks: _Marks) -> list[Any]:
+    """Each row's list checked as the insert path checks an ARRAY row; unusable rows marked."""
+    values = column.to_pylist()
+    problems: dict[int, str] = {}
+    for row, value in enumerate(values):
+        if value is None:
+            continue  # refused as null
+        try:
+            values[row] = check_array_row(f, value, row)
+        except InvalidParameter as err:
+            problems[row] = err.rule
+    _mark_json(f.name, problems, len(values), marks)
+    return values
+
+
 def _check_dynamic(table: pa.Table, extra: list[str], marks: _Marks) -> None:
     values = {name: _pylist(table.column(name)) for name in extra}
     problems: dict[int, str] = {}
@@ -369,7 +404,7 @@ def _good_columns(
             values, counts = vectors[f.name]
             kept = values if len(good) == len(bad) else values[~bad[_parents(counts)]]
             columns[f.name] = kept.reshape(len(good), f.dim or 0)
-        elif f.dtype == DataType.JSON:
+        elif f.dtype in (DataType.JSON, DataType.ARRAY):
             picked = json_values[f.name]
             columns[f.name] = [picked[i] for i in good.tolist()]
         elif f.dtype == DataType.VARCHAR:

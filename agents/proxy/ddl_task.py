@@ -56,7 +56,7 @@ class DdlTask(Task[ddl.DdlReply]):
 
     async def post_execute(self) -> None:
         assert self.reply is not None
-        self.host.cache.invalidate_ids(self.reply.invalidate, self.reply.invalidate_databases)
+        self.host.cache.invalidate_reply(self.reply)
         if not self.reply.ok:
             raise from_error_status(self.reply)
         self.result = self.reply

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from schemas.errors import InvalidParameter
 from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
 from state.meta.tso import TimestampOracle
+from state.readpath.expr import Compare, InList, Node, parse, plain_params
 from state.readpath.read_params import QueryParams
 from streams.channels import pchannel_partition
 from streams.hashing import shard_of
@@ -47,9 +48,12 @@ _TERM = re.compile(r"^\s*\(?\s*([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(\[.*\])\s*\)?\s*
 _EQUAL = re.compile(r"^\s*\(?\s*([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.+?)\s*\)?\s*$", re.DOTALL)
 
 
-def pk_terms(expr: str, info: CollectionInfo) -> list[Any] | None:
-    """The keys of a filter that only lists primary keys (``pk in [..]`` or ``pk == v``), else None."""
+def pk_terms(expr: str, info: CollectionInfo, params: Mapping[str, Any] | None = None) -> list[Any] | None:
+    """The keys of a filter that only lists primary keys (``pk in [..]`` or ``pk == v``), else None.
+    A filter template (``params``) is parsed (its values are never spliced into text)."""
     pk = info.collection_schema.primary_field
+    if params:
+        return _pk_terms_of(parse(expr, params), pk.name, str if pk.dtype is DataType.VARCHAR else int)
     for pattern, many in ((_TERM, True), (_EQUAL, False)):
         match = pattern.match(expr)
         if match is None or match.group(1) != pk.name:
@@ -65,6 +69,20 @@ def pk_terms(expr: str, info: CollectionInfo) -> list[Any] | None:
         if all(isinstance(v, wanted) and not isinstance(v, bool) for v in values):
             return values
         return None
+    return None
+
+
+def _pk_terms_of(node: Node | None, name: str, wanted: type) -> list[Any] | None:
+    if isinstance(node, InList) and not node.negated:
+        values: list[Any] = list(node.values)
+    elif isinstance(node, Compare) and node.op == "==":
+        values = [node.value]
+    else:
+        return None
+    if node.field.name != name or node.field.json_path:
+        return None
+    if all(isinstance(v, wanted) and not isinstance(v, bool) for v in values):
+        return values
     return None
 
 
@@ -157,6 +175,7 @@ class DeleteTask(Task[DeleteResult]):
         filter: str = "",
         partition_name: str = "",
         db_name: str = "",
+        filter_params: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.host = host
@@ -164,6 +183,7 @@ class DeleteTask(Task[DeleteResult]):
         self.db_name = db_name
         self.ids = ids
         self.filter = filter or ""
+        self.filter_params = plain_params(filter_params)
         self.partition_name = partition_name or ""
         self.keys: np.ndarray | None = None
 
@@ -183,7 +203,7 @@ class DeleteTask(Task[DeleteResult]):
             self.partition_id = desc.partition_id(self.partition_name, self.collection_name)
         if self.ids is not None:
             self.keys = check_ids(self.info, self.ids)
-        elif (terms := pk_terms(self.filter, self.info)) is not None:
+        elif (terms := pk_terms(self.filter, self.info, self.filter_params)) is not None:
             self.keys = check_ids(self.info, terms) if terms else np.empty(0, np.int64)
 
     async def execute(self) -> None:
@@ -227,6 +247,7 @@ class DeleteTask(Task[DeleteResult]):
                 guarantee_timestamp=read_ts,
                 db_name=self.db_name,
                 internal=True,
+                filter_params=self.filter_params,
             )
         )
         values = rows.columns[pk.name]  # the keys as the shards sent them: no row is made

@@ -119,6 +119,7 @@ async def apply_request(proxy: Any, request: DmlRequest, source: str) -> DmlResu
             filter=request.filter,
             partition_name=request.partition,
             db_name=request.database,
+            filter_params=request.filter_params,
         )
         ts, count, rejected, ids = deleted.timestamp, deleted.delete_count, 0, list(deleted.primary_keys)
     else:

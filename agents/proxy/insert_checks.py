@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agents.proxy.array_checks import array_texts
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType, FieldSchema
 from schemas.dml import NUMPY_DTYPE
 from schemas.errors import InvalidParameter
@@ -29,7 +30,7 @@ Columns = dict[str, Any]
 def columns_of(
     data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: CollectionSchema, pk_given: bool = False
 ) -> tuple[Columns, int]:
-    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON) and the row
+    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON and ARRAY) and the row
     count. ``pk_given``: an auto_id primary key must be given too (an upsert names the rows it
     replaces), and is checked like any field."""
     raw, n = _as_columns(data, schema)
@@ -115,6 +116,8 @@ def _typed(f: FieldSchema, values: Any) -> Any:
         return _strings(f, values)
     if f.dtype == DataType.JSON:
         return _json_texts(f.name, values)
+    if f.dtype == DataType.ARRAY:
+        return array_texts(f, values)
     return _scalars(f, values)
 
 

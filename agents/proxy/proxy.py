@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from agents.lease_keeper import LeaseKeeper
+from agents.proxy.access import AccessControl
 from agents.proxy.ddl_task import DdlTask
 from agents.proxy.delete import DeleteTask
 from agents.proxy.dq_router import DqRouter
@@ -39,6 +40,7 @@ from agents.proxy.load import (
     replicas,
 )
 from agents.proxy.queue import DdTaskQueue, DmTaskQueue, DqTaskQueue
+from agents.proxy.rbac import RbacRequests
 from agents.proxy.search import QueryTask, SearchTask
 from agents.proxy.segment_quotas import SegmentQuotas
 from agents.proxy.timeticker import ChannelsTimeTicker, DmTaskStats
@@ -145,6 +147,9 @@ class Proxy(Service):
         self.dml_requests_health: Callable[[], DmlRequestsHealth] | None = None
         # a search's or query's whole time here, failures included (./osprey status)
         self.latency = {stage: LatencyWindow() for stage in LATENCY_STAGES}
+        # who calls and what they may do (docs/rbac.md); the front ends ask it, RBAC requests go through rbac
+        self.access = AccessControl(config)
+        self.rbac = RbacRequests(self)
 
     async def on_start(self) -> None:
         config, ns = self.config, self.config.cluster
@@ -156,6 +161,7 @@ class Proxy(Service):
         self.ids = IdAllocator(self.redis, ns, "request", batch=REQUEST_ID_BATCH)
         self.store = SnapshotKV(self.redis, ns, self.tso, retention_s=config.meta_retention_s)
         self.cache = MetaCache(self.store)
+        self.access.attach(self.cache)
         self.proxy_id = await IdAllocator(self.redis, ns, "node", batch=1).alloc()
         self.producer = make_producer(config)
         await self.producer.start()
@@ -276,10 +282,12 @@ class Proxy(Service):
         partition_name: str = "",
         *,
         db_name: str = "",
+        filter_params: Mapping[str, Any] | None = None,
     ) -> DeleteResult:
         """Run a delete through the dm queue (``agents/proxy/delete.py``): the keys deleted and the
-        delete's timestamp once every event was acknowledged; reads at or after it never see them."""
-        task = DeleteTask(self, collection_name, ids, filter, partition_name, db_name)
+        delete's timestamp once every event was acknowledged; reads at or after it never see them.
+        ``filter_params``: the values of the filter template's placeholders."""
+        task = DeleteTask(self, collection_name, ids, filter, partition_name, db_name, filter_params)
         await self.dm_queue.enqueue(task)
         result = await task.wait_to_finish()
         self.last_write_ts = max(self.last_write_ts, result.timestamp)
@@ -792,7 +800,7 @@ class Proxy(Service):
             log.exception("proxy: cannot route a record from %s@%s", record.topic, record.offset)
 
     def _on_reply(self, reply: ddl.DdlReply) -> None:
-        self.cache.invalidate_ids(reply.invalidate, reply.invalidate_databases)
+        self.cache.invalidate_reply(reply)
         if reply.proxy_id == self.proxy_id:
             future = self._pending.get(reply.request_id)
             if future is not None and not future.done():

@@ -46,7 +46,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -578,11 +578,13 @@ class ShardDelegator:
         queries_checked: bool = False,
         filter_expr: str | None = None,
         prepared: bool = False,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
         :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK.
         ``queries_checked``: as :meth:`GrowingSegment.search`'s. ``filter_expr``: the text of the
-        filter ``mask_of`` evaluates, for segments held on other nodes (required when both).
+        filter ``mask_of`` evaluates, for segments held on other nodes (required when both), and
+        ``filter_params`` the values of its template's placeholders.
         ``prepared``: the caller checked the request (:func:`state.readpath.dq_checks.prepare`:
         metric, top_k, queries) and waited for tsafe itself; nothing is checked or waited again."""
         if prepared:
@@ -600,7 +602,18 @@ class ShardDelegator:
             mask_of,
             filter_expr,
             lambda worker, cid, shadows, text: worker.search(
-                self.vchannel, cid, shadows, q.reshape(-1, q.shape[-1]), field, metric, top_k, ts, text, ef, timeout_s
+                self.vchannel,
+                cid,
+                shadows,
+                q.reshape(-1, q.shape[-1]),
+                field,
+                metric,
+                top_k,
+                ts,
+                text,
+                ef,
+                timeout_s,
+                filter_params,
             ),
         )
         with _answers_awaited(asked, self._background):
@@ -629,10 +642,11 @@ class ShardDelegator:
         partition_ids: Sequence[int] | None = None,
         filter_expr: str | None = None,
         prepared: bool = False,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> QueryResult:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``, in PK
         order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`.
-        ``filter_expr``, ``prepared``: as :meth:`search`'s."""
+        ``filter_expr``, ``prepared``, ``filter_params``: as :meth:`search`'s."""
         if prepared:
             assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
             window = offset + limit if limit is not None else None
@@ -646,7 +660,15 @@ class ShardDelegator:
             mask_of,
             filter_expr,
             lambda worker, cid, shadows, text: worker.query(
-                self.vchannel, cid, shadows, ts, text, output_fields, window, timeout_s=timeout_s
+                self.vchannel,
+                cid,
+                shadows,
+                ts,
+                text,
+                output_fields,
+                window,
+                timeout_s=timeout_s,
+                filter_params=filter_params,
             ),
         )
         with _answers_awaited(asked, self._background):
@@ -666,9 +688,10 @@ class ShardDelegator:
         partition_ids: Sequence[int] | None = None,
         filter_expr: str | None = None,
         prepared: bool = False,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> int:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``.
-        ``filter_expr``, ``prepared``: as :meth:`search`'s."""
+        ``filter_expr``, ``prepared``, ``filter_params``: as :meth:`search`'s."""
         if prepared:
             assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
         else:
@@ -680,7 +703,7 @@ class ShardDelegator:
             mask_of,
             filter_expr,
             lambda worker, cid, shadows, text: worker.query(
-                self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s
+                self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s, filter_params=filter_params
             ),
         )
         with _answers_awaited(asked, self._background):

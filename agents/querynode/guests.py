@@ -192,7 +192,7 @@ class GuestSegments:
     # ------------------------------------------------------------------ computing
 
     def _mask(self, request: SegmentSearch | SegmentQuery, info: CollectionInfo) -> MaskOf | None:
-        flt = compile_filter(request.filter, info.collection_schema) if request.filter else None
+        flt = compile_filter(request.filter, info.collection_schema, request.filter_params) if request.filter else None
         mask_of = mask_of_filter(flt, expired_before(info.properties, request.ts))
         if not isinstance(request, SegmentQuery) or (request.int_pks is None and request.str_pks is None):
             return mask_of

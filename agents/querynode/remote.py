@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,6 +184,7 @@ class RemoteWorker:
         filter_expr: str,
         ef: int | None,
         timeout_s: float,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> Coroutine[Any, Any, SearchHits]:
         """Top ``top_k`` per query over the segments the worker holds for ``shadows``: the request
         is written now (module doc), the returned coroutine waits for its answer."""
@@ -202,6 +203,7 @@ class RemoteWorker:
                 vectors=q.tobytes(),
                 ef=ef,
                 filter=filter_expr,
+                filter_params=dict(filter_params or {}),
             )
 
         return _hits(self._begin(make, shadows, timeout_s))
@@ -218,6 +220,7 @@ class RemoteWorker:
         count: bool = False,
         pks: np.ndarray | None = None,
         timeout_s: float = 10.0,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> Coroutine[Any, Any, QueryRows | int]:
         """Rows (field -> values, in PK order) of the held segments visible at ``ts`` and kept by
         ``filter_expr`` (and holding one of ``pks`` if given), or their number with ``count``; as
@@ -236,6 +239,7 @@ class RemoteWorker:
                 segments=[s.take_sync() for s in shadows],
                 ts=ts,
                 filter=filter_expr,
+                filter_params=dict(filter_params or {}),
                 output_fields=list(output_fields),
                 window=window,
                 count=count,

@@ -191,13 +191,20 @@ async def _serve_shard(
                 prepared.partition_ids,
                 filter_expr=request.filter,
                 prepared=True,  # prepare() checked metric, top_k, dim, nq and finiteness
+                filter_params=request.filter_params,
             )
             node.latency["shard_search"].record(time.perf_counter() - started)
             fields = await _hit_fields(delegator, prepared, hits, guarantee)
             return search_result(request, vchannel, node.node_id, hits, fields)
         if request.count or COUNT_STAR in request.output_fields:
             count = await delegator.count(
-                guarantee, timeout_s, mask_of, prepared.partition_ids, filter_expr=request.filter, prepared=True
+                guarantee,
+                timeout_s,
+                mask_of,
+                prepared.partition_ids,
+                filter_expr=request.filter,
+                prepared=True,
+                filter_params=request.filter_params,
             )
             return QueryResult(
                 request_id=request.request_id,
@@ -218,6 +225,7 @@ async def _serve_shard(
             prepared.partition_ids,
             filter_expr=request.filter,
             prepared=True,  # prepare() checked offset and limit
+            filter_params=request.filter_params,
         )
         columns = columns_of(prepared.info.collection_schema, rows)
         return QueryResult(

@@ -25,12 +25,14 @@ from schemas import ddl
 from schemas.config import OspreyConfig
 from schemas.database import DEFAULT_DATABASE_ID
 from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
+from schemas.passwords import hash_password
 from schemas.status import RootCoordCoreHealth
 from schemas.validation import invalid_from_validation_error
 from state.meta.dd_checkpoint import DdCheckpoint
 from state.meta.ddl_rules import Plan, error_reply, plan
 from state.meta.idalloc import IdAllocator
 from state.meta.meta_table import DEFAULT_DATABASE, META_PREFIX, MetaView, database_key
+from state.meta.rbac_rules import bootstrap, bootstrap_users
 from state.meta.snapshot import SnapshotKV
 from streams.topics import Topics
 
@@ -62,6 +64,7 @@ class RootCoord:
         reply_sink: ReplySink,
         dd_end: DdEnd,
     ) -> None:
+        self.config = config
         self.topics = Topics.of(config)
         self.store = store
         self.ids = ids
@@ -88,6 +91,7 @@ class RootCoord:
                 )
         self.kvs = await self.store.load_with_prefix(META_PREFIX, 0)
         await self._ensure_default_database()
+        await self._ensure_rbac()
         self.view = MetaView.from_kvs(self.kvs)
         log.info(
             "rootcoord recovered: position=%s collections=%d", self.checkpoint.position, len(self.view.collections)
@@ -106,6 +110,28 @@ class RootCoord:
             return key, self.kvs[key]
 
         await self.store.multi_save({}, additions=[record])
+
+    async def _ensure_rbac(self) -> None:
+        """Write what the RBAC meta lacks at start (``state/meta/rbac_rules.py``, ``bootstrap``): the
+        roles admin and public, public's privileges, root and the configured users (each once),
+        passwords salted and hashed, in one write. Only the rootcoord writes the meta."""
+        rbac = MetaView.from_kvs(self.kvs).rbac
+        configured = dict(self.config.users)
+        hashes = {u: await asyncio.to_thread(hash_password, p) for u, p in bootstrap_users(rbac, configured).items()}
+        additions = bootstrap(rbac, configured, hashes)
+        if not additions:
+            return
+
+        def capture(addition: Callable[[int], tuple[str, str]]) -> Callable[[int], tuple[str, str]]:
+            def run(ts: int) -> tuple[str, str]:
+                key, value = addition(ts)
+                self.kvs[key] = value
+                return key, value
+
+            return run
+
+        await self.store.multi_save({}, additions=[capture(a) for a in additions])
+        log.info("rootcoord: RBAC meta initialized (%d records)", len(additions))
 
     async def handle(self, offset: int, raw: bytes) -> ddl.DdlReply | None:
         """Process the dd event at ``offset``; return the reply sent (None when skipped).

@@ -69,7 +69,8 @@ class Rule:
     generated test sends for a served or inert field (default: one derived from the type);
     ``refused_example`` one that ``accepts`` refuses, ``asks`` the feature such a value asks for.
     ``json_object``: the field's value is a JSON object whose keys have rules of their own
-    (``path.key``)."""
+    (``path.key``). ``whole``: a served message field whose code reads (and checks) every member
+    itself, so its members are not walked (the rows of an ARRAY column)."""
 
     treatment: Treatment
     by: str = ""
@@ -80,6 +81,7 @@ class Rule:
     example: Any = None
     refused_example: Any = None
     json_object: bool = False
+    whole: bool = False
 
     def refusal(self, path: str, value: Any) -> OspreyError:
         """The error answering a request that sets ``path`` to ``value``."""
@@ -181,14 +183,16 @@ SCHEMA: dict[str, Rule] = {
     "schema.fields[].data_type": served(f"{CONVERT}.schema_from_proto", example=schema_pb2.Int64),
     "schema.fields[].type_params{dim}": served(f"{CONVERT}.schema_from_proto", example="8"),
     "schema.fields[].type_params{max_length}": served(f"{CONVERT}.schema_from_proto", example="16"),
+    "schema.fields[].type_params{max_capacity}": served("frontends.milvus_grpc.arrays.array_params", example="8"),
+    "schema.fields[].type_params{mmap.enabled}": served(f"{CONVERT}.schema_from_proto", example="true"),
     "schema.fields[].type_params{*}": refused(
-        "this type parameter (Osprey's fields take dim and max_length; e.g. max_capacity, mmap_enabled and "
+        "this type parameter (Osprey's fields take dim, max_length and max_capacity; e.g. mmap_enabled and "
         "analyzers are not served)"
     ),
     "schema.fields[].index_params{*}": refused("index parameters in a field schema"),
     "schema.fields[].autoID": served(f"{CONVERT}.schema_from_proto"),
     "schema.fields[].state": refused("field states (Milvus's own bookkeeping)"),
-    "schema.fields[].element_type": refused("ARRAY fields (element_type)"),
+    "schema.fields[].element_type": served("frontends.milvus_grpc.arrays.array_params", example=schema_pb2.Int64),
     "schema.fields[].default_value": refused("default values"),
     "schema.fields[].is_dynamic": refused(
         "declaring the dynamic field yourself (set enable_dynamic_field: the server adds $meta)"
@@ -372,7 +376,8 @@ def _field_data() -> dict[str, Rule]:
         f"{FIELD_DATA}.vectors.int8_vector": refused("INT8_VECTOR fields"),
         f"{FIELD_DATA}.vectors.vector_array": refused("vector arrays (embedding lists)"),
         f"{FIELD_DATA}.scalars.bytes_data": refused("bytes columns"),
-        f"{FIELD_DATA}.scalars.array_data": refused("ARRAY fields"),
+        f"{FIELD_DATA}.scalars.array_data.data": served(f"{CONVERT}.field_values", whole=True),
+        f"{FIELD_DATA}.scalars.array_data.element_type": served(f"{CONVERT}.field_values", example=schema_pb2.Int64),
         f"{FIELD_DATA}.scalars.geometry_data": refused("GEOMETRY fields"),
         f"{FIELD_DATA}.scalars.geometry_wkt_data": refused("GEOMETRY fields"),
         f"{FIELD_DATA}.scalars.timestamptz_data": refused("TIMESTAMPTZ fields"),
@@ -398,8 +403,97 @@ def _writes(by: str) -> dict[str, Rule]:
 READ_COMMON: dict[str, Rule] = {
     "travel_timestamp": refused("time travel (travel_timestamp, removed in Milvus 2.3)"),
     "not_return_all_meta": refused("returning only some dynamic keys (not_return_all_meta)"),
-    "expr_template_values{*}": refused("filter templates (expr_template_values)"),
+    "expr_template_values{*}": served("frontends.milvus_grpc.templates.filter_params"),
     "namespace": refused("namespaces"),
+}
+
+# Users, roles and privileges (docs/rbac.md): served by frontends/milvus_grpc/rbac_service.py
+RBAC_SERVICER = "frontends.milvus_grpc.rbac_service.RbacServicer"
+NO_DESCRIPTION = "Milvus 2.6 keeps no description of users and roles either (its proxy drops it)"
+CLIENT_TIMES = "Milvus's proxy ignores a client's timestamps of a credential too"
+GRANTOR = "assigned by the server: the grantor is the caller, as Milvus's proxy sets it"
+
+
+def _operation(by: str, first: str, second: str) -> Rule:
+    """An operation enum field: its two values are served, any other refused."""
+    return served(
+        by,
+        accepts=_equals(0, 1),
+        accepted=f"{first} (0) or {second} (1)",
+        asks="another operation",
+        example=1,
+        refused_example=7,
+    )
+
+
+RBAC_RPCS: dict[str, dict[str, Rule]] = {
+    "CreateCredential": {
+        "username": served(RBAC_SERVICER),
+        "password": served(RBAC_SERVICER, example="TWlsdnVzMQ=="),
+        "created_utc_timestamps": inert(CLIENT_TIMES),
+        "modified_utc_timestamps": inert(CLIENT_TIMES),
+        "description": inert(NO_DESCRIPTION),
+    },
+    "UpdateCredential": {
+        "username": served(RBAC_SERVICER),
+        "oldPassword": served(RBAC_SERVICER, example="TWlsdnVzMQ=="),
+        "newPassword": served(RBAC_SERVICER, example="TWlsdnVzMg=="),
+        "created_utc_timestamps": inert(CLIENT_TIMES),
+        "modified_utc_timestamps": inert(CLIENT_TIMES),
+        "description": inert(NO_DESCRIPTION),
+    },
+    "DeleteCredential": {"username": served(RBAC_SERVICER)},
+    "ListCredUsers": {},
+    "CreateRole": {"entity.name": served(RBAC_SERVICER), "entity.description": inert(NO_DESCRIPTION)},
+    "DropRole": {"role_name": served(RBAC_SERVICER), "force_drop": served(RBAC_SERVICER)},
+    "OperateUserRole": {
+        "username": served(RBAC_SERVICER),
+        "role_name": served(RBAC_SERVICER),
+        "type": _operation(RBAC_SERVICER, "AddUserToRole", "RemoveUserFromRole"),
+    },
+    "SelectRole": {
+        "role.name": served(RBAC_SERVICER),
+        "role.description": inert(NO_DESCRIPTION),
+        "include_user_info": served(RBAC_SERVICER),
+    },
+    "SelectUser": {"user.name": served(RBAC_SERVICER), "include_role_info": served(RBAC_SERVICER)},
+    "OperatePrivilege": {
+        "entity.role.name": served(RBAC_SERVICER),
+        "entity.role.description": inert(NO_DESCRIPTION),
+        "entity.object.name": served(RBAC_SERVICER),
+        "entity.object_name": served(RBAC_SERVICER),
+        "entity.grantor.user.name": inert(GRANTOR),
+        "entity.grantor.privilege.name": served(RBAC_SERVICER),
+        "entity.db_name": served(RBAC_SERVICER),
+        "type": _operation(RBAC_SERVICER, "Grant", "Revoke"),
+        "version": served(RBAC_SERVICER, example="v2"),
+    },
+    "OperatePrivilegeV2": {
+        "role.name": served(RBAC_SERVICER),
+        "role.description": inert(NO_DESCRIPTION),
+        "grantor.user.name": inert(GRANTOR),
+        "grantor.privilege.name": served(RBAC_SERVICER),
+        "type": _operation(RBAC_SERVICER, "Grant", "Revoke"),
+        "db_name": served(RBAC_SERVICER, example="*"),
+        "collection_name": served(RBAC_SERVICER),
+    },
+    "SelectGrant": {
+        "entity.role.name": served(RBAC_SERVICER),
+        "entity.role.description": inert(NO_DESCRIPTION),
+        "entity.object.name": served(RBAC_SERVICER),
+        "entity.object_name": served(RBAC_SERVICER),
+        "entity.grantor.user.name": inert("Milvus's SelectGrant filters by role, object and database only"),
+        "entity.grantor.privilege.name": inert("Milvus's SelectGrant filters by role, object and database only"),
+        "entity.db_name": served(RBAC_SERVICER),
+    },
+    "CreatePrivilegeGroup": {"group_name": served(RBAC_SERVICER)},
+    "DropPrivilegeGroup": {"group_name": served(RBAC_SERVICER)},
+    "ListPrivilegeGroups": {},
+    "OperatePrivilegeGroup": {
+        "group_name": served(RBAC_SERVICER),
+        "privileges[].name": served(RBAC_SERVICER),
+        "type": _operation(RBAC_SERVICER, "AddPrivilegesToGroup", "RemovePrivilegesFromGroup"),
+    },
 }
 
 RPCS: dict[str, dict[str, Rule]] = {
@@ -504,7 +598,7 @@ RPCS: dict[str, dict[str, Rule]] = {
             "every level allows",
             example=common_pb2.Bounded,
         ),
-        "expr_template_values{*}": refused("filter templates (expr_template_values)"),
+        "expr_template_values{*}": served("frontends.milvus_grpc.templates.filter_params"),
     },
     "Flush": {"collection_names": served(SERVICER)},
     "GetFlushState": {
@@ -585,6 +679,7 @@ RPCS: dict[str, dict[str, Rule]] = {
         "use_default_consistency": served(f"{SERVICER}._consistency"),
         **READ_COMMON,
     },
+    **RBAC_RPCS,
 }
 
 # Every other RPC: answered "not supported" (code 10), naming what Milvus offers there.
@@ -611,19 +706,7 @@ UNSUPPORTED_RPCS: dict[str, str] = {
     "Import": "bulk import",
     "GetImportState": "bulk import",
     "ListImportTasks": "bulk import",
-    "CreateCredential": "user management",
-    "UpdateCredential": "user management",
-    "DeleteCredential": "user management",
-    "ListCredUsers": "user management",
-    "CreateRole": "roles",
-    "AlterRole": "roles",
-    "DropRole": "roles",
-    "OperateUserRole": "roles",
-    "SelectRole": "roles",
-    "SelectUser": "user management",
-    "OperatePrivilege": "privileges",
-    "OperatePrivilegeV2": "privileges",
-    "SelectGrant": "privileges",
+    "AlterRole": "role descriptions (AlterRole; Milvus 2.6 keeps none)",
     "CreateResourceGroup": "resource groups",
     "DropResourceGroup": "resource groups",
     "UpdateResourceGroups": "resource groups",
@@ -634,12 +717,8 @@ UNSUPPORTED_RPCS: dict[str, str] = {
     "ListIndexedSegment": "segment index information",
     "DescribeSegmentIndexData": "segment index information",
     "ReplicateMessage": "cross-cluster replication",
-    "BackupRBAC": "roles",
-    "RestoreRBAC": "roles",
-    "CreatePrivilegeGroup": "privileges",
-    "DropPrivilegeGroup": "privileges",
-    "ListPrivilegeGroups": "privileges",
-    "OperatePrivilegeGroup": "privileges",
+    "BackupRBAC": "backing up users, roles and grants (BackupRBAC; the meta keeps every version: as_of reads)",
+    "RestoreRBAC": "restoring users, roles and grants from a backup (RestoreRBAC)",
     "RunAnalyzer": "text analyzers",
     "AddFileResource": "file resources",
     "RemoveFileResource": "file resources",
@@ -773,7 +852,7 @@ def _visit(contract: RpcContract, fd: FieldDescriptor, value: Any, pattern: str,
             _key(contract, pattern, concrete, pair.key, pair.value)
         return
     rule = contract.rules.get(pattern)
-    if rule is not None and (message_type is None or rule.treatment is Treatment.REFUSED):
+    if rule is not None and (message_type is None or rule.treatment is Treatment.REFUSED or rule.whole):
         rule.check(concrete, value)
         return
     if message_type is None:

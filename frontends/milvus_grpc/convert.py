@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from frontends.milvus_grpc.arrays import array_field_data, array_params, array_rows
 from frontends.milvus_grpc.stubs import common_pb2, schema_pb2
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, ConsistencyLevel, DataType, FieldSchema
+from schemas.collection_properties import FIELD_PROPERTIES, check_collection_properties
 from schemas.database import QuotaExceeded
 from schemas.errors import (
     CollectionNotFound,
@@ -176,6 +178,13 @@ def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) 
             field["dim"] = params["dim"]
         if "max_length" in params:
             field["max_length"] = params["max_length"]
+        field.update(array_params(f, params, f"schema.fields[{i}]"))
+        if "mmap.enabled" in params:  # a field property (schemas/collection_properties.py)
+            field["properties"] = check_collection_properties(
+                {"mmap.enabled": params["mmap.enabled"]},
+                f"schema.fields[{i}].type_params",
+                served=FIELD_PROPERTIES,
+            )
         fields.append(field)
     return {
         "fields": fields,
@@ -203,6 +212,8 @@ def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
         type_params.append(common_pb2.KeyValuePair(key="dim", value=str(f.dim)))
     if f.max_length is not None:
         type_params.append(common_pb2.KeyValuePair(key="max_length", value=str(f.max_length)))
+    if f.max_capacity is not None:
+        type_params.append(common_pb2.KeyValuePair(key="max_capacity", value=str(f.max_capacity)))
     return schema_pb2.FieldSchema(
         fieldID=f.field_id or 0,
         name=f.name,
@@ -212,6 +223,7 @@ def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
         type_params=type_params,
         autoID=f.auto_id,
         is_partition_key=f.is_partition_key,
+        element_type=f.element_type.milvus_code if f.element_type is not None else 0,
     )
 
 
@@ -294,6 +306,7 @@ _MEMBER_OF_TYPE: dict[int, str] = {
     schema_pb2.VarChar: "string_data",
     schema_pb2.String: "string_data",
     schema_pb2.JSON: "json_data",
+    schema_pb2.Array: "array_data",
     schema_pb2.FloatVector: "float_vector",
 }
 
@@ -325,6 +338,8 @@ def field_values(fd: schema_pb2.FieldData, where: str) -> Any:
     member = fd.scalars.WhichOneof("data")
     if member is None:
         return []
+    if member == "array_data":  # ARRAY rows, each a ScalarField of its element_type's member
+        return array_rows(fd.field_name, fd.scalars.array_data.data, fd.scalars.array_data.element_type)
     data = getattr(fd.scalars, member).data
     if member == "json_data":
         return [_json_value(raw, where) for raw in data]
@@ -416,6 +431,8 @@ def _field_data(f: FieldSchema, values: list[Any]) -> schema_pb2.FieldData:
         fd.vectors.dim = int(f.dim or 0)
         fd.vectors.float_vector.data.extend(flat.tolist())
         return fd
+    if f.dtype is DataType.ARRAY and f.element_type is not None:
+        return array_field_data(f.name, f.field_id or 0, f.element_type, values)
     member = _SCALAR_MEMBER[f.dtype]
     if f.dtype is DataType.JSON:
         getattr(fd.scalars, member).data.extend(json.dumps(v).encode() for v in values)

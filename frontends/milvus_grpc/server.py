@@ -3,23 +3,22 @@
 ``start`` binds and serves; ``stop`` ends the server, letting RPCs in flight finish for at most
 ``STOP_GRACE_S``. With ``authorization_enabled``, every RPC needs the ``authorization`` metadata
 pymilvus sends (base64 of ``user:password``; ``MilvusClient(token="user:password")`` sends the
-same) naming a user of ``users``; a missing or wrong credential is refused with gRPC
-UNAUTHENTICATED and Milvus's text, before anything runs.
+same) naming a user of the meta with its password; a missing or wrong credential is refused with
+gRPC UNAUTHENTICATED and Milvus's text, before anything runs; then the RPC's privilege is checked
+(:mod:`frontends.milvus_grpc.access`, docs/rbac.md).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import grpc
 
 from agents.service import Service
 from frontends.inprocess import InProcessClient
-from frontends.milvus_grpc.service import MilvusServicer
+from frontends.milvus_grpc.access import AUTH_FAILURE, AccessInterceptor, metadata_token
+from frontends.milvus_grpc.rbac_service import RbacServicer
 from frontends.milvus_grpc.stubs import milvus_pb2_grpc
 from schemas.auth import check_token
 from schemas.status import GrpcFrontEndHealth
@@ -28,7 +27,6 @@ log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 2.0  # RPCs in flight may finish for this long when the front end stops
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024  # one request or reply (pymilvus allows 2 GiB; a 64 MiB insert fits)
-AUTH_FAILURE = "auth check failure, please check username and password are correct"  # Milvus's text
 # Keepalive pings: pymilvus pings every 10 s, also between calls. gRPC's server default (one ping
 # per 5 min without data) answers that with GOAWAY "too_many_pings", which drops an idle client's
 # connection. Milvus's server permits pings every 5 s without calls; so does this one.
@@ -42,35 +40,11 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 
 
 def credential_user(metadata: Mapping[str, str], users: Mapping[str, str]) -> str | None:
-    """The user whose ``authorization`` metadata (base64 ``user:password``) matches ``users``, or None
-    (the token is checked by :func:`schemas.auth.check_token`, as REST's ``Bearer`` token is)."""
-    raw = metadata.get("authorization", "")
-    try:
-        text = base64.b64decode(raw, validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return check_token(text, users)
-
-
-class _Authenticator(grpc.aio.ServerInterceptor):
-    """Refuses every RPC without a valid credential (UNAUTHENTICATED, Milvus's text)."""
-
-    def __init__(self, users: Mapping[str, str]) -> None:
-        self.users = dict(users)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        metadata = {key: value for key, value in (details.invocation_metadata or ()) if isinstance(value, str)}
-        if credential_user(metadata, self.users) is not None:
-            return await continuation(details)
-
-        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, AUTH_FAILURE)
-
-        return grpc.unary_unary_rpc_method_handler(refuse)
+    """The user whose ``authorization`` metadata (base64 ``user:password``) matches the static map
+    ``users`` (:func:`schemas.auth.check_token`), or None. The front end itself checks the users of
+    the meta (:class:`~frontends.milvus_grpc.access.AccessInterceptor`)."""
+    token = metadata_token(metadata)
+    return None if token is None else check_token(token, users)
 
 
 class GrpcFrontEnd(Service):
@@ -93,12 +67,12 @@ class GrpcFrontEnd(Service):
 
     async def on_start(self) -> None:
         config = self.client.config
-        interceptors = [_Authenticator(config.users)] if config.authorization_enabled else []
+        interceptors = [AccessInterceptor(self.client.proxy.access)] if config.authorization_enabled else []
         server = grpc.aio.server(
             interceptors=interceptors,
             options=SERVER_OPTIONS,
         )
-        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(self.client, self.client.proxy), server)
+        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(RbacServicer(self.client, self.client.proxy), server)
         self.port = server.add_insecure_port(self.bind)
         if not self.port:
             raise OSError(f"the Milvus gRPC front end could not bind {self.bind} (setting proxy_grpc)")

@@ -33,6 +33,7 @@ from frontends.api import OspreyAPI
 from frontends.milvus_grpc import contract, convert
 from frontends.milvus_grpc.contract import Checked
 from frontends.milvus_grpc.stubs import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
+from frontends.milvus_grpc.templates import filter_params
 from schemas.database import DEFAULT_DATABASE_NAME, database_name
 from schemas.errors import CollectionNotFound, InvalidParameter, OspreyError, SchemaMismatch, Unsupported
 from schemas.index import IndexState
@@ -169,7 +170,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         self.client = client
         self.collections = collections
         self._identifiers = itertools.count(int(time.time() * 1000))
-        for name, handler in unsupported_methods().items():
+        for name, handler in unsupported_methods(type(self)).items():
             setattr(self, name, handler)  # the base class would answer UNIMPLEMENTED, a transport error
 
     # ------------------------------------------------------------------ connection
@@ -608,7 +609,10 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         if not request.expr.strip():
             raise InvalidParameter("expr", "a delete needs a filter expression (or ids)")
         result = await call.api.delete(
-            request.collection_name, filter=request.expr, partition_name=request.partition_name
+            request.collection_name,
+            filter=request.expr,
+            partition_name=request.partition_name,
+            filter_params=filter_params(request),
         )
         # no IDs, as Milvus since 2.3.2: pymilvus then answers {"delete_count": n}
         return milvus_pb2.MutationResult(
@@ -771,6 +775,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             guarantee_timestamp=guarantee,
             offset=offset,
             round_decimal=round_decimal,
+            filter_params=filter_params(request),
         )
         info = _read_with(hits.info)
         _same_collection(info, collection, params.get("collection_id"), "search_params{collection_id}")
@@ -802,6 +807,7 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
             partition_names=list(request.partition_names),
             consistency_level=level,
             guarantee_timestamp=guarantee,
+            filter_params=filter_params(request),
         )
         info = _read_with(rows.info)
         _same_collection(info, collection, params.get("collection_id"), "query_params{collection_id}")
@@ -878,11 +884,19 @@ def _index_description(desc: Any) -> milvus_pb2.IndexDescription:
     )
 
 
-def unsupported_methods() -> dict[str, Callable[[Message, Any], Awaitable[Message]]]:
+def unsupported_methods(
+    servicer: type[MilvusServicer] | None = None,
+) -> dict[str, Callable[[Message, Any], Awaitable[Message]]]:
     """Every MilvusService RPC the servicer does not implement, answering its own reply type
     with "<method> is not supported by Osprey yet (<feature>)" (code 10), never a transport error."""
     handlers: dict[str, Callable[[Message, Any], Awaitable[Message]]] = {}
-    own = {name for name in vars(MilvusServicer) if not name.startswith("_")}
+    own = {  # the RPCs of the servicer class (MilvusServicer, or a subclass adding RPCs: rbac_service.py)
+        name
+        for klass in (servicer or MilvusServicer).__mro__
+        if issubclass(klass, MilvusServicer)
+        for name in vars(klass)
+        if not name.startswith("_")
+    }
     for method in SERVICE.methods:
         if method.name in own:
             continue

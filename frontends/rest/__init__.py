@@ -14,11 +14,13 @@ its HTTP status, with the same JSON error (code 1100, ``field`` and ``rule`` as 
   anything is read, or (chunked, no Content-Length) once the bytes read pass the limit.
 
 With the config's ``authorization_enabled``, every request (the stream writers' routes and unknown
-paths too) needs ``Authorization: Bearer <user>:<password>`` naming a user of ``users`` (Milvus
-RESTful v2's token; checked by :func:`schemas.auth.check_token`, as the gRPC front end checks
+paths too) needs ``Authorization: Bearer <user>:<password>`` naming a user of the meta (Milvus
+RESTful v2's token; checked by the proxy's access control, as the gRPC front end checks
 pymilvus's). A missing, malformed or wrong one is refused before anything reads the request, as
 Milvus does: HTTP 401 (``WWW-Authenticate: Bearer``) with ``{"code": 1800, "message": "user hasn't
-authenticated"}``.
+authenticated"}``. Each route then needs its Milvus RPC's privilege (:mod:`frontends.rest.access`,
+docs/rbac.md): a refusal is HTTP 403 with code 65535 and Milvus's text. The ``users/``, ``roles/``
+and ``privilege_groups/`` routes are :mod:`frontends.rest.routes_rbac`'s.
 
 - Body keys are matched like Go's ``encoding/json`` (Milvus): exact first, else case-insensitively,
   so ``autoID`` and ``autoId`` both work. A key no reader of the endpoint takes is refused (code

@@ -27,6 +27,7 @@ MILVUS_DATA_TYPES: dict[str, DataType] = {
     "Double": DataType.DOUBLE,
     "VarChar": DataType.VARCHAR,
     "JSON": DataType.JSON,
+    "Array": DataType.ARRAY,
     "FloatVector": DataType.FLOAT_VECTOR,
 }
 _DATA_TYPE_BY_KEY = {k.lower(): v for k, v in MILVUS_DATA_TYPES.items()}
@@ -37,7 +38,6 @@ REFUSED_KEYS: dict[str, str] = {
     "groupingField": "grouping search (groupingField)",
     "groupSize": "grouping search (groupSize)",
     "strictGroupSize": "grouping search (strictGroupSize)",
-    "exprParams": "filter templates (exprParams)",
     "functionScore": "rerankers (functionScore)",
     "functions": "functions (BM25, text embedding)",
     "partitionKeyIsolation": "partition-key isolation",

@@ -49,6 +49,9 @@ REST_FIELD_NAMES: dict[str, str] = {
     "auto_id": "autoID",
     "dim": "elementTypeParams.dim",
     "max_length": "elementTypeParams.max_length",
+    "max_capacity": "elementTypeParams.max_capacity",
+    "element_type": "elementDataType",
+    "filter_params": "exprParams",
     "index_name": "indexName",  # only the index routes name these two
     "field_name": "fieldName",
 }
@@ -131,7 +134,11 @@ def altered(applied: bool) -> dict[str, Any]:
 def _type_params(f: FieldSchema) -> list[dict[str, str]]:
     """Milvus shows type parameters (and a field's properties, e.g. ``mmap.enabled``) as string
     key/value pairs."""
-    pairs = [{"key": k, "value": str(v)} for k, v in (("dim", f.dim), ("max_length", f.max_length)) if v is not None]
+    pairs = [
+        {"key": k, "value": str(v)}
+        for k, v in (("dim", f.dim), ("max_length", f.max_length), ("max_capacity", f.max_capacity))
+        if v is not None
+    ]
     return pairs + [{"key": k, "value": v} for k, v in f.properties.items()]
 
 
@@ -282,6 +289,7 @@ def collection(desc: CollectionDescription) -> dict[str, Any]:
             "autoId": f.auto_id,
             "description": f.description,
             "params": _type_params(f),
+            **({"elementType": _MILVUS_NAME[f.element_type]} if f.element_type is not None else {}),
         }
         for f in schema.fields
         if not f.is_dynamic

@@ -29,9 +29,9 @@ from schemas.collection_properties import MMAP_ENABLED, TTL_SECONDS
 from schemas.errors import InvalidParameter
 
 # elementTypeParams keys -> Osprey field schema keys.
-ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length"}
+ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length", "max_capacity": "max_capacity"}
 # Milvus field features Osprey does not have: refused when set to anything but their default.
-UNSUPPORTED_FIELD_KEYS = ("elementDataType", "isClusteringKey", "nullable", "defaultValue")
+UNSUPPORTED_FIELD_KEYS = ("isClusteringKey", "nullable", "defaultValue")
 
 # collections/create params Milvus reads as collection properties
 REST_PROPERTY_PARAMS = {"ttlSeconds": TTL_SECONDS, "mmap.enabled": MMAP_ENABLED}
@@ -77,6 +77,9 @@ def _field_schema(body: Body, auto_id: bool) -> dict[str, Any]:
     }
     if body.boolean("isPartitionKey"):
         spec["is_partition_key"] = True
+    element = body.string("elementDataType", default="")
+    if element:  # an ARRAY field's element type, Milvus's spelling (Int64, VarChar ...)
+        spec["element_type"] = data_type(element, body.path("elementDataType"))
     params = body.obj("elementTypeParams")
     for key, value in params.whole().items():
         if key not in ELEMENT_TYPE_PARAMS:

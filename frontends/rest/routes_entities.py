@@ -12,6 +12,16 @@ from frontends.rest.parse import Body, Parsed, read_list
 from schemas.errors import InvalidParameter
 
 
+def _expr_params(body: Body) -> dict[str, Any] | None:
+    """Milvus's ``exprParams``: the values of the filter template's ``{name}`` placeholders."""
+    value = body.raw("exprParams")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidParameter(body.path("exprParams"), "must be an object of placeholder name -> value", value)
+    return value
+
+
 def _read_options(body: Body) -> dict[str, Any]:
     options: dict[str, Any] = {
         "filter": body.string("filter", default=""),
@@ -26,6 +36,9 @@ def _read_options(body: Body) -> dict[str, Any]:
     timeout = body.raw("timeout")
     if timeout is not None:
         options["timeout"] = timeout  # seconds; checked by the read task
+    params = _expr_params(body)
+    if params is not None:
+        options["filter_params"] = params
     return options
 
 
@@ -54,6 +67,10 @@ def _parse_delete(body: Body) -> Parsed:
         "partition_name": body.string("partitionName", default=""),
     }
     fields = {"expr": "filter"}
+    params = _expr_params(body)
+    if params is not None:
+        kwargs["filter_params"] = params
+        fields["filter_params"] = "exprParams"
     ids, id_ = body.raw("ids"), body.raw("id")
     if ids is not None and id_ is not None:
         raise InvalidParameter(body.path("ids"), "conflicts with id: give the primary keys once", ids)
@@ -88,6 +105,7 @@ def _parse_search(body: Body) -> Parsed:
             "output_fields": "outputFields",
             "expr": "filter",
             "round_decimal": "roundDecimal",
+            "filter_params": "exprParams",
         },
     )
 
@@ -103,7 +121,9 @@ def _parse_query(body: Body) -> Parsed:
     if body.has("id"):  # Osprey extension: these primary keys only (and the filter, if any)
         ids = body.raw("id")
         kwargs["ids"] = ids if isinstance(ids, list) else [ids]
-    return Parsed(kwargs, {"output_fields": "outputFields", "expr": "filter", "ids": "id"})
+    return Parsed(
+        kwargs, {"output_fields": "outputFields", "expr": "filter", "ids": "id", "filter_params": "exprParams"}
+    )
 
 
 def _parse_get(body: Body) -> Parsed:
@@ -111,6 +131,8 @@ def _parse_get(body: Body) -> Parsed:
     ids = ids if isinstance(ids, list) else [ids]
     options = _read_options(body)
     options.pop("filter")
+    if options.pop("filter_params", None) is not None:  # a get names keys, it has no filter to fill
+        raise InvalidParameter("exprParams", "is not a field of entities/get (a get names primary keys)")
     return Parsed(
         {"collection_name": body.string("collectionName"), "ids": ids, **options},
         {"output_fields": "outputFields", "ids": "id"},

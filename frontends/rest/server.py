@@ -5,6 +5,7 @@ was not read, call, render), and the server's start, stop and health."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -13,16 +14,19 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
+from agents.proxy.access import CHECK_FAILED
 from agents.service import Service
 from frontends.inprocess import InProcessClient
+from frontends.rest.access import ingest_access, route_access
 from frontends.rest.endpoint import Endpoint
 from frontends.rest.parse import PartError, database_of, parse_body, refuse_unread
 from frontends.rest.render import as_rest_error, failure, success
 from frontends.rest.routes import ENDPOINTS, INGEST_ENDPOINTS
-from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, bearer_token, check_token
+from schemas.auth import AUTHORIZATION_HEADER, BEARER_SCHEME, NotAuthenticated, bearer_token
 from schemas.codec import decode
-from schemas.errors import InvalidParameter, OspreyError
-from schemas.ingest import MAX_CHUNK_BYTES
+from schemas.errors import InvalidParameter, OspreyError, ServiceUnavailable
+from schemas.ingest import MAX_CHUNK_BYTES, IngestChunk, IngestOpen
+from schemas.rbac import CALLER, ROOT_USER, PermissionDenied
 from schemas.status import RestFrontEndHealth
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,7 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/v2/vectordb"
 MAX_BODY_SETTING = "rest_max_body_bytes"  # OspreyConfig field: largest request body, bytes
 UNAUTHENTICATED_HTTP_STATUS = 401  # Milvus's REST answer to a request without a valid credential
+FORBIDDEN_HTTP_STATUS = 403  # Milvus's REST answer to a request its user may not make
 AUTH_CHALLENGE = f'{BEARER_SCHEME} realm="osprey"'  # the WWW-Authenticate header of that answer
 
 
@@ -67,9 +72,8 @@ class RestFrontEnd(Service):
         host, _, port = (bind or client.config.proxy_http).rpartition(":")
         self.host, self.port = host, int(port)
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else client.config.rest_max_body_bytes
-        config = client.config
-        # user -> password when credentials are required (authorization_enabled), else None
-        self.users: dict[str, str] | None = dict(config.users) if config.authorization_enabled else None
+        # credentials and privileges checked (authorization_enabled): the proxy's access control
+        self.auth = client.config.authorization_enabled
         self.requests = 0
         self.errors = 0
         self.unauthenticated = 0
@@ -79,7 +83,7 @@ class RestFrontEnd(Service):
         :attr:`max_body_bytes`), the stream writers' routes (:data:`INGEST_ENDPOINTS`, bodies up to
         ``MAX_CHUNK_BYTES``, checked by their handler), :meth:`json_errors` around them all and,
         when credentials are required, :meth:`authenticate` inside it (before any route runs)."""
-        middlewares = [self.json_errors] if self.users is None else [self.json_errors, self.authenticate]
+        middlewares = [self.json_errors, self.authenticate] if self.auth else [self.json_errors]
         app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         for path, endpoint in ENDPOINTS.items():
             app.router.add_post(f"{API_PREFIX}/{path}", self._handler(endpoint))
@@ -114,6 +118,8 @@ class RestFrontEnd(Service):
             except ValidationError as err:
                 first = err.errors()[0]
                 raise InvalidParameter(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+            if isinstance(request, IngestOpen | IngestChunk):  # the stream writers need Insert/Upsert
+                await self._authorize_ingest(request)
             argument = request.query_id if method == "ingest_progress" else request
             result = await getattr(self.client, method)(argument)
             return success(result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
@@ -124,6 +130,21 @@ class RestFrontEnd(Service):
             self.errors += 1
             log.exception("rest: %s failed", method)
             return failure(OspreyError(f"internal error in {method}: {exc!r}"))
+
+    async def _authorize_ingest(self, request: IngestOpen | IngestChunk) -> None:
+        """A stream writer's Insert (or Upsert) on its collection: PermissionDenied (code 65535 in
+        the route's JSON answer) unless the caller may."""
+        access = self.client.proxy.access
+        user = access.caller()
+        if user is None:
+            return
+        collection = None
+        if isinstance(request, IngestChunk):
+            found = await self.client.proxy.cache.collection(request.collection_id)
+            if found is not None:
+                view = await self.client.proxy.cache.view()
+                collection = (view.databases[found.db_id].db_name, found.collection_name)
+        await access.check(user, ingest_access(request, collection))
 
     @web.middleware
     async def json_errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -143,20 +164,48 @@ class RestFrontEnd(Service):
 
     @web.middleware
     async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Only a request whose ``Authorization`` is ``Bearer <user>:<password>`` of :attr:`users`
-        reaches ``handler``; any other is answered HTTP 401 with :class:`NotAuthenticated` (code
-        1800, Milvus's text) before its body or path is looked at."""
+        """Only a request whose ``Authorization`` is ``Bearer <user>:<password>`` of a user of the
+        meta reaches ``handler``; any other is answered HTTP 401 with :class:`NotAuthenticated`
+        (code 1800, Milvus's text) before its body or path is looked at. Then a JSON route's
+        privilege (:mod:`frontends.rest.access`) is checked: a refusal is HTTP 403 with Milvus's
+        code and text. The route runs with the user as the caller (``schemas.rbac.CALLER``)."""
+        access = self.client.proxy.access
         token = bearer_token(request.headers.get(AUTHORIZATION_HEADER))
-        if token is not None and check_token(token, self.users or {}) is not None:
+        try:
+            user = None if token is None else await access.authenticate(token)
+        except Exception as exc:  # the meta unreachable (Redis down): the service's error, code 2
+            log.warning("rest: authentication failed: %r", exc)
+            return web.json_response(failure(ServiceUnavailable(f"{CHECK_FAILED}: {exc!r}")), status=503)
+        if user is None:
+            self.requests += 1
+            self.errors += 1
+            self.unauthenticated += 1
+            return web.json_response(
+                failure(NotAuthenticated()),
+                status=UNAUTHENTICATED_HTTP_STATUS,
+                headers={"WWW-Authenticate": AUTH_CHALLENGE},
+            )
+        path = request.path.removeprefix(API_PREFIX + "/")
+        if path in ENDPOINTS and user != ROOT_USER:  # root may do anything: its bodies are not read twice
+            try:
+                body = json.loads(await request.read() or b"{}")
+            except ValueError:
+                body = None  # the route refuses it (code 1100) before doing anything
+            if isinstance(body, dict):
+                try:
+                    await access.check(user, route_access(path, body))
+                except PermissionDenied as denied:
+                    self.requests += 1
+                    self.errors += 1
+                    return web.json_response(failure(denied), status=FORBIDDEN_HTTP_STATUS)
+                except Exception as exc:  # the meta unreachable: the route does not run
+                    log.warning("rest: privilege check of %s failed: %r", path, exc)
+                    return web.json_response(failure(ServiceUnavailable(f"{CHECK_FAILED}: {exc!r}")), status=503)
+        caller = CALLER.set(user)
+        try:
             return await handler(request)
-        self.requests += 1
-        self.errors += 1
-        self.unauthenticated += 1
-        return web.json_response(
-            failure(NotAuthenticated()),
-            status=UNAUTHENTICATED_HTTP_STATUS,
-            headers={"WWW-Authenticate": AUTH_CHALLENGE},
-        )
+        finally:
+            CALLER.reset(caller)
 
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
@@ -219,7 +268,7 @@ class RestFrontEnd(Service):
         return RestFrontEndHealth(
             **dict(super().health()),
             url=self.url,
-            auth=self.users is not None,
+            auth=self.auth,
             requests=self.requests,
             errors=self.errors,
             unauthenticated=self.unauthenticated,

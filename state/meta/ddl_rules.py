@@ -9,8 +9,7 @@ field and the rule for a request that must be refused; a refused request changes
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from schemas import ddl
@@ -54,6 +53,8 @@ from schemas.meta import (
 from schemas.validation import validate_name
 from state.meta import meta_table as keys
 from state.meta.meta_table import MetaView
+from state.meta.plan import Addition, NewId, Plan
+from state.meta.rbac_rules import RBAC_EVENTS, plan_rbac
 from streams.channels import assign_pchannels, vchannel_name
 from streams.topics import Topics
 
@@ -68,26 +69,6 @@ PARTITION_KEY_DDL = {
     "ReleasePartitions": "disable release partitions if partition key mode is used",
 }
 MAX_COLLECTIONS_PER_DATABASE = 65536  # Milvus quotaAndLimits.limits.maxCollectionNumPerDB
-
-NewId = Callable[[], Awaitable[int]]
-Addition = Callable[[int], tuple[str, str]]
-
-
-@dataclass
-class Plan:
-    """The meta change of one event. ``make_reply(ts)`` gets the write's timestamp (or, for a
-    read or a change with no effect, the event's own timestamp)."""
-
-    make_reply: Callable[[int], ddl.DdlReply]
-    saves: dict[str, str] = field(default_factory=dict)
-    removals: list[str] = field(default_factory=list)
-    removal_prefixes: list[str] = field(default_factory=list)
-    additions: list[Addition] = field(default_factory=list)
-
-    @property
-    def writes(self) -> bool:
-        return bool(self.saves or self.removals or self.removal_prefixes or self.additions)
-
 
 # -- errors worded as Milvus 2.6 words them (its users match the texts; ../shared/milvus_compat.md)
 RULE_DROP_VIA_ALIAS = "must name a collection, not an alias: drop the alias with DropAlias"
@@ -454,11 +435,13 @@ def _alter_collection(e: ddl.AlterCollection, view: MetaView) -> Plan:
     return _altered(e, view, info, properties=properties)
 
 
-FIELD_PARAMS = ("max_length", *FIELD_PROPERTIES)
+FIELD_DESCRIPTION = "field.description"  # Milvus's key for a field's description
+FIELD_PARAMS = ("max_length", FIELD_DESCRIPTION, *FIELD_PROPERTIES)
 
 
 def _alter_collection_field(e: ddl.AlterCollectionField, view: MetaView) -> Plan:
-    """Set a field's ``mmap.enabled`` (not while loaded) or a VARCHAR field's ``max_length``."""
+    """Set a field's ``mmap.enabled`` (not while loaded), its description or a VARCHAR field's
+    ``max_length``."""
     info = _resolve(view, e, "collection_name", e.collection_name)
     schema = info.collection_schema
     field = schema.field(e.field_name)
@@ -471,6 +454,8 @@ def _alter_collection_field(e: ddl.AlterCollectionField, view: MetaView) -> Plan
         )
     params = dict(e.properties)
     update: dict[str, object] = {}
+    if FIELD_DESCRIPTION in params:
+        update["description"] = params.pop(FIELD_DESCRIPTION)
     if "max_length" in params:
         raw = params.pop("max_length")
         if field.dtype is not DataType.VARCHAR:
@@ -1033,6 +1018,8 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
             return _drop_index(event, view)
         case ddl.DescribeIndex():
             return _describe_index(event, view)
+        case _ if isinstance(event, RBAC_EVENTS):  # users, roles, grants, privilege groups
+            return plan_rbac(event, view)
     raise InvalidParameter("kind", "must be a known DDL request kind", getattr(event, "kind", None))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schemas.database import database_name
+from schemas.ddl import DdlReply, RbacReply
 from schemas.errors import CollectionNotFound, DatabaseNotFound
 from schemas.meta import CollectionDescription, CollectionInfo, DatabaseInfo
 from schemas.status import MetaCacheHealth
@@ -105,6 +106,14 @@ class MetaCache:
         """A change touched these collections or databases: the next use reloads the meta."""
         if collection_ids or database_ids:
             self._view = None
+
+    def invalidate_reply(self, reply: DdlReply) -> None:
+        """What a DDL reply says its change touched: collections, databases, or (an
+        :class:`RbacReply` that wrote) users, roles, grants and privilege groups."""
+        if isinstance(reply, RbacReply) and reply.invalidate_rbac:
+            self._view = None
+        else:
+            self.invalidate_ids(reply.invalidate, reply.invalidate_databases)
 
     def invalidate_names(self, db_name: str, names: list[str]) -> None:
         """A DDL event names these collections or aliases of database ``db_name``: reload if any

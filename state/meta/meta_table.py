@@ -34,6 +34,8 @@ from schemas.meta import (
     LoadInfo,
     PartitionInfo,
 )
+from state.meta.rbac_table import RbacView
+from state.meta.rbac_table import owns as rbac_owns
 
 META_PREFIX = "root-coord/"
 DATABASE_PREFIX = META_PREFIX + "database/"
@@ -83,6 +85,7 @@ class MetaView:
     names: dict[tuple[int, str], int] = field(default_factory=dict)  # (db id, name) -> collection id
     loads: dict[int, LoadInfo] = field(default_factory=dict)
     indexes: dict[int, dict[int, IndexInfo]] = field(default_factory=dict)  # collection id -> index id -> index
+    rbac: RbacView = field(default_factory=RbacView)  # users, roles, grants, privilege groups (rbac_table.py)
     # What readers derive from this view and may keep with it (state/readpath/dq_checks.py): a
     # view is built once (from_kvs) and replaced, never changed, when the meta changes.
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -91,7 +94,9 @@ class MetaView:
     def from_kvs(cls, kvs: Mapping[str, str]) -> MetaView:
         view = cls()
         for key, value in kvs.items():
-            if key.startswith(ALIAS_PREFIX):
+            if rbac_owns(key):
+                view.rbac.add(key, value)
+            elif key.startswith(ALIAS_PREFIX):
                 alias = AliasInfo.model_validate_json(value)
                 view.aliases[alias.db_id, alias.alias] = alias
             elif key.startswith(DATABASE_PREFIX):

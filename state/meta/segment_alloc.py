@@ -258,7 +258,7 @@ def estimate_row_bytes(schema: CollectionSchema) -> int:
             size += 4 * (f.dim or 0)
         elif f.dtype == DataType.VARCHAR:
             size += f.max_length or 0
-        elif f.dtype == DataType.JSON:
+        elif f.dtype in (DataType.JSON, DataType.ARRAY):  # Milvus: a variable field's default length
             size += JSON_ESTIMATE_BYTES
         else:
             size += FIXED_BYTES[f.dtype]

@@ -8,6 +8,7 @@ the field and the rule. Its result, :class:`Prepared`, is keyed by ids only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,11 +232,18 @@ def _shape_key(request: SearchRequest | QueryRequest) -> tuple[Any, ...]:
         tuple(request.partition_ids),
         tuple(request.partition_names),
         request.filter,
+        _params_key(request.filter_params),
         tuple(request.output_fields),
     )
     if isinstance(request, SearchRequest):
         return (*common, request.anns_field, request.metric_type)
     return common
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    """The filter parameters as part of a shape key (JSON text: two requests with the same text
+    and the same values are the same shape; a value is typed, so 1 and 1.0 differ)."""
+    return json.dumps(params, sort_keys=True, default=repr) if params else ""
 
 
 def _shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Shape:
@@ -257,7 +265,7 @@ def _derive_shape(request: SearchRequest | QueryRequest, view: MetaView) -> _Sha
     for vchannel in request.vchannels:
         if vchannel not in info.vchannels:
             raise InvalidParameter("vchannels", f"must be vchannels of collection {info.collection_id}", vchannel)
-    flt = compile_filter(request.filter, info.collection_schema)
+    flt = compile_filter(request.filter, info.collection_schema, request.filter_params)
     partition_ids = _partitions(request, info, view, flt)
     if isinstance(request, QueryRequest):
         return _Shape(info, partition_ids, flt, _output_fields(request.output_fields, info, allow_count=True))

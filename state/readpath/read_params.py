@@ -13,7 +13,7 @@ once per request shape; the request the proxy then sends is trusted by the query
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 from schemas.collection import ConsistencyLevel
 from schemas.errors import InvalidParameter
 from schemas.results import COUNT_STAR
+from state.readpath.expr.parser import plain_params
 from state.readpath.reduce import check_paging
 from state.segcore.vector_index import MAX_TOP_K
 
@@ -83,12 +84,14 @@ def _option(params: dict[str, Any], key: str, given: int, default: int) -> int:
 
 @dataclass(frozen=True)
 class _ReadParams:
-    """What both reads ask: the collection (a name or an alias), partitions, filter, output fields
-    and consistency (a level, None for the collection's own; or a guarantee timestamp), and how
-    long to wait for the shards (seconds; None: the proxy's ``search_timeout_s``)."""
+    """What both reads ask: the collection (a name or an alias), partitions, filter (and the
+    values of its template's placeholders, plain JSON), output fields and consistency (a level,
+    None for the collection's own; or a guarantee timestamp), and how long to wait for the shards
+    (seconds; None: the proxy's ``search_timeout_s``)."""
 
     collection_name: str
     filter: str
+    filter_params: dict[str, Any]
     output_fields: list[str]
     partition_names: list[str]
     consistency_level: ConsistencyLevel | None
@@ -128,6 +131,7 @@ class SearchParams(_ReadParams):
         offset: int = 0,
         round_decimal: int = -1,
         db_name: str = "",
+        filter_params: Mapping[str, Any] | None = None,
     ) -> SearchParams:
         """The arguments of :meth:`frontends.api.OspreyAPI.search`, checked (module doc)."""
         level = parse_level(consistency_level)
@@ -152,6 +156,7 @@ class SearchParams(_ReadParams):
             collection_name=collection_name,
             db_name=db_name,
             filter=filter or "",
+            filter_params=plain_params(filter_params),
             output_fields=list(output_fields or []),
             partition_names=list(partition_names or []),
             consistency_level=level,
@@ -194,6 +199,7 @@ class QueryParams(_ReadParams):
         timeout: float | None = None,
         db_name: str = "",
         internal: bool = False,
+        filter_params: Mapping[str, Any] | None = None,
     ) -> QueryParams:
         """The arguments of :meth:`frontends.api.OspreyAPI.query`, checked (module doc)."""
         level = parse_level(consistency_level)
@@ -215,6 +221,7 @@ class QueryParams(_ReadParams):
             collection_name=collection_name,
             db_name=db_name,
             filter=filter or "",
+            filter_params=plain_params(filter_params),
             output_fields=names,
             partition_names=list(partition_names or []),
             consistency_level=level,

@@ -498,7 +498,8 @@ class GrowingSegment:
         see the module doc), one int or n ints; default live.
 
         Vectors: (n, dim) float32-convertible arrays or raw little-endian float32 bytes of n*dim
-        values; VARCHAR: str values; JSON: dicts (or JSON texts, parsed); a missing dynamic ``$meta``
+        values; VARCHAR: str values; JSON: dicts (or JSON texts, parsed); ARRAY: lists (or JSON
+        texts, parsed); a missing dynamic ``$meta``
         column means ``{}`` per row. Everything is checked before anything is stored, so a batch is
         appended whole or not at all; a bad column raises InvalidParameter naming its field.
         Cost: O(n * row width) vectorized; the interim index is extended later (:meth:`index_step`).
@@ -595,6 +596,8 @@ class GrowingSegment:
             return self._convert_strings(field, values, n)
         if field.dtype is DataType.JSON:
             return self._convert_json(field, values, n)
+        if field.dtype is DataType.ARRAY:
+            return self._convert_arrays(field, values, n)
         return self._convert_fixed(field, values, n), 0
 
     @staticmethod
@@ -645,6 +648,16 @@ class GrowingSegment:
             raise InvalidParameter(field.name, "must hold valid JSON") from exc
         payload += sum(len(v) for v in items if isinstance(v, (str, bytes, bytearray)))
         return np.fromiter(parsed, dtype=object, count=n), payload
+
+    @staticmethod
+    def _convert_arrays(field: FieldSchema, values: Any, n: int) -> tuple[np.ndarray, int]:
+        """Object array of one list a row (ARRAY): JSON texts are parsed, lists kept (both checked
+        by the insert path: element types and capacity are not checked again here)."""
+        array, payload = GrowingSegment._convert_json(field, values, n)
+        for row in array:
+            if not isinstance(row, list):
+                raise InvalidParameter(field.name, "must hold one array (list) a row", type(row).__name__)
+        return array, payload + PY_OBJECT_BYTES * sum(len(row) for row in array)
 
     @staticmethod
     def _convert_fixed(field: FieldSchema, values: Any, n: int) -> np.ndarray:

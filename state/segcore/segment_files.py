@@ -10,7 +10,8 @@ Layout (keys in the object store, :mod:`state.objectstore`: a local folder or S3
 The insert log is one Parquet file, one row group, readable with plain ``pyarrow.parquet``:
 integers, floats and bools as their native Arrow types, FLOAT_VECTOR as
 ``fixed_size_list<element: float not null>[dim]`` (vectors round-trip bit for bit: NaN payloads
-and -0.0 included), VARCHAR and JSON (its text) as ``string``. Every Arrow field is non-null and
+and -0.0 included), VARCHAR and JSON (its text) as ``string``, ARRAY as ``list<element: T not
+null>`` of its element type. Every Arrow field is non-null and
 carries the metadata ``{"field_id": ..., "dtype": ...}``. Scalars are dictionary-encoded where
 that pays and snappy-compressed; vectors are PLAIN and uncompressed (float noise does not
 compress, and PLAIN decodes straight into the buffer a sealed segment searches).
@@ -39,13 +40,14 @@ on S3).
 (those may change with the pyarrow version): a version tag, the row count, the row timestamps
 (uint64 LE), the PKs (int64 LE, or each string as a 4-byte LE length then its UTF-8), then every
 other field in schema order (fixed-width values little-endian, bools one byte, vectors their raw
-float32 bytes, VARCHAR/JSON texts like string PKs).
+float32 bytes, VARCHAR/JSON texts like string PKs, ARRAY rows as their compact JSON texts).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -122,8 +124,9 @@ _ARROW_TYPES: dict[DataType, pa.DataType] = {
     DataType.JSON: pa.string(),
 }
 
-Values: TypeAlias = np.ndarray | list[str]
-"""One column's values: numpy for fixed-width types ((n, dim) float32 for vectors), str for VARCHAR/JSON."""
+Values: TypeAlias = np.ndarray | list[str] | list[list[Any]]
+"""One column's values: numpy for fixed-width types ((n, dim) float32 for vectors), str for
+VARCHAR/JSON, a list a row for ARRAY."""
 
 
 class SegmentFileCorrupt(ValueError):
@@ -182,6 +185,9 @@ def _vector_type(dim: int) -> pa.DataType:
 def _arrow_type(field: FieldSchema) -> pa.DataType:
     if field.dtype is DataType.FLOAT_VECTOR:
         return _vector_type(field.dim or 0)
+    if field.dtype is DataType.ARRAY:
+        assert field.element_type is not None
+        return pa.list_(pa.field(VECTOR_ELEMENT, _ARROW_TYPES[field.element_type], nullable=False))
     return _ARROW_TYPES[field.dtype]
 
 
@@ -204,7 +210,7 @@ def _arrow_array(field: FieldSchema, values: Values) -> pa.Array:
         assert isinstance(values, np.ndarray)
         flat = pa.array(values.reshape(-1), type=pa.float32())  # zero-copy over the numpy buffer
         return pa.FixedSizeListArray.from_arrays(flat, type=_vector_type(field.dim or 0))
-    return pa.array(values, type=_ARROW_TYPES[field.dtype])
+    return pa.array(values, type=_arrow_type(field))
 
 
 # ---------------------------------------------------------------------- input checks
@@ -258,9 +264,27 @@ def _texts(field: FieldSchema, values: Any, n: int) -> list[str]:
     return texts
 
 
+def _arrays(field: FieldSchema, values: Any, n: int) -> list[list[Any]]:
+    """ARRAY rows: lists, or the JSON texts they travel as (parsed here)."""
+    if isinstance(values, (str, bytes)):
+        raise InvalidParameter(field.name, "must be a sequence of arrays, not one string")
+    try:
+        rows = [json.loads(v) if isinstance(v, str) else v for v in values]
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(field.name, "must be a sequence of lists or of their JSON texts") from exc
+    if len(rows) != n:
+        raise InvalidParameter(field.name, f"must have {n} values (one per row)", len(rows))
+    for row in rows:
+        if not isinstance(row, list):
+            raise InvalidParameter(field.name, "must hold one list a row", type(row).__name__)
+    return rows
+
+
 def _column(field: FieldSchema, values: Any, n: int) -> Values:
     if field.dtype is DataType.FLOAT_VECTOR:
         return _vectors(field, values, n)
+    if field.dtype is DataType.ARRAY:
+        return _arrays(field, values, n)
     if field.dtype in (DataType.VARCHAR, DataType.JSON):
         return _texts(field, values, n)
     return _fixed(field, values, n)
@@ -319,7 +343,7 @@ def _hash_texts(h: Any, texts: Sequence[str]) -> None:
         h.update(b"".join(len(b).to_bytes(STRING_LENGTH_BYTES, "little") + b for b in encoded))
 
 
-def _hash_values(h: Any, values: Values) -> None:
+def _hash_values(h: Any, values: np.ndarray | Sequence[str]) -> None:
     if isinstance(values, np.ndarray):
         h.update(np.ascontiguousarray(values).data.cast("B"))
     else:
@@ -332,10 +356,15 @@ def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, co
     h = hashlib.sha256(DIGEST_TAG)
     h.update(len(row_ts).to_bytes(8, "little"))
     h.update(np.ascontiguousarray(row_ts, dtype="<u8").data.cast("B"))
-    _hash_values(h, pks)
+    _hash_values(h, pks)  # type: ignore[arg-type]  # int64 or strings, never ARRAY rows
     for f in schema.fields:
-        if not f.is_primary:
-            _hash_values(h, columns[f.name])
+        if f.is_primary:
+            continue
+        values = columns[f.name]
+        if f.dtype is DataType.ARRAY:  # a row as its compact JSON text
+            _hash_texts(h, [json.dumps(row, separators=(",", ":")) for row in values])
+        else:
+            _hash_values(h, values)  # type: ignore[arg-type]  # texts or numpy: not ARRAY rows
     return h.hexdigest()
 
 
@@ -363,7 +392,11 @@ def sync_and_describe(path: Path) -> FileEntry:
 
 
 def _write_parquet(path: Path, table: pa.Table, schema: CollectionSchema) -> FileEntry:
-    scalars = [ROW_TS_COLUMN] + [f.name for f in schema.fields if not f.dtype.is_vector]
+    scalars = [ROW_TS_COLUMN] + [
+        f"{f.name}.list.{VECTOR_ELEMENT}" if f.dtype is DataType.ARRAY else f.name
+        for f in schema.fields
+        if not f.dtype.is_vector
+    ]
     compression = {name: SCALAR_COMPRESSION for name in scalars}
     for f in schema.vector_fields:
         compression[f"{f.name}.list.{VECTOR_ELEMENT}"] = VECTOR_COMPRESSION
@@ -643,7 +676,8 @@ def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, 
     """(pks, row_ts, every non-PK field by name) of an insert log: the inverse of what
     :func:`write_segment` takes. Fixed-width columns and vectors are zero-copy read-only numpy views
     of the arrow data buffers when the column is one chunk ((n, dim) float32 for vectors; bools are
-    unpacked, a copy); VARCHAR/JSON (and a VARCHAR PK) come as lists of str. A view keeps only its
+    unpacked, a copy); VARCHAR/JSON (and a VARCHAR PK) come as lists of str, ARRAY as lists of
+    lists. A view keeps only its
     own arrow buffer alive, not the table. InvalidParameter naming a missing or mistyped column."""
     n = table.num_rows
     for name in [ROW_TS_COLUMN] + [f.name for f in schema.fields]:
@@ -667,7 +701,7 @@ def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, 
             column = np.frombuffer(
                 child.buffers()[1], dtype="<f4", count=n * dim, offset=(child.offset + array.offset * dim) * 4
             ).reshape(n, dim)
-        elif f.dtype in (DataType.VARCHAR, DataType.JSON):
+        elif f.dtype in (DataType.VARCHAR, DataType.JSON, DataType.ARRAY):
             column = array.to_pylist()
         elif f.dtype is DataType.BOOL:
             column = array.to_numpy(zero_copy_only=False)
@@ -691,7 +725,7 @@ def check_fields(schema: CollectionSchema, manifest: SegmentManifest) -> None:
 
 def _row_bytes(schema: CollectionSchema) -> int:
     """Rough decoded bytes of one row (strings counted as 64 bytes)."""
-    widths = {DataType.VARCHAR: 64, DataType.JSON: 64}
+    widths = {DataType.VARCHAR: 64, DataType.JSON: 64, DataType.ARRAY: 64}
     total = 8  # the row timestamp
     for f in schema.fields:
         if f.dtype is DataType.FLOAT_VECTOR:
@@ -707,7 +741,8 @@ def load_segment_columns(
     """(manifest, pks, row_ts, every non-PK field by name) of the segment at ``path``, decoded in
     batches of ~``batch_bytes`` (default LOAD_BATCH_BYTES) straight into arrays of exactly
     ``num_rows`` rows that the caller owns (int64/uint64/fixed-width numpy, C-contiguous (n, dim)
-    float32 vectors, lists of str for VARCHAR/JSON): memory peaks at the result plus one batch,
+    float32 vectors, lists of str for VARCHAR/JSON, of lists for ARRAY): memory peaks at the result
+    plus one batch,
     unlike a whole-table read (:func:`read_segment` + :func:`segment_columns`), whose decoder
     peaks at ~2.6x the column. ``verify`` as in :func:`read_segment`.
     InvalidParameter when the segment's fields are not ``schema``'s; SegmentFileCorrupt when the
@@ -720,11 +755,11 @@ def load_segment_columns(
     n = manifest.num_rows
     row_ts = np.empty(n, "<u8")
     fixed: dict[str, np.ndarray] = {}
-    texts: dict[str, list[str]] = {}
+    texts: dict[str, list[Any]] = {}  # VARCHAR/JSON texts, ARRAY lists
     for f in schema.fields:
         if f.dtype is DataType.FLOAT_VECTOR:
             fixed[f.name] = np.empty((n, f.dim or 0), "<f4")
-        elif f.dtype in (DataType.VARCHAR, DataType.JSON):
+        elif f.dtype in (DataType.VARCHAR, DataType.JSON, DataType.ARRAY):
             texts[f.name] = []
         else:
             fixed[f.name] = np.empty(n, NUMPY_DTYPE[f.dtype])

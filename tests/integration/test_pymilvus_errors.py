@@ -265,12 +265,10 @@ def test_more_replicas_than_nodes_and_partial_loads_are_refused(milvus: MilvusCl
     assert milvus.get_load_state(name)["state"].name == "Loaded"
 
 
-def test_ignore_growing_and_filter_templates_are_refused(milvus: MilvusClient) -> None:
+def test_ignore_growing_is_refused(milvus: MilvusClient) -> None:
     name = loaded(milvus)
     err = refused(lambda: milvus.search(name, [[0.5] * DIM], limit=3, search_params={"ignore_growing": True}))
     assert "ignore_growing" in err.message and NOT_YET in err.message
-    err = refused(lambda: milvus.query(name, filter="id == {x}", filter_params={"x": 1}))
-    assert "expr_template_values" in err.message and NOT_YET in err.message
 
 
 # ---------------------------------------------------------------------------- served now

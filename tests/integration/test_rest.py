@@ -412,7 +412,12 @@ async def test_a_missing_database_is_milvus_database_not_found(rest: Rest) -> No
             "groupingField",
             "grouping search",
         ),
-        ("entities/query", {"collectionName": "c", "exprParams": {"x": 1}}, "exprParams", "filter templates"),
+        (
+            "entities/search",
+            {"collectionName": "c", "data": [[0.1]], "functionScore": {"x": 1}},
+            "functionScore",
+            "rerankers",
+        ),
         (
             "collections/create",
             {"collectionName": "c", "dimension": 8, "params": {"partitionsNum": 4}},

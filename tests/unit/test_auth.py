@@ -1,16 +1,18 @@
 """Credentials without a cluster: the one ``user:password`` check both front ends use, the REST
 ``Bearer`` header, the token Osprey's clients send, NotAuthenticated as data, the REST front end's
-guard (a stub client behind it) and ``osprey settings`` printing no password."""
+guard (a stub client and its proxy's access control on the configured users behind it) and
+``osprey settings`` printing no password."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from agents.proxy.access import AccessControl
 from frontends.cli import main, settings_table
 from frontends.milvus_grpc.server import credential_user
 from frontends.rest.server import API_PREFIX, RestFrontEnd
@@ -25,6 +27,10 @@ from schemas.auth import (
 )
 from schemas.config import OspreyConfig
 from schemas.errors import ERROR_CLASSES, from_status
+from schemas.passwords import hash_password
+from schemas.rbac import CredentialInfo
+from state.meta.meta_cache import MetaCache
+from state.meta.meta_table import MetaView
 
 USERS = {"root": "Milvus", "alice": "s3:cr:et", "émile": "pässwörd"}
 
@@ -113,11 +119,33 @@ def test_settings_print_no_password(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # -- the REST guard, with a stub client behind it
+class StubMeta:
+    """A meta cache holding the config's users (the rootcoord's bootstrap), salted and hashed."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.meta = MetaView()
+        for user, password in users.items():
+            self.meta.rbac.credentials[user] = CredentialInfo(user_name=user, password_hash=hash_password(password))
+
+    async def view(self) -> MetaView:
+        return self.meta
+
+    async def refresh(self) -> MetaView:
+        return self.meta
+
+
+class StubProxy:
+    def __init__(self, config: OspreyConfig) -> None:
+        self.access = AccessControl(config, cast(MetaCache, StubMeta(config.users)))
+
+
 class StubClient:
-    """What the REST front end needs of an InProcessClient for ``collections/list``; counts calls."""
+    """What the REST front end needs of an InProcessClient for ``collections/list`` (and its
+    proxy's access control, on the config's users); counts calls."""
 
     def __init__(self, config: OspreyConfig) -> None:
         self.config = config
+        self.proxy = StubProxy(config)
         self.calls = 0
 
     async def list_collections(self, as_of: int = 0) -> list[str]:

@@ -34,7 +34,7 @@ from schemas.validation import (
     validate_name,
 )
 
-ALL_DTYPES = "BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE, VARCHAR, JSON, FLOAT_VECTOR"
+ALL_DTYPES = "BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE, VARCHAR, JSON, ARRAY, FLOAT_VECTOR"
 
 
 def pk(**kw: Any) -> dict[str, Any]:

@@ -265,3 +265,21 @@ async def test_the_cache_resolves_a_name_alone_and_reloads_once_for_one_it_does_
     with pytest.raises(CollectionNotFound):
         await cache.resolve("nope")
     assert cache.loads == 2
+
+
+def test_filter_params_are_part_of_a_request_shape() -> None:
+    """A filter template's values travel with the request (dq-request too) and are substituted
+    when the node prepares it: two requests of one template and different values are two shapes."""
+    v = view()
+    request = search(filter="age > {lo}", filter_params={"lo": 3})
+    assert decode(encode(request), DQ_REQUEST).filter_params == {"lo": 3}  # as dq-request carries it
+    three = prepare(request, v)
+    four = prepare(search(filter="age > {lo}", filter_params={"lo": 4}), v)
+    assert len(v.memo) == 2 and three.filter is not None and four.filter is not None
+    ages = {"age": np.array([3, 4, 5], np.int64)}
+    assert three.filter.evaluate(ages, 3).tolist() == [False, True, True]
+    assert four.filter.evaluate(ages, 3).tolist() == [False, False, True]
+    assert len(v.memo) == 2 and prepare(search(filter="age > {lo}", filter_params={"lo": 3.0}), v)
+    assert len(v.memo) == 3  # 3.0 is another value than 3 (typed): another shape
+    with pytest.raises(InvalidParameter, match=r"template variable name \{lo\} is not found"):
+        prepare(search(filter="age > {lo}"), v)

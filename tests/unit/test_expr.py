@@ -294,7 +294,24 @@ def test_field_ref_records_its_position() -> None:
         ('a["k" == 1', "expected ']' at position 6, got token '=='"),
         ('a == -"x"', "expected a number after the sign at position 6, got token '\"x\"'"),
         ("a", "expected a comparison operator, 'in' or 'like' at position 1, got end of expression"),
-        ("a == [1]", "unexpected token '[' at position 5"),
+        ("a == [1", "expected ',' or ']' at position 7, got end of expression"),
+        (
+            "a == {x}",
+            "the value of expression template variable name {x} is not found (position 6): give it in filter_params",
+        ),
+        ("json_contains(1, 2)", "expected a field after 'json_contains(' at position 14, got token '1'"),
+        (
+            "array_contains_all(a, 1)",
+            "array_contains_all needs a list as its second argument at position 0 "
+            "(CONTAINS_ALL operation element must be an array)",
+        ),
+        (
+            "lower(a) == 1",
+            "unknown function 'lower' at position 0 (known: json_contains, json_contains_all, json_contains_any, "
+            "array_contains, array_contains_all, array_contains_any, array_length)",
+        ),
+        ("exists 1", "expected a field after 'exists' at position 7, got token '1'"),
+        ("a in {x", "expected '}' at position 7, got end of expression"),
     ],
 )
 def test_malformed_expressions_name_the_position(expr: str, rule: str) -> None:

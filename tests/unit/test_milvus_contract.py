@@ -28,6 +28,7 @@ from frontends.api import OspreyAPI
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc import contract
 from frontends.milvus_grpc.contract import CONTRACTS, RPCS, SERVICE, UNSUPPORTED_RPCS, Treatment
+from frontends.milvus_grpc.rbac_service import RbacServicer
 from frontends.milvus_grpc.service import Collections, MilvusServicer, carries_status, reply_type
 from schemas.config import OspreyConfig
 from schemas.errors import DatabaseNotFound, InvalidParameter
@@ -211,7 +212,7 @@ def test_embedded_messages_are_parsed_once() -> None:
 def servicer() -> MilvusServicer:
     """A servicer on a proxy that is not started: a refusal answers before any work is done."""
     client = InProcessClient(OspreyConfig())
-    return MilvusServicer(client, client.proxy)
+    return RbacServicer(client, client.proxy)  # the front end's servicer: MilvusServicer and the RBAC RPCs
 
 
 @pytest.mark.parametrize(

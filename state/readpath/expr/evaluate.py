@@ -3,11 +3,13 @@
 :func:`compile_filter` parses, resolves every name against the schema and type-checks once, then
 builds a tree of column kernels; :meth:`Filter.evaluate` runs them over columnar data and returns
 one ``bool`` per row. The tests check it against a deliberately naive per-row interpreter of the
-same semantics (``tests/expr_oracle.py``).
+same semantics (``tests/expr_oracle.py``). The value tests are in :mod:`.kernels`, the kernels of
+ARRAY columns in :mod:`.arrays`.
 
 Name resolution (Milvus): a schema field by exact name; ``json_field["k"][0]`` walks a JSON field;
-``$meta[...]`` is the dynamic field; with ``enable_dynamic_field`` any other bare name ``k`` means
-``$meta["k"]``. Vector fields cannot be filtered.
+``array_field[2]`` is an element of an ARRAY field (one integer index); ``$meta[...]`` is the
+dynamic field; with ``enable_dynamic_field`` any other bare name ``k`` means ``$meta["k"]``.
+Vector fields cannot be filtered.
 
 Semantics:
 
@@ -17,71 +19,141 @@ Semantics:
   satisfies nothing but ``!=``.
 - VARCHAR compares by code point (= UTF-8 byte order, as Milvus).
 - JSON/dynamic values are typed per row: a number literal matches JSON numbers only (never
-  booleans), a string literal strings, a boolean literal booleans. A missing key, a null, or a value
-  of another type makes ``== < <= > >= in like`` false and — as Milvus's
-  ``UnaryRangeJSONCompareNotEqual`` does — ``!=`` and ``not in`` true: they are exact negations.
+  booleans), a string literal strings, a boolean literal booleans, a list literal a list of equal
+  elements. A missing key, a null, or a value of another type makes ``== < <= > >= in like`` false
+  and — as Milvus's ``UnaryRangeJSONCompareNotEqual`` does — ``!=`` and ``not in`` true: they are
+  exact negations. A path is read as Milvus reads its JSON pointer (:func:`.kernels.json_lookup`).
+- ARRAY fields (:mod:`.arrays`): ``a[i]`` compares, ``in`` and ``like`` as a scalar of the element
+  type, and a row without an i-th element matches nothing (``!=`` included); ``a == [..]`` and
+  ``a != [..]`` compare whole arrays; ordering a whole array is an error (Milvus's "can not
+  comparisons array fields directly").
+- ``json_contains(x, v)`` / ``array_contains(x, v)``: the array at ``x`` (an ARRAY field, or a JSON
+  path holding an array) has an element equal to ``v``; ``*_contains_all(x, [..])`` every value,
+  ``*_contains_any(x, [..])`` one of them (an empty list: every row for ``_all``, none for
+  ``_any``). A JSON path without an array matches nothing. On an ARRAY field the values must be of
+  its element type (numbers for numbers; ``array_contains`` of an integer array takes integers only,
+  as Milvus casts the value to the element type).
+- ``array_length(x) op n`` (n an integer): the number of elements of an ARRAY field, or of the array
+  at a JSON path (0 where the path holds no array, as Milvus counts it).
+- ``exists x["k"]`` (a JSON or dynamic key): the path is present and its value is not empty (not
+  null, not ``{}``/``[]`` or made of those only: Milvus's ``isObjectEmpty``).
 - ``like``: ``%`` matches any run (also empty), ``_`` exactly one character, ``\\`` makes the next
   character literal (``\\%``, ``\\_``, ``\\\\``); a trailing lone ``\\`` is an error. This is current
   Milvus (``planparserv2/pattern_match.go`` wildcards ``%`` and ``_``, C++
   ``translate_pattern_match_to_regex``). In the expression text the backslash itself must be
   escaped: ``name like "100\\\\%"`` matches the string ``100%``.
+- Filter templates: ``{name}`` placeholders take the values of ``params`` at parse time
+  (:mod:`.parser`); the compiled filter is the one the literal text would give.
 """
 
 from __future__ import annotations
 
-import math
-import operator
-import re
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType
+from state.readpath.expr import arrays
+from state.readpath.expr.kernels import (
+    ANY_ONE,
+    ANY_RUN,
+    FLOAT_TYPES,
+    INT_TYPES,
+    NUMERIC_TYPES,
+    Column,
+    ValueTest,
+    compare_float,
+    compare_int,
+    constant,
+    is_number,
+    isin_float,
+    isin_int,
+    json_contains_test,
+    json_equal,
+    json_lookup,
+    json_mask,
+    json_present,
+    json_test,
+    like_matcher,
+    like_tokens,
+    scalar_compare,
+    scalar_in,
+    scalar_like,
+)
 from state.readpath.expr.lexer import expr_error
 from state.readpath.expr.parser import (
+    CONTAINS,
+    CONTAINS_ALL,
     ORDER_OPS,
     And,
     Compare,
+    Contains,
+    Exists,
     FieldRef,
     InList,
+    LengthCompare,
     Like,
-    Literal,
     Node,
     Not,
     Or,
+    Value,
     parse,
 )
 
-Column = Sequence[Any] | np.ndarray
+__all__ = [
+    "ANY_ONE",
+    "ANY_RUN",
+    "FLOAT_TYPES",
+    "INT_TYPES",
+    "NUMERIC_TYPES",
+    "Filter",
+    "compare_float",
+    "compare_int",
+    "compile_filter",
+    "isin_float",
+    "isin_int",
+    "json_lookup",
+    "like_matcher",
+    "like_tokens",
+]
+
 Columns = Mapping[str, Column]
 Kernel = Callable[[Columns, int], np.ndarray]  # (columns, n_rows) -> bool[n_rows]
 
-INT_TYPES: Final = frozenset({DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64})
-FLOAT_TYPES: Final = frozenset({DataType.FLOAT, DataType.DOUBLE})
-NUMERIC_TYPES: Final = INT_TYPES | FLOAT_TYPES
 LIKE_TYPES: Final = frozenset({DataType.VARCHAR, DataType.JSON})
 
 RULE_UNKNOWN_FIELD: Final = "field '{name}' does not exist in the collection schema"
 RULE_VECTOR_FIELD: Final = "field '{name}' is {dtype}: vector fields cannot be used in a filter"
 RULE_PATH_ON_SCALAR: Final = "field '{name}' is {dtype}: only JSON and dynamic fields take a [\"key\"] path"
+RULE_ARRAY_INDEX: Final = (
+    "field '{name}' is ARRAY: can only access array field with integer index, one [index] (got {path})"
+)
 RULE_TYPE_MISMATCH: Final = "field '{name}' is {dtype} and cannot be compared with {what}"
 RULE_BOOL_ORDER: Final = (
     "field '{name}' cannot be compared with a boolean using '{op}': booleans support only == and !="
 )
+RULE_LIST_ORDER: Final = "field '{name}' cannot be compared with a list using '{op}': lists support only == and !="
+RULE_ARRAY_ORDER: Final = (
+    "can not comparisons array fields directly: field '{name}' is ARRAY; compare its elements ({name}[0] {op} ...)"
+)
+RULE_ARRAY_WHOLE: Final = "field '{name}' is ARRAY: '{what}' needs one of its elements ({name}[0] {what} ...)"
 RULE_LIKE_TYPE: Final = "field '{name}' is {dtype}: 'like' needs a VARCHAR or JSON field"
 RULE_LIKE_TRAILING_ESCAPE: Final = "like pattern {pattern!r} on field '{name}' ends with an unescaped '\\'"
-
-_OPS: Final[dict[str, Callable[[Any, Any], Any]]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
+RULE_CONTAINS_TYPE: Final = (
+    "{function} operation are only supported on json or array fields now: field '{name}' is {dtype}"
+)
+RULE_CONTAINS_ELEMENT: Final = "{function} operation on field '{name}' needs the whole array, not an element"
+RULE_CONTAINS_VALUE: Final = (
+    "{function} operation can't compare between array element type: {element} and {what} (field '{name}')"
+)
+RULE_LENGTH_TYPE: Final = (
+    "array_length operation are only supported on json or array fields now: field '{name}' is {dtype}"
+)
+RULE_LENGTH_VALUE: Final = "array_length({name}) compares with an integer, not {what}"
+RULE_EXISTS_TYPE: Final = "exists operations are only supported on json field: field '{name}' is {dtype}"
+RULE_EXISTS_KEY: Final = 'exists operations are only supported on json key: give a key ({name}["key"])'
 
 
 @dataclass(frozen=True)
@@ -98,23 +170,24 @@ class Filter:
 
         ``columns`` maps every name in :attr:`fields` to ``n_rows`` values: numpy arrays for
         BOOL/INT*/FLOAT/DOUBLE, a list or object array of ``str`` for VARCHAR, a list or object
-        array of parsed JSON values (dict, or None) for JSON fields and ``$meta``. KeyError for a
-        missing column, ValueError for one of the wrong length.
+        array of parsed JSON values (dict, or None) for JSON fields and ``$meta``, of lists for
+        ARRAY fields. KeyError for a missing column, ValueError for one of the wrong length.
         """
         for name in self.fields:
             if name not in columns:
                 raise KeyError(f"filter {self.expr!r} needs column {name!r}")
             if len(columns[name]) != n_rows:
                 raise ValueError(f"column {name!r} has {len(columns[name])} values, expected n_rows={n_rows}")
-        return self._kernel(columns, n_rows)
+        return self._kernel(arrays.MemoColumns({name: columns[name] for name in self.fields}), n_rows)
 
 
-def compile_filter(expr: str, schema: CollectionSchema) -> Filter | None:
+def compile_filter(expr: str, schema: CollectionSchema, params: Mapping[str, Any] | None = None) -> Filter | None:
     """Parse, resolve and type-check ``expr`` against ``schema``; None for an empty expression.
+    ``params``: the values of the filter template's ``{name}`` placeholders.
 
     Every problem is ``InvalidParameter(field="expr", rule=..., got=expr)``.
     """
-    ast = parse(expr)
+    ast = parse(expr, params)
     if ast is None:
         return None
     binder = _Binder(expr, schema)
@@ -123,6 +196,30 @@ def compile_filter(expr: str, schema: CollectionSchema) -> Filter | None:
 
 
 # -- binding: names, types, kernels -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a FieldRef reads: the column (``ref.name``), its type, and for an ARRAY field its
+    element type and, for ``a[i]``, the index."""
+
+    ref: FieldRef
+    dtype: DataType
+    element: DataType | None = None
+    index: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
+    def whole_array(self) -> bool:
+        return self.dtype is DataType.ARRAY and self.index is None
+
+    @property
+    def value_type(self) -> DataType:
+        """The type a comparison compares: the element type for ``a[i]``, else the field's."""
+        return self.element if self.index is not None and self.element is not None else self.dtype
 
 
 class _Binder:
@@ -147,69 +244,217 @@ class _Binder:
         if isinstance(node, Not):
             child, kernel = self.bind(node.operand)
             return Not(child), _negation(kernel)
-        ref, dtype = self.resolve(node.field)
+        target = self.resolve(node.field)
+        self.fields.add(target.name)
         name = str(node.field)
-        self.fields.add(ref.name)
         if isinstance(node, Compare):
-            self.check_literal(name, dtype, node.op, node.value)
-            return Compare(ref, node.op, node.value), _compare_kernel(ref, dtype, node.op, node.value)
+            return Compare(target.ref, node.op, node.value), self.compare(target, name, node.op, node.value)
         if isinstance(node, InList):
-            for value in node.values:
-                self.check_literal(name, dtype, "==", value)
-            kernel = _in_kernel(ref, dtype, node.values)
-            return InList(ref, node.values, node.negated), _negation(kernel) if node.negated else kernel
-        if dtype not in LIKE_TYPES:
-            raise self.error(RULE_LIKE_TYPE.format(name=name, dtype=dtype.value))
-        if like_tokens(node.pattern) is None:
-            raise self.error(RULE_LIKE_TRAILING_ESCAPE.format(pattern=node.pattern, name=name))
-        return Like(ref, node.pattern), _like_kernel(ref, dtype, node.pattern)
+            kernel = self.in_list(target, name, node.values)
+            return InList(target.ref, node.values, node.negated), _negation(kernel) if node.negated else kernel
+        if isinstance(node, Like):
+            return Like(target.ref, node.pattern), self.like(target, name, node.pattern)
+        if isinstance(node, Contains):
+            kernel = self.contains(target, name, node)
+            return Contains(target.ref, node.mode, node.values, node.function), kernel
+        if isinstance(node, LengthCompare):
+            return LengthCompare(target.ref, node.op, node.value), self.length(target, name, node.op, node.value)
+        return Exists(target.ref), self.exists(target, name)
 
-    def resolve(self, ref: FieldRef) -> tuple[FieldRef, DataType]:
+    def resolve(self, ref: FieldRef) -> _Target:
         """The column ``ref`` reads and its type; a dynamic bare name becomes ``$meta[name]...``."""
         dynamic = self.schema.enable_dynamic_field
         if ref.name == DYNAMIC_FIELD_NAME:
             if not dynamic:
                 raise self.error(RULE_UNKNOWN_FIELD.format(name=ref.name))
-            return ref, DataType.JSON
+            return _Target(ref, DataType.JSON)
         schema_field = self.schema.field(ref.name)
         if schema_field is None:
             if not dynamic:
                 raise self.error(RULE_UNKNOWN_FIELD.format(name=ref.name))
-            return FieldRef(DYNAMIC_FIELD_NAME, (ref.name, *ref.json_path), ref.pos), DataType.JSON
+            return _Target(FieldRef(DYNAMIC_FIELD_NAME, (ref.name, *ref.json_path), ref.pos), DataType.JSON)
         dtype = schema_field.dtype
         if dtype.is_vector:
             raise self.error(RULE_VECTOR_FIELD.format(name=ref.name, dtype=dtype.value))
+        if dtype is DataType.ARRAY:
+            path = ref.json_path
+            if path and (len(path) > 1 or not isinstance(path[0], int)):
+                shown = "".join(f"[{k!r}]" for k in path)
+                raise self.error(RULE_ARRAY_INDEX.format(name=ref.name, path=shown))
+            index = path[0] if path else None
+            return _Target(ref, dtype, schema_field.element_type, index if isinstance(index, int) else None)
         if ref.json_path and dtype is not DataType.JSON:
             raise self.error(RULE_PATH_ON_SCALAR.format(name=ref.name, dtype=dtype.value))
-        return ref, dtype
+        return _Target(ref, dtype)
 
-    def check_literal(self, name: str, dtype: DataType, op: str, value: Literal) -> None:
+    # -- predicates
+
+    def compare(self, target: _Target, name: str, op: str, value: Value) -> Kernel:
+        if target.whole_array:
+            if op not in ("==", "!="):
+                raise self.error(RULE_ARRAY_ORDER.format(name=name, op=op))
+            element = self.array_element(target)
+            if not isinstance(value, tuple):
+                raise self.error(
+                    RULE_TYPE_MISMATCH.format(name=name, dtype=_array_type(element), what=_describe(value))
+                )
+            for item in value:
+                self.check_literal(name, element, "==", item)
+            kernel = arrays.equal_kernel(target.name, element, value)
+            return _negation(kernel) if op == "!=" else kernel
+        self.check_literal(name, target.value_type, op, value)
+        if target.dtype is DataType.JSON:
+            test = json_test(op, value)
+            path = target.ref.json_path
+            return lambda cols, n: json_mask(cols[target.name], path, test, n)
+        return self.scalar_kernel(target, scalar_compare(target.value_type, op, value))
+
+    def in_list(self, target: _Target, name: str, values: tuple[Value, ...]) -> Kernel:
+        if target.whole_array:
+            raise self.error(RULE_ARRAY_WHOLE.format(name=name, what="in"))
+        for value in values:
+            self.check_literal(name, target.value_type, "==", value)
+        if target.dtype is DataType.JSON:
+            path = target.ref.json_path
+            return lambda cols, n: json_mask(
+                cols[target.name], path, lambda x: any(json_equal(x, v) for v in values), n
+            )
+        return self.scalar_kernel(target, scalar_in(target.value_type, values))
+
+    def like(self, target: _Target, name: str, pattern: str) -> Kernel:
+        if target.whole_array:
+            raise self.error(RULE_ARRAY_WHOLE.format(name=name, what="like"))
+        if target.value_type not in LIKE_TYPES:
+            raise self.error(RULE_LIKE_TYPE.format(name=name, dtype=_type_name(target)))
+        if like_tokens(pattern) is None:
+            raise self.error(RULE_LIKE_TRAILING_ESCAPE.format(pattern=pattern, name=name))
+        if target.dtype is DataType.JSON:
+            match = like_matcher(pattern)
+            path = target.ref.json_path
+            return lambda cols, n: json_mask(cols[target.name], path, lambda x: isinstance(x, str) and match(x), n)
+        return self.scalar_kernel(target, scalar_like(pattern))
+
+    def contains(self, target: _Target, name: str, node: Contains) -> Kernel:
+        function = node.function or node.mode
+        mode_all = node.mode == CONTAINS_ALL
+        if target.dtype is DataType.JSON:
+            path, values = target.ref.json_path, node.values
+            if not values:
+                return lambda cols, n: constant(n, mode_all)
+            test = json_contains_test(mode_all, values)
+            return lambda cols, n: json_mask(cols[target.name], path, test, n)
+        if target.dtype is not DataType.ARRAY:
+            raise self.error(RULE_CONTAINS_TYPE.format(function=function, name=name, dtype=target.dtype.value))
+        if target.index is not None:
+            raise self.error(RULE_CONTAINS_ELEMENT.format(function=function, name=name))
+        element = self.array_element(target)
+        for value in node.values:
+            if not _element_value_fits(element, value, exact=node.mode == CONTAINS):
+                raise self.error(
+                    RULE_CONTAINS_VALUE.format(
+                        function=function, element=element.value, what=_describe(value), name=name
+                    )
+                )
+        return arrays.contains_kernel(target.name, element, mode_all, node.values)
+
+    def length(self, target: _Target, name: str, op: str, value: Value) -> Kernel:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(RULE_LENGTH_VALUE.format(name=name, what=_describe(value)))
+        if target.dtype is DataType.JSON:
+            path = target.ref.json_path
+
+            def kernel(cols: Columns, n: int) -> np.ndarray:
+                lengths = np.fromiter(
+                    (len(x) if isinstance(x, list) else 0 for x in _lookups(cols[target.name], path)),
+                    dtype=np.int64,
+                    count=n,
+                )
+                return compare_int(lengths, op, value)
+
+            return kernel
+        if target.dtype is not DataType.ARRAY:
+            raise self.error(RULE_LENGTH_TYPE.format(name=name, dtype=target.dtype.value))
+        if target.index is not None:
+            raise self.error(RULE_LENGTH_TYPE.format(name=name, dtype=f"an element of ARRAY {target.name}"))
+        return arrays.length_kernel(target.name, op, value)
+
+    def exists(self, target: _Target, name: str) -> Kernel:
+        if target.dtype is not DataType.JSON:
+            raise self.error(RULE_EXISTS_TYPE.format(name=name, dtype=_type_name(target)))
+        path = target.ref.json_path
+        if not path:
+            raise self.error(RULE_EXISTS_KEY.format(name=name))
+        return lambda cols, n: json_mask(cols[target.name], path, json_present, n)
+
+    # -- helpers
+
+    def array_element(self, target: _Target) -> DataType:
+        assert target.element is not None  # an ARRAY field has an element type (schemas.collection)
+        return target.element
+
+    def scalar_kernel(self, target: _Target, test: ValueTest) -> Kernel:
+        """``test`` over a scalar column, or over the element ``a[i]`` of an ARRAY column."""
+        if target.index is not None:
+            return arrays.element_kernel(target.name, self.array_element(target), target.index, test)
+        column = target.name
+        return lambda cols, n: test(cols[column])
+
+    def check_literal(self, name: str, dtype: DataType, op: str, value: Value) -> None:
         """InvalidParameter unless ``field op value`` is well-typed for a field of ``dtype``."""
         if isinstance(value, bool) and op in ORDER_OPS:
             raise self.error(RULE_BOOL_ORDER.format(name=name, op=op))
+        if isinstance(value, tuple) and op in ORDER_OPS:
+            raise self.error(RULE_LIST_ORDER.format(name=name, op=op))
         if dtype is DataType.JSON:
             return
-        if dtype is DataType.BOOL:
+        if isinstance(value, tuple):
+            fits = False
+        elif dtype is DataType.BOOL:
             fits = isinstance(value, bool)
         elif dtype in NUMERIC_TYPES:
-            fits = _is_number(value)
+            fits = is_number(value)
         else:
             fits = isinstance(value, str)
         if not fits:
-            raise self.error(RULE_TYPE_MISMATCH.format(name=name, dtype=dtype.value, what=_describe_literal(value)))
+            raise self.error(RULE_TYPE_MISMATCH.format(name=name, dtype=dtype.value, what=_describe(value)))
 
 
-def _describe_literal(value: Literal) -> str:
+def _lookups(column: Column, path: tuple[str | int, ...]) -> list[Any]:
+    return [json_lookup(doc, path) for doc in column]
+
+
+def _type_name(target: _Target) -> str:
+    if target.index is not None and target.element is not None:
+        return f"{target.element.value} (an element of ARRAY {target.name})"
+    if target.dtype is DataType.ARRAY and target.element is not None:
+        return _array_type(target.element)
+    return target.dtype.value
+
+
+def _array_type(element: DataType) -> str:
+    return f"ARRAY of {element.value}"
+
+
+def _element_value_fits(element: DataType, value: Value, exact: bool) -> bool:
+    """A contains value for an ARRAY of ``element``: a bool for BOOL, a string for VARCHAR, a number
+    for numbers (for ``array_contains`` of an integer array an integer: ``exact``, Milvus casts it)."""
+    if element is DataType.BOOL:
+        return isinstance(value, bool)
+    if element is DataType.VARCHAR:
+        return isinstance(value, str)
+    if element in INT_TYPES and exact:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return is_number(value)
+
+
+def _describe(value: Value) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, str):
         return f"the string {value!r}"
+    if isinstance(value, tuple):
+        return f"the list {list(value)!r}"
     return f"the number {value!r}"
-
-
-def _is_number(value: object) -> bool:
-    """int or float but not bool (``True`` is an int in Python, never a number in a filter)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _all_of(kernels: list[Kernel]) -> Kernel:
@@ -238,270 +483,3 @@ def _any_of(kernels: list[Kernel]) -> Kernel:
 
 def _negation(inner: Kernel) -> Kernel:
     return lambda columns, n: ~inner(columns, n)
-
-
-def _constant(n: int, value: bool) -> np.ndarray:
-    return np.full(n, value, dtype=bool)
-
-
-def _compare_kernel(ref: FieldRef, dtype: DataType, op: str, value: Literal) -> Kernel:
-    name = ref.name
-    if dtype is DataType.BOOL:
-        return lambda cols, n: _OPS[op](np.asarray(cols[name], dtype=bool), bool(value))
-    if dtype in INT_TYPES:
-        return lambda cols, n: compare_int(_int_array(cols[name]), op, value)  # type: ignore[arg-type]
-    if dtype in FLOAT_TYPES:
-        return lambda cols, n: compare_float(np.asarray(cols[name], dtype=np.float64), op, value)  # type: ignore[arg-type]
-    if dtype is DataType.VARCHAR:
-        compare, boxed = _OPS[op], _object_scalar(value)
-        return lambda cols, n: np.asarray(compare(_object_array(cols[name]), boxed), dtype=bool)
-    test = _json_test(op, value)
-    return lambda cols, n: _json_mask(cols[name], ref.json_path, test, n)
-
-
-def _in_kernel(ref: FieldRef, dtype: DataType, values: tuple[Literal, ...]) -> Kernel:
-    name = ref.name
-    if dtype is DataType.BOOL:
-        wanted = {bool(v) for v in values}
-        if wanted == {True, False} or not wanted:
-            return lambda cols, n: _constant(n, bool(wanted))
-        target = wanted.pop()
-        return lambda cols, n: np.asarray(cols[name], dtype=bool) == target
-    if dtype in INT_TYPES:
-        return lambda cols, n: isin_int(_int_array(cols[name]), values)  # type: ignore[arg-type]
-    if dtype in FLOAT_TYPES:
-        return lambda cols, n: isin_float(np.asarray(cols[name], dtype=np.float64), values)  # type: ignore[arg-type]
-    if dtype is DataType.VARCHAR:
-        members = frozenset(values)
-        return lambda cols, n: np.fromiter((v in members for v in cols[name]), dtype=bool, count=n)
-    tests = [_json_test("==", v) for v in values]
-    return lambda cols, n: _json_mask(cols[name], ref.json_path, lambda x: any(t(x) for t in tests), n)
-
-
-def _like_kernel(ref: FieldRef, dtype: DataType, pattern: str) -> Kernel:
-    name = ref.name
-    match = like_matcher(pattern)
-    if dtype is DataType.VARCHAR:
-        return lambda cols, n: np.fromiter(map(match, cols[name]), dtype=bool, count=n)
-    return lambda cols, n: _json_mask(cols[name], ref.json_path, lambda x: isinstance(x, str) and match(x), n)
-
-
-# -- numeric kernels: pure numpy ------------------------------------------------------------------
-
-
-def _int_array(column: Column) -> np.ndarray:
-    array = np.asarray(column)
-    return array if array.dtype.kind in "iu" else array.astype(np.int64)
-
-
-def _object_array(column: Column) -> np.ndarray:
-    if isinstance(column, np.ndarray) and column.dtype == object:
-        return column
-    array = np.empty(len(column), dtype=object)
-    array[:] = list(column)
-    return array
-
-
-def _object_scalar(value: object) -> np.ndarray:
-    """``value`` as a 0-d object array, so numpy compares Python objects and never makes a ``<U``
-    scalar of a str (which drops trailing NULs: ``"a\\x00"`` would compare as ``"a"``)."""
-    boxed = np.empty((), dtype=object)
-    boxed[()] = value
-    return boxed
-
-
-def compare_int(column: np.ndarray, op: str, value: int | float) -> np.ndarray:
-    """``column op value`` exactly, for an integer ``column`` and any int or float ``value``.
-
-    A float is turned into the equivalent integer bound (``x < 2.5`` is ``x < 3``); a bound outside
-    the column dtype's range gives an all-True or all-False result instead of overflowing.
-    """
-    n = len(column)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return _constant(n, op == "!=")
-        if math.isinf(value):
-            below = value > 0  # every integer is below +inf, above -inf
-            return _constant(n, op == "!=" or (op in ("<", "<=") and below) or (op in (">", ">=") and not below))
-        if op in ("==", "!=") and not value.is_integer():
-            return _constant(n, op == "!=")
-        value = math.ceil(value) if op in ("<", ">=") else math.floor(value)
-    info = np.iinfo(column.dtype)
-    if value > info.max or value < info.min:
-        below = value > info.max  # every element is below the bound
-        return _constant(n, op == "!=" or (op in ("<", "<=") and below) or (op in (">", ">=") and not below))
-    mask: np.ndarray = _OPS[op](column, column.dtype.type(value))
-    return mask
-
-
-def compare_float(column: np.ndarray, op: str, value: int | float) -> np.ndarray:
-    """``column op value`` exactly, for a float64 ``column`` and any int or float ``value``.
-
-    An int no float64 can hold (beyond 2**53, or beyond float range) lies strictly between two
-    adjacent floats ``low < value < high``; the comparison becomes one against those.
-    """
-    if isinstance(value, float):
-        exact: np.ndarray = _OPS[op](column, np.float64(value))
-        return exact
-    low, high = _float_neighbours(value)
-    if low == high:
-        same: np.ndarray = _OPS[op](column, np.float64(low))
-        return same
-    if op in ("==", "!="):
-        return _constant(len(column), op == "!=")
-    if op in ("<", "<="):
-        return column <= np.float64(low)
-    return column >= np.float64(high)
-
-
-def _float_neighbours(value: int) -> tuple[float, float]:
-    """``(f, f)`` if float64 holds ``value`` exactly, else the adjacent floats around it."""
-    try:
-        nearest = float(value)
-    except OverflowError:
-        return (sys.float_info.max, math.inf) if value > 0 else (-math.inf, -sys.float_info.max)
-    if nearest == value:
-        return nearest, nearest
-    if nearest < value:
-        return nearest, math.nextafter(nearest, math.inf)
-    return math.nextafter(nearest, -math.inf), nearest
-
-
-def isin_int(column: np.ndarray, values: Iterable[int | float]) -> np.ndarray:
-    """``column in values`` for an integer column; floats match only if integral, out-of-range never."""
-    info = np.iinfo(column.dtype)
-    members: set[int] = set()
-    for v in values:
-        if isinstance(v, float):
-            if not (math.isfinite(v) and v.is_integer()):
-                continue
-            v = int(v)
-        if info.min <= v <= info.max:
-            members.add(v)
-    return np.isin(column, np.array(sorted(members), dtype=column.dtype))
-
-
-def isin_float(column: np.ndarray, values: Iterable[int | float]) -> np.ndarray:
-    """``column in values`` for a float64 column; ints no float64 holds exactly never match."""
-    members: set[float] = set()
-    for v in values:
-        if isinstance(v, int):
-            low, high = _float_neighbours(v)
-            if low != high:
-                continue
-            v = low
-        members.add(v)
-    return np.isin(column, np.array(sorted(members), dtype=np.float64))
-
-
-# -- JSON kernels: typed per row ------------------------------------------------------------------
-
-_MISSING: Final = object()  # a JSON path that does not exist in a row
-
-
-def json_lookup(document: Any, path: tuple[str | int, ...]) -> Any:
-    """The value at ``path`` in a parsed JSON ``document``, or ``_MISSING``."""
-    value = document
-    for key in path:
-        if isinstance(key, str):
-            if not isinstance(value, dict) or key not in value:
-                return _MISSING
-        elif not isinstance(value, (list, tuple)) or not 0 <= key < len(value):
-            return _MISSING
-        value = value[key]
-    return value
-
-
-def _json_mask(column: Column, path: tuple[str | int, ...], test: Callable[[Any], bool], n: int) -> np.ndarray:
-    if len(path) == 1 and isinstance(path[0], str):  # the common case: one key (every dynamic field)
-        key = path[0]
-        values: Iterable[Any] = [doc.get(key, _MISSING) if isinstance(doc, dict) else _MISSING for doc in column]
-    else:
-        values = [json_lookup(doc, path) for doc in column]
-    return np.fromiter(map(test, values), dtype=bool, count=n)
-
-
-def _json_test(op: str, literal: Literal) -> Callable[[Any], bool]:
-    """Per-value test of ``value op literal`` with JSON typing; ``!=`` is the negation of ``==``."""
-    if op == "!=":
-        equal = _json_test("==", literal)
-        return lambda x: not equal(x)
-    compare = _OPS[op]
-    if isinstance(literal, bool):
-        return lambda x: isinstance(x, bool) and x == literal
-    if isinstance(literal, str):
-        return lambda x: isinstance(x, str) and compare(x, literal)
-    return lambda x: _is_number(x) and compare(x, literal)
-
-
-# -- like -----------------------------------------------------------------------------------------
-
-ANY_RUN: Final = "%"  # like wildcard: any run of characters, also empty
-ANY_ONE: Final = "_"  # like wildcard: exactly one character
-LIKE_ESCAPE: Final = "\\"  # like escape: the next character is literal
-
-LikeToken = tuple[bool, str]  # (is_wildcard, character)
-
-
-def like_tokens(pattern: str) -> list[LikeToken] | None:
-    """``pattern`` as (is_wildcard, char) pairs after escapes; None if it ends with a lone backslash."""
-    tokens: list[LikeToken] = []
-    escaped = False
-    for ch in pattern:
-        if escaped:
-            tokens.append((False, ch))
-            escaped = False
-        elif ch == LIKE_ESCAPE:
-            escaped = True
-        else:
-            tokens.append((ch in (ANY_RUN, ANY_ONE), ch))
-    return None if escaped else tokens
-
-
-def like_matcher(pattern: str) -> Callable[[str], bool]:
-    """A ``str -> bool`` test for a valid like ``pattern``: fast paths for exact/prefix/suffix/infix."""
-    tokens = like_tokens(pattern)
-    if tokens is None:
-        raise ValueError(f"like pattern {pattern!r} ends with an unescaped backslash")
-    if not any(wild and ch == ANY_ONE for wild, ch in tokens):
-        segments = _split_on_runs(tokens)
-        if len(segments) == 1:
-            exact = segments[0]
-            return lambda s: s == exact
-        if len(segments) == 2:
-            head, tail = segments
-            if not tail:
-                return operator.methodcaller("startswith", head)
-            if not head:
-                return operator.methodcaller("endswith", tail)
-            least = len(head) + len(tail)  # "a%a" must not match "a": head and tail may not overlap
-            return lambda s: len(s) >= least and s.startswith(head) and s.endswith(tail)
-        if len(segments) == 3 and not segments[0] and not segments[2]:
-            middle = segments[1]
-            return lambda s: middle in s
-    regex = re.compile("".join(_regex_piece(wild, ch) for wild, ch in tokens), re.DOTALL)
-    return lambda s: regex.fullmatch(s) is not None
-
-
-def _split_on_runs(tokens: list[LikeToken]) -> list[str]:
-    """The literal text between ``%`` wildcards (``%`` runs count once): ``a%%b`` -> ``["a", "b"]``."""
-    segments: list[str] = []
-    current: list[str] = []
-    previous_run = False
-    for wild, ch in tokens:
-        if wild:
-            if not previous_run:
-                segments.append("".join(current))
-                current = []
-            previous_run = True
-        else:
-            current.append(ch)
-            previous_run = False
-    segments.append("".join(current))
-    return segments
-
-
-def _regex_piece(wild: bool, ch: str) -> str:
-    if not wild:
-        return re.escape(ch)
-    return ".*" if ch == ANY_RUN else "."

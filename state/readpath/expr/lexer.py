@@ -7,16 +7,19 @@ value: INT a Python ``int`` (any size), FLOAT a ``float``, STRING the unescaped 
 
 Lexical rules (Milvus ``Plan.g4`` where it has one):
 
-- identifiers ``[A-Za-z_][A-Za-z0-9_]*`` and the dynamic field name ``$meta``;
-- keywords ``and or not in like`` and the booleans ``true false`` in any letter case;
+- identifiers ``[A-Za-z_][A-Za-z0-9_]*`` and the dynamic field name ``$meta`` (function names such
+  as ``array_contains`` are identifiers: the parser knows them by the ``(`` that follows);
+- keywords ``and or not in like exists`` and the booleans ``true false`` in any letter case;
 - integers: decimal, ``0x``/``0X`` hex, ``0b``/``0B`` binary, and — as in Milvus/C — a leading
   ``0`` means octal (``010`` is 8); floats ``1.5 .5 1. 1e3 1.5E-3``;
 - strings in ``'...'`` or ``"..."`` with escapes ``\\\\ \\' \\" \\a \\b \\f \\n \\r \\t \\v``,
   octal ``\\ooo``, ``\\xHH``, ``\\uHHHH``, ``\\UHHHHHHHH``; any other escape is an error (as Go's
   ``strconv.Unquote`` in Milvus), so a LIKE pattern's own escape is written ``"100\\\\%"``;
-- operators ``== != < <= > >= && || ! ( ) [ ] , + -``.
+- operators ``== != < <= > >= && || ! ( ) [ ] , + -`` and the braces ``{ }`` of a filter
+  template's placeholder (``{name}``).
 
-Every lexical error is ``InvalidParameter(field="expr", rule="... at position <n>", got=expr)``.
+Every lexical error is ``InvalidParameter(field="expr", rule="... at position <n>", got=expr)``, its
+reason led by Milvus's ``cannot parse expression: <expr>``.
 """
 
 from __future__ import annotations
@@ -46,10 +49,13 @@ class TokenKind(str, Enum):
     NOT = "not"
     IN = "in"
     LIKE = "like"
+    EXISTS = "exists"
     LPAREN = "("
     RPAREN = ")"
     LBRACKET = "["
     RBRACKET = "]"
+    LBRACE = "{"
+    RBRACE = "}"
     COMMA = ","
     PLUS = "+"
     MINUS = "-"
@@ -72,6 +78,7 @@ KEYWORDS: Final[dict[str, TokenKind]] = {
     "not": TokenKind.NOT,
     "in": TokenKind.IN,
     "like": TokenKind.LIKE,
+    "exists": TokenKind.EXISTS,
 }
 BOOLEANS: Final[dict[str, bool]] = {"true": True, "false": False}
 
@@ -90,6 +97,8 @@ _PUNCTUATION: Final[tuple[tuple[str, TokenKind], ...]] = (
     (")", TokenKind.RPAREN),
     ("[", TokenKind.LBRACKET),
     ("]", TokenKind.RBRACKET),
+    ("{", TokenKind.LBRACE),
+    ("}", TokenKind.RBRACE),
     (",", TokenKind.COMMA),
     ("+", TokenKind.PLUS),
     ("-", TokenKind.MINUS),
@@ -133,8 +142,9 @@ _SURROGATES: Final = range(0xD800, 0xE000)  # not encodable in UTF-8, so never i
 
 
 def expr_error(rule: str, expr: str) -> InvalidParameter:
-    """The error every malformed or ill-typed filter expression raises."""
-    return InvalidParameter(EXPR_FIELD, rule, expr)
+    """The error every malformed or ill-typed filter expression raises; its reason leads with
+    Milvus's words for it (``cannot parse expression: <expr>``), which its users match."""
+    return InvalidParameter(EXPR_FIELD, rule, expr, milvus_text=f"cannot parse expression: {expr}")
 
 
 def describe(token: Token) -> str:
