@@ -57,7 +57,7 @@ from schemas.auth import bearer_headers, client_token
 from schemas.codec import encode
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType, FieldSchema, parse_collection_schema
 from schemas.config import OspreyConfig
-from schemas.database import database_name, property_value  # also registers the database errors' codes (800s, 9)
+from schemas.database import database_name, property_values  # also registers the database errors' codes (800s, 9)
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import (
     CollectionNotLoaded,
@@ -509,13 +509,13 @@ class Client(ClientRbac, OspreyAPI):
         if num_partitions:
             body["params"] = {"partitionsNum": num_partitions}
         if properties:
-            body["properties"] = {k: property_value(v) for k, v in properties.items()}
+            body["properties"] = property_values(properties)
         return await self._call("collections/create", body, lambda a: int(a["data"]["collectionID"]))
 
     async def alter_collection_properties(
         self, collection_name: str, properties: dict[str, Any]
     ) -> CollectionDescription:
-        body = {"collectionName": collection_name, "properties": {k: property_value(v) for k, v in properties.items()}}
+        body = {"collectionName": collection_name, "properties": property_values(properties)}
         await self._call("collections/alter_properties", body, lambda a: None)
         return await self.describe_collection(collection_name)
 
@@ -529,7 +529,7 @@ class Client(ClientRbac, OspreyAPI):
     async def alter_collection_field(
         self, collection_name: str, field_name: str, field_params: dict[str, Any]
     ) -> CollectionDescription:
-        params = {k: property_value(v) for k, v in field_params.items()}
+        params = property_values(field_params)
         body = {"collectionName": collection_name, "fieldName": field_name, "fieldParams": params}
         await self._call("collections/fields/alter_properties", body, lambda a: None)
         return await self.describe_collection(collection_name)

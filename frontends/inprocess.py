@@ -22,7 +22,7 @@ from frontends.inprocess_rbac import InProcessRbac
 from schemas import ddl
 from schemas.collection import CollectionSchema, ConsistencyLevel
 from schemas.config import OspreyConfig
-from schemas.database import database_name, property_value
+from schemas.database import database_name, property_values
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
 from schemas.errors import RequestTimeout
 from schemas.health import HealthCheck
@@ -126,7 +126,7 @@ class InProcessClient(InProcessRbac, OspreyAPI):
             "shards_num": shards_num,
             "load": load,
             "num_partitions": num_partitions,
-            "properties": {k: property_value(v) for k, v in (properties or {}).items()},
+            "properties": property_values(properties),
         }
         if consistency_level is not None:
             fields["consistency_level"] = consistency_level
@@ -136,7 +136,7 @@ class InProcessClient(InProcessRbac, OspreyAPI):
     async def alter_collection_properties(
         self, collection_name: str, properties: dict[str, Any]
     ) -> CollectionDescription:
-        values = {k: property_value(v) for k, v in properties.items()}
+        values = property_values(properties)
         return (await self._call(ddl.AlterCollection, collection_name=collection_name, properties=values)).collection
 
     async def drop_collection_properties(
@@ -148,7 +148,7 @@ class InProcessClient(InProcessRbac, OspreyAPI):
     async def alter_collection_field(
         self, collection_name: str, field_name: str, field_params: dict[str, Any]
     ) -> CollectionDescription:
-        values = {k: property_value(v) for k, v in field_params.items()}
+        values = property_values(field_params)
         reply = await self._call(
             ddl.AlterCollectionField, collection_name=collection_name, field_name=field_name, properties=values
         )

@@ -147,6 +147,11 @@ def property_value(value: object) -> str:
     return str(value)
 
 
+def property_values(properties: Mapping[str, object] | None) -> dict[str, str]:
+    """``properties`` with every value as Milvus stores it (:func:`property_value`)."""
+    return {k: property_value(v) for k, v in (properties or {}).items()}
+
+
 def check_properties(properties: Mapping[str, object], field: str = "properties") -> dict[str, str]:
     """``properties`` as stored (string values), each served key's value checked; a key in
     Milvus's ``database.``/``cipher.`` namespaces that Osprey does not serve is refused."""

@@ -49,7 +49,7 @@ from agents.service import OnCrash, Service
 from schemas import ddl
 from schemas.codec import decode, encode
 from schemas.config import OspreyConfig
-from schemas.database import DatabaseProperties, property_value
+from schemas.database import DatabaseProperties, property_values
 from schemas.dml import DeleteResult, InsertResult, ProxyTimeTick, UpsertResult
 from schemas.dq import DQ_RESULT
 from schemas.errors import (
@@ -506,7 +506,7 @@ class Proxy(Service):
 
     async def create_database(self, db_name: str, properties: Mapping[str, Any] | None = None) -> DatabaseInfo:
         """Milvus's CreateDatabase (``state/meta/ddl_rules.py``): the database created."""
-        values = {k: property_value(v) for k, v in (properties or {}).items()}
+        values = property_values(properties)
         reply = await self.submit(ddl.CreateDatabase, db_name=db_name, properties=values)
         assert isinstance(reply, ddl.DatabaseReply) and reply.database is not None
         return reply.database
@@ -519,7 +519,7 @@ class Proxy(Service):
         self, db_name: str, properties: Mapping[str, Any] | None = None, delete_keys: Sequence[str] = ()
     ) -> DatabaseInfo:
         """Milvus's AlterDatabase: set ``properties`` or delete ``delete_keys``; the database after it."""
-        values = {k: property_value(v) for k, v in (properties or {}).items()}
+        values = property_values(properties)
         reply = await self.submit(ddl.AlterDatabase, db_name=db_name, properties=values, delete_keys=list(delete_keys))
         assert isinstance(reply, ddl.DatabaseReply) and reply.database is not None
         return reply.database

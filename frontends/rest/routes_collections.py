@@ -5,7 +5,7 @@ where a request makes several."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from frontends.inprocess import InProcessClient
@@ -18,6 +18,7 @@ from frontends.rest.parse import (
     COLLECTION,
     DATABASE,
     PARTITION,
+    Arg,
     Body,
     Parsed,
     data_type,
@@ -275,41 +276,38 @@ def _parse_compaction_state(body: Body) -> Parsed:
 
 
 # -- databases (Milvus RESTful v2's databases/create, alter, drop_properties)
-def _parse_properties(body: Body) -> Parsed:
-    """``dbName`` and ``properties`` (an object: key -> value, each value kept as Milvus's text of it)."""
-    properties = body.obj("properties").whole()
-    fields = {f"properties[{key}]": f"properties[{key}]" for key in properties}  # keys stay as given
-    return Parsed({"db_name": body.string("dbName"), "properties": properties}, fields)
+def _properties_parser(target: Arg) -> Callable[[Body], Parsed]:
+    """The parser of a ``.../alter_properties`` body: ``target`` (``dbName`` or ``collectionName``)
+    and ``properties`` (an object: key -> value, each value kept as Milvus's text of it)."""
+
+    def parse(body: Body) -> Parsed:
+        properties = body.obj("properties").whole()
+        fields = {f"properties[{key}]": f"properties[{key}]" for key in properties}  # keys stay as given
+        return Parsed({target.kwarg: body.string(target.key), "properties": properties}, fields)
+
+    return parse
 
 
-def _parse_property_keys(body: Body) -> Parsed:
-    """``dbName`` and ``propertyKeys`` (the keys to delete)."""
-    keys = read_list(body, "propertyKeys")
-    for i, key in enumerate(keys):
-        if not isinstance(key, str):
-            raise InvalidParameter(body.path(f"propertyKeys[{i}]"), "must be a string", key)
-    return Parsed(
-        {"db_name": body.string("dbName"), "property_keys": keys},
-        {"delete_keys": "propertyKeys", "property_keys": "propertyKeys"},
-    )
+def _property_keys_parser(target: Arg) -> Callable[[Body], Parsed]:
+    """The parser of a ``.../drop_properties`` body: ``target`` and ``propertyKeys`` (the keys to delete)."""
+
+    def parse(body: Body) -> Parsed:
+        keys = read_list(body, "propertyKeys")
+        for i, key in enumerate(keys):
+            if not isinstance(key, str):
+                raise InvalidParameter(body.path(f"propertyKeys[{i}]"), "must be a string", key)
+        return Parsed(
+            {target.kwarg: body.string(target.key), "property_keys": keys},
+            {"delete_keys": "propertyKeys", "property_keys": "propertyKeys"},
+        )
+
+    return parse
 
 
-def _parse_collection_properties(body: Body) -> Parsed:
-    """``collectionName`` and ``properties`` (key -> value) for collections/alter_properties."""
-    properties = body.obj("properties").whole()
-    fields = {f"properties[{key}]": f"properties[{key}]" for key in properties}
-    return Parsed({"collection_name": body.string("collectionName"), "properties": properties}, fields)
-
-
-def _parse_collection_property_keys(body: Body) -> Parsed:
-    keys = read_list(body, "propertyKeys")
-    for i, key in enumerate(keys):
-        if not isinstance(key, str):
-            raise InvalidParameter(body.path(f"propertyKeys[{i}]"), "must be a string", key)
-    return Parsed(
-        {"collection_name": body.string("collectionName"), "property_keys": keys},
-        {"delete_keys": "propertyKeys", "property_keys": "propertyKeys"},
-    )
+_parse_properties = _properties_parser(DATABASE)
+_parse_property_keys = _property_keys_parser(DATABASE)
+_parse_collection_properties = _properties_parser(COLLECTION)
+_parse_collection_property_keys = _property_keys_parser(COLLECTION)
 
 
 def _parse_field_params(body: Body) -> Parsed:

@@ -322,10 +322,7 @@ async def _create_collection(e: ddl.CreateCollection, view: MetaView, new_id: Ne
     existing = view.collection_by_name(db.db_id, name)
     if existing is not None:
         return _create_existing(e, existing)
-    limit = DatabaseProperties(db.properties).max_collections
-    limit = MAX_COLLECTIONS_PER_DATABASE if limit is None else limit
-    if len(view.collections_in(db.db_id)) >= limit:
-        raise CollectionNumLimitExceeded(db.db_name, limit)
+    _check_room(view, db)
     schema = e.collection_schema.with_field_ids()
     properties = check_collection_properties(e.properties)
     num_keyed = _key_partition_count(e, schema.partition_key_field is not None)
@@ -530,10 +527,7 @@ def _rename_collection(e: ddl.RenameCollection, view: MetaView) -> Plan:
     if target.db_id != db.db_id:
         if view.aliases_of(info.collection_id):
             raise InvalidParameter("new_db_name", RULE_RENAME_ALIASES, target.db_name, milvus_text=RULE_RENAME_ALIASES)
-        limit = DatabaseProperties(target.properties).max_collections
-        limit = MAX_COLLECTIONS_PER_DATABASE if limit is None else limit
-        if len(view.collections_in(target.db_id)) >= limit:
-            raise CollectionNumLimitExceeded(target.db_name, limit)
+        _check_room(view, target)
     return _altered(e, view, info, collection_name=new, db_id=target.db_id)
 
 
@@ -576,6 +570,15 @@ def _describe_collection(e: ddl.DescribeCollection, view: MetaView) -> Plan:
     else:
         raise InvalidParameter("collection_name", "is required (or collection_id)", "")
     return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
+
+
+def _check_room(view: MetaView, db: DatabaseInfo) -> None:
+    """CollectionNumLimitExceeded when ``db`` holds its ``database.max.collections`` (else
+    Milvus's per-database limit) collections already."""
+    limit = DatabaseProperties(db.properties).max_collections
+    limit = MAX_COLLECTIONS_PER_DATABASE if limit is None else limit
+    if len(view.collections_in(db.db_id)) >= limit:
+        raise CollectionNumLimitExceeded(db.db_name, limit)
 
 
 def _key_partition_count(e: ddl.CreateCollection, has_key: bool) -> int:
