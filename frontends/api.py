@@ -111,6 +111,12 @@ class OspreyAPI(RbacAPI, Protocol):
         ``mmap.enabled`` (not while loaded); returns the collection after it."""
         ...
 
+    async def add_collection_field(self, collection_name: str, field: dict[str, Any]) -> CollectionDescription:
+        """Milvus's AddCollectionField: ``field`` (a field schema dict, nullable) gets the next
+        field id; rows written before read as null (or its default value). Returns the collection
+        after it."""
+        ...
+
     async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:
         """Milvus's RenameCollection, within the client's database or into ``target_db`` (a
         collection with aliases cannot move to another database); its id, data and indexes stay."""

@@ -534,6 +534,11 @@ class Client(ClientRbac, OspreyAPI):
         await self._call("collections/fields/alter_properties", body, lambda a: None)
         return await self.describe_collection(collection_name)
 
+    async def add_collection_field(self, collection_name: str, field: dict[str, Any]) -> CollectionDescription:
+        body = {"collectionName": collection_name, "field": field}
+        await self._call("collections/fields/add", body, lambda a: None)
+        return await self.describe_collection(collection_name)
+
     async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:
         body = {"collectionName": old_name, "newCollectionName": new_name, "newDbName": target_db}
         await self._call("collections/rename", body, lambda a: None)

@@ -20,7 +20,7 @@ from agents.proxy.proxy import Proxy
 from frontends.api import OspreyAPI
 from frontends.inprocess_rbac import InProcessRbac
 from schemas import ddl
-from schemas.collection import CollectionSchema, ConsistencyLevel
+from schemas.collection import CollectionSchema, ConsistencyLevel, parse_field_schema
 from schemas.config import OspreyConfig
 from schemas.database import database_name, property_values
 from schemas.dml import DeleteResult, InsertResult, UpsertResult
@@ -152,6 +152,11 @@ class InProcessClient(InProcessRbac, OspreyAPI):
         reply = await self._call(
             ddl.AlterCollectionField, collection_name=collection_name, field_name=field_name, properties=values
         )
+        return reply.collection
+
+    async def add_collection_field(self, collection_name: str, field: dict[str, Any]) -> CollectionDescription:
+        checked = parse_field_schema(field, "field")
+        reply = await self._call(ddl.AddCollectionField, collection_name=collection_name, field=checked)
         return reply.collection
 
     async def rename_collection(self, old_name: str, new_name: str, target_db: str = "") -> CollectionDescription:

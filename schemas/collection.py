@@ -59,6 +59,16 @@ RULE_PARTITION_KEY_NOT_PRIMARY = "the primary key field cannot be the partition 
 MILVUS_PARTITION_KEY_NOT_PRIMARY = "the partition key field must not be primary field"
 RULE_ONE_PARTITION_KEY = "a schema has at most one partition key field"
 MILVUS_ONE_PARTITION_KEY = "there are more than one partition key"
+# nullable fields and default values (Milvus's rules and texts: rootcoord checkFieldSchema, proxy)
+RULE_NULLABLE_PRIMARY = "the primary key field cannot be nullable"
+RULE_NULLABLE_PARTITION_KEY = "the partition key field cannot be nullable"
+MILVUS_NULLABLE_PARTITION_KEY = "partition key field not support nullable"
+RULE_NULLABLE_VECTOR = "nullable vector fields: not supported by Osprey yet (only scalar fields can be nullable)"
+RULE_DEFAULT_PRIMARY = "the primary key field cannot have a default value"
+RULE_DEFAULT_DTYPE = "default values are allowed on BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE and VARCHAR fields"
+RULE_DEFAULT_TYPE = "must be a value of the field's type"
+RULE_DEFAULT_RANGE = "must be in the range of the field's type"
+RULE_DEFAULT_LENGTH = "must be at most max_length bytes long (UTF-8)"
 RULE_AUTO_ID_NOT_PRIMARY = "auto_id is only allowed on the primary key field"
 RULE_AUTO_ID_DTYPE = (
     "auto_id on a VARCHAR primary key: not supported by Osprey yet (auto_id needs an INT64 primary key)"
@@ -71,9 +81,7 @@ RULE_UNIQUE_NAME = "field names must be unique"
 RULE_DYNAMIC_RESERVED = f"{DYNAMIC_FIELD_NAME} is reserved for the dynamic field: set enable_dynamic_field instead"
 RULE_DYNAMIC_LAST = f"the dynamic field {DYNAMIC_FIELD_NAME} must be the last field"
 RULE_FIELD_IDS_ALL_OR_NONE = "must be set on every field or on none"
-RULE_FIELD_ID_POSITION = (
-    f"must be {FIRST_FIELD_ID} + the field's position ({FIRST_FIELD_ID}, {FIRST_FIELD_ID + 1}, ...)"
-)
+RULE_FIELD_ID_UNIQUE = "field ids must be unique"
 # Milvus 2.6's own words for two of the rules (they lead the reason; its users match them)
 MILVUS_NO_VECTOR_FIELD = "schema does not contain vector field"
 MILVUS_DUPLICATED_FIELD_NAME = "duplicated field name"
@@ -193,6 +201,9 @@ ELEMENT_TYPES = frozenset(
     }
 )
 
+# the types a default value may have (Milvus: not JSON, ARRAY or vectors): those of ARRAY elements
+DEFAULT_VALUE_TYPES = ELEMENT_TYPES
+
 
 class ConsistencyLevel(str, Enum):
     """Read consistency of a search/query. Accepted case-insensitively: "bounded"."""
@@ -250,6 +261,10 @@ class FieldSchema(BaseModel):
     )
     properties: dict[str, str] = Field(
         default_factory=dict, description="field properties set by AlterCollectionField (mmap.enabled)"
+    )
+    nullable: bool = Field(False, description="scalar fields only: a row may hold no value (null)")
+    default_value: bool | int | float | str | None = Field(
+        None, description="a value of the field's type: what a row given no value (or null) holds"
     )
 
     @field_validator("name")
@@ -322,12 +337,48 @@ class FieldSchema(BaseModel):
                     "is_partition_key",
                     milvus_text=MILVUS_PARTITION_KEY_NOT_PRIMARY,
                 )
+        self._check_nulls()
         if self.auto_id:
             if not self.is_primary:
                 raise rule_error(RULE_AUTO_ID_NOT_PRIMARY, True, "auto_id")
             if dtype is not DataType.INT64:
                 raise rule_error(RULE_AUTO_ID_DTYPE, True, "auto_id")
         return self
+
+    def _check_nulls(self) -> None:
+        """nullable and default_value (Milvus's rules and texts, rootcoord checkFieldSchema)."""
+        where = f"type:{_milvus_type_name(self.dtype)}, name:{self.name}"
+        if self.nullable:
+            if self.is_primary:
+                text = f"primary field not support null, {where}"
+                raise rule_error(RULE_NULLABLE_PRIMARY, True, "nullable", text)
+            if self.is_partition_key:
+                raise rule_error(RULE_NULLABLE_PARTITION_KEY, True, "nullable", MILVUS_NULLABLE_PARTITION_KEY)
+            if self.dtype.is_vector:
+                raise rule_error(RULE_NULLABLE_VECTOR, True, "nullable")
+        value = self.default_value
+        if value is None:
+            return
+        if self.is_primary:
+            text = f"primary field not support default_value, {where}"
+            raise rule_error(RULE_DEFAULT_PRIMARY, value, "default_value", text)
+        if self.dtype not in DEFAULT_VALUE_TYPES:
+            text = f"type not support default_value, {where}"
+            raise rule_error(RULE_DEFAULT_DTYPE, value, "default_value", text)
+        if not default_fits(self.dtype, value):
+            text = (
+                f"type ({_milvus_type_name(self.dtype)}) of field ({self.name}) is not equal to the "
+                f"type({_milvus_value_type(value)}) of default_value"
+            )
+            raise rule_error(RULE_DEFAULT_TYPE, value, "default_value", text)
+        if self.dtype in _INT_RANGES and isinstance(value, int):
+            low, high = _INT_RANGES[self.dtype]
+            if not low <= value <= high:
+                text = f"default value out of range[expected={low}~{high}][actual={value}]"
+                raise rule_error(RULE_DEFAULT_RANGE, value, "default_value", text)
+        if isinstance(value, str) and self.max_length is not None and len(value.encode()) > self.max_length:
+            text = f"the length ({len(value.encode())}) of string exceeds max length ({self.max_length})"
+            raise rule_error(RULE_DEFAULT_LENGTH, value, "default_value", text)
 
     def _check_array(self) -> None:
         """element_type and max_capacity: on ARRAY fields, and only there (Milvus's rules)."""
@@ -347,6 +398,45 @@ class FieldSchema(BaseModel):
             raise rule_error(RULE_MAX_CAPACITY_REQUIRED, None, "max_capacity", text)
         if not MIN_ARRAY_CAPACITY <= self.max_capacity <= MAX_ARRAY_CAPACITY:
             raise rule_error(RULE_MAX_CAPACITY_RANGE, self.max_capacity, "max_capacity", MILVUS_MAX_CAPACITY_RANGE)
+
+
+_INT_RANGES: dict[DataType, tuple[int, int]] = {
+    DataType.INT8: (-(2**7), 2**7 - 1),
+    DataType.INT16: (-(2**15), 2**15 - 1),
+    DataType.INT32: (-(2**31), 2**31 - 1),
+    DataType.INT64: (-(2**63), 2**63 - 1),
+}
+
+
+def default_fits(dtype: DataType, value: object) -> bool:
+    """Whether ``value`` is of ``dtype``'s kind: a bool for BOOL, an int for INT*, a number for
+    FLOAT/DOUBLE, a str for VARCHAR (ranges and lengths are checked apart)."""
+    if dtype is DataType.BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if dtype in _INT_RANGES:
+        return isinstance(value, int)
+    if dtype in (DataType.FLOAT, DataType.DOUBLE):
+        return isinstance(value, (int, float))
+    return dtype is DataType.VARCHAR and isinstance(value, str)
+
+
+def _milvus_type_name(dtype: DataType) -> str:
+    """Milvus's protobuf name of a type (``Int64``, ``VarChar``, ``FloatVector``)."""
+    names = {DataType.VARCHAR: "VarChar", DataType.FLOAT_VECTOR: "FloatVector", DataType.JSON: "JSON"}
+    return names.get(dtype, dtype.value.capitalize())
+
+
+def _milvus_value_type(value: object) -> str:
+    """Milvus's name of a default value's kind (``DataType_Int64``...)."""
+    if isinstance(value, bool):
+        return "DataType_Bool"
+    if isinstance(value, int):
+        return "DataType_Int64"
+    if isinstance(value, float):
+        return "DataType_Double"
+    return "DataType_VarChar"
 
 
 class CollectionSchema(BaseModel):
@@ -411,11 +501,13 @@ class CollectionSchema(BaseModel):
 
         with_ids = [f.field_id is not None for f in fields]
         if any(with_ids):
+            seen_ids: set[int] = set()
             for i, f in enumerate(fields):
                 if f.field_id is None:
                     raise rule_error(RULE_FIELD_IDS_ALL_OR_NONE, None, f"fields[{i}].field_id")
-                if f.field_id != FIRST_FIELD_ID + i:
-                    raise rule_error(RULE_FIELD_ID_POSITION, f.field_id, f"fields[{i}].field_id")
+                if f.field_id in seen_ids:
+                    raise rule_error(RULE_FIELD_ID_UNIQUE, f.field_id, f"fields[{i}].field_id")
+                seen_ids.add(f.field_id)
         return self
 
     @property
@@ -464,8 +556,13 @@ class CollectionSchema(BaseModel):
     def with_field_ids(self) -> CollectionSchema:
         """A copy with field ids 100, 101, ... in field order and, if enable_dynamic_field, a trailing $meta.
 
-        Idempotent: a schema that already has both is returned unchanged (equal, in fact the same object).
+        Idempotent: a schema that already has both is returned unchanged (equal, in fact the same
+        object), also one whose fields were added later (:meth:`with_added_field`: ids not in order).
         """
+        if all(f.field_id is not None for f in self.fields) and (
+            not self.enable_dynamic_field or self.dynamic_field is not None
+        ):
+            return self
         fields = list(self.fields)
         if self.enable_dynamic_field and self.dynamic_field is None:
             fields.append(
@@ -482,6 +579,15 @@ class CollectionSchema(BaseModel):
         return CollectionSchema(
             fields=numbered, description=self.description, enable_dynamic_field=self.enable_dynamic_field
         )
+
+    def with_added_field(self, field: FieldSchema) -> CollectionSchema:
+        """A copy with ``field`` added (AddCollectionField): the next field id (the largest + 1),
+        placed before ``$meta``. The schema must carry field ids; the result is checked as any
+        schema is (unique names, field counts) by the caller's parse."""
+        ids = [f.field_id for f in self.fields if f.field_id is not None]
+        added = field.model_copy(update={"field_id": max(ids) + 1})
+        fields = [f for f in self.fields if not f.is_dynamic] + [added] + [f for f in self.fields if f.is_dynamic]
+        return self.model_copy(update={"fields": fields})
 
 
 def _plain(value: object) -> object:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel
+from schemas.collection import DEFAULT_CONSISTENCY_LEVEL, CollectionSchema, ConsistencyLevel, FieldSchema
 from schemas.index import IndexInfo
 from schemas.meta import (
     AliasDescription,
@@ -115,6 +115,15 @@ class AlterCollectionField(DdlEvent):
     collection_name: str
     field_name: str
     properties: dict[str, str] = Field(default_factory=dict)
+
+
+class AddCollectionField(DdlEvent):
+    """Add ``field`` (nullable; Milvus's AddCollectionField) to a collection: the next field id,
+    placed before ``$meta``; rows written before read as null (or the field's default value)."""
+
+    kind: Literal["AddCollectionField"] = "AddCollectionField"
+    collection_name: str
+    field: FieldSchema
 
 
 class RenameCollection(DdlEvent):
@@ -395,6 +404,7 @@ DdlRequest = Annotated[
     | CreateCollection
     | AlterCollection
     | AlterCollectionField
+    | AddCollectionField
     | RenameCollection
     | DropCollection
     | HasCollection
@@ -649,6 +659,7 @@ REPLY_TYPE: dict[str, type[DdlReply]] = {
     "CreateCollection": CreateCollectionReply,
     "AlterCollection": DescribeCollectionReply,
     "AlterCollectionField": DescribeCollectionReply,
+    "AddCollectionField": DescribeCollectionReply,
     "RenameCollection": DescribeCollectionReply,
     "DropCollection": DropCollectionReply,
     "HasCollection": HasReply,

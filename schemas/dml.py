@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from schemas.blob import Blob
-from schemas.collection import DataType
+from schemas.collection import DataType, FieldSchema
 
 MAX_EVENT_BYTES = 1_000_000  # one dml event stays under Kafka's default 1 MB message size
 
@@ -36,6 +36,87 @@ NUMPY_DTYPE: dict[DataType, str] = {
     DataType.DOUBLE: "<f8",
     DataType.FLOAT_VECTOR: "<f4",
 }
+
+
+@dataclass(frozen=True)
+class Nullable:
+    """A nullable field's values in memory: ``values`` (n values of the field's type, any
+    placeholder where null: see :data:`NULL_PLACEHOLDERS`) and ``valid`` (bool[n], True where the
+    row holds a value)."""
+
+    values: Any
+    valid: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.valid)
+
+    def as_list(self) -> list[Any]:
+        """The values as a Python list, None where null."""
+        values = self.values.tolist() if isinstance(self.values, np.ndarray) else list(self.values)
+        for i in np.flatnonzero(~self.valid).tolist():
+            values[i] = None
+        return values
+
+
+def pick_rows(values: Any, rows: np.ndarray) -> Any:
+    """The values of ``rows`` (positions) of a column: numpy, a list, or a :class:`Nullable` of those."""
+    if isinstance(values, Nullable):
+        return Nullable(pick_rows(values.values, rows), values.valid[rows])
+    return values[rows] if isinstance(values, np.ndarray) else [values[i] for i in rows]
+
+
+def concat_values(parts: list[Any]) -> Any:
+    """Columns of one field one after the other (numpy, lists, or :class:`Nullable` of those; a
+    Nullable when any part is one)."""
+    if any(isinstance(p, Nullable) for p in parts):
+        valid = np.concatenate([p.valid if isinstance(p, Nullable) else np.ones(len(p), bool) for p in parts])
+        return Nullable(concat_values([p.values if isinstance(p, Nullable) else p for p in parts]), valid)
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    return [v for p in parts for v in p]
+
+
+# the value a null row holds in a column of each kind (texts: VARCHAR "", JSON "null", ARRAY "[]")
+NULL_PLACEHOLDERS: dict[DataType, Any] = {
+    DataType.BOOL: False,
+    DataType.INT8: 0,
+    DataType.INT16: 0,
+    DataType.INT32: 0,
+    DataType.INT64: 0,
+    DataType.FLOAT: 0.0,
+    DataType.DOUBLE: 0.0,
+    DataType.VARCHAR: "",
+    DataType.JSON: "null",
+    DataType.ARRAY: "[]",
+}
+
+
+def absent_values(field: FieldSchema, n: int) -> Any:
+    """What ``n`` rows that give no value for ``field`` hold (rows written before AddCollectionField
+    added it, or an event without its column): its default value, else null (a :class:`Nullable`).
+    Values as events carry them: numpy for fixed-width types, texts for VARCHAR/JSON/ARRAY."""
+    if field.default_value is not None:
+        value: Any = field.default_value
+        valid = np.ones(n, bool)
+    else:
+        value = NULL_PLACEHOLDERS[field.dtype]
+        valid = np.zeros(n, bool)
+    if field.dtype in NUMPY_DTYPE:
+        values: Any = np.full(n, value, dtype=NUMPY_DTYPE[field.dtype])
+    else:
+        values = [value] * n
+    return values if valid.all() else Nullable(values, valid)
+
+
+def pack_validity(valid: np.ndarray) -> bytes:
+    """bool[n] as a bitmap, least significant bit first (Arrow's layout)."""
+    return np.packbits(np.asarray(valid, dtype=bool), bitorder="little").tobytes()
+
+
+def unpack_validity(bitmap: bytes, n: int) -> np.ndarray:
+    """The inverse of :func:`pack_validity` for ``n`` rows."""
+    bits = np.frombuffer(bitmap, dtype=np.uint8)
+    return np.unpackbits(bits, count=n, bitorder="little").astype(bool)
 
 
 @dataclass(frozen=True)
@@ -77,7 +158,9 @@ class _Event(BaseModel):
 
 class Column(_Event):
     """One field's values for every row of an event: ``data`` for fixed-width types, ``texts`` for
-    VARCHAR (the strings) and JSON (JSON text a row)."""
+    VARCHAR (the strings) and JSON (JSON text a row). ``valid`` (nullable fields; None: no null
+    row): a bitmap of the rows holding a value (:func:`pack_validity`); a null row holds
+    :data:`NULL_PLACEHOLDERS`' value in ``data``/``texts``."""
 
     field_id: int
     name: str
@@ -85,6 +168,7 @@ class Column(_Event):
     dim: int | None = None
     data: Blob | None = None
     texts: list[str] | None = None
+    valid: Blob | None = None
 
     @model_validator(mode="after")
     def _one_payload(self) -> Column:
@@ -95,6 +179,8 @@ class Column(_Event):
             raise ValueError(f"column {self.name}: a {self.dtype.value} column carries texts")
         if self.dtype == DataType.FLOAT_VECTOR and not self.dim:
             raise ValueError(f"column {self.name}: a FLOAT_VECTOR column needs dim")
+        if self.valid is not None and len(self.valid) != (len(self) + 7) // 8:
+            raise ValueError(f"column {self.name}: valid holds {len(self.valid)} bytes, not one bit a row")
         return self
 
     def __len__(self) -> int:
@@ -113,13 +199,28 @@ class Column(_Event):
         assert self.dim is not None  # the model validator requires dim on FLOAT_VECTOR columns
         return values.reshape(-1, self.dim)
 
+    def validity(self) -> np.ndarray | None:
+        """bool[n], True where the row holds a value; None when every row does."""
+        return None if self.valid is None else unpack_validity(self.valid, len(self))
+
+    def values(self) -> Any:
+        """The values as :meth:`array` gives them, or a :class:`Nullable` when some row is null."""
+        validity = self.validity()
+        return self.array() if validity is None else Nullable(self.array(), validity)
+
     @classmethod
     def of(cls, field_id: int, name: str, dtype: DataType, values: object, dim: int | None = None) -> Column:
-        """Build a column from numpy/list values (strings for VARCHAR, JSON texts for JSON)."""
+        """Build a column from numpy/list values (strings for VARCHAR, JSON texts for JSON), or
+        from a :class:`Nullable` of those (a bitmap only when some row is null)."""
+        valid: bytes | None = None
+        if isinstance(values, Nullable):
+            if not values.valid.all():
+                valid = pack_validity(values.valid)
+            values = values.values
         if dtype in NUMPY_DTYPE:
             array = np.ascontiguousarray(values, dtype=NUMPY_DTYPE[dtype])
-            return cls(field_id=field_id, name=name, dtype=dtype, dim=dim, data=array.tobytes())
-        return cls(field_id=field_id, name=name, dtype=dtype, texts=list(values))  # type: ignore[call-overload]
+            return cls(field_id=field_id, name=name, dtype=dtype, dim=dim, data=array.tobytes(), valid=valid)
+        return cls(field_id=field_id, name=name, dtype=dtype, texts=list(values), valid=valid)  # type: ignore[call-overload]
 
 
 class InsertEvent(_Event):

@@ -22,9 +22,9 @@ import numpy as np
 
 from state.readpath.expr import And, Compare, FieldRef, InList, Node, Not, Or
 from state.readpath.expr.evaluate import ANY_ONE, ANY_RUN, like_tokens
-from state.readpath.expr.parser import CONTAINS_ALL, Contains, Exists, LengthCompare, Value
+from state.readpath.expr.parser import CONTAINS_ALL, Contains, Exists, IsNull, LengthCompare, Value
 
-__all__ = ["evaluate_row"]
+__all__ = ["evaluate_row", "truth_row"]
 
 _MISSING: Final = object()  # a column or JSON path that does not exist in a row
 _ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
@@ -35,19 +35,43 @@ _ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
 }
 
 
-def evaluate_row(ast: Node, row: Mapping[str, Any], array_fields: Collection[str] = ()) -> bool:
+def evaluate_row(
+    ast: Node, row: Mapping[str, Any], array_fields: Collection[str] = (), nulls: Collection[str] = ()
+) -> bool:
     """Whether one row matches a bound AST; naive and per-row, the oracle for :meth:`Filter.evaluate`.
 
     ``row`` maps column names to Python or numpy scalar values (dicts for JSON / ``$meta``, lists
-    for ARRAY fields, named in ``array_fields``); a missing column is a missing value. Same
-    semantics as the vectorized kernels, written directly.
+    for ARRAY fields, named in ``array_fields``); a missing column is a missing value. ``nulls``:
+    the columns that are null in this row (their values in ``row`` are ignored). Same semantics as
+    the vectorized kernels, written directly.
     """
+    return truth_row(ast, row, array_fields, nulls) is True
+
+
+def truth_row(
+    ast: Node, row: Mapping[str, Any], array_fields: Collection[str] = (), nulls: Collection[str] = ()
+) -> bool | None:
+    """The three-valued truth of ``ast`` for one row: True, False, or None (unknown): a predicate on
+    a null column is unknown; not/and/or as Kleene's (SQL's) logic; ``is [not] null`` never unknown."""
     if isinstance(ast, And):
-        return all(evaluate_row(child, row, array_fields) for child in ast.operands)
+        values = [truth_row(child, row, array_fields, nulls) for child in ast.operands]
+        return False if False in values else (None if None in values else True)
     if isinstance(ast, Or):
-        return any(evaluate_row(child, row, array_fields) for child in ast.operands)
+        values = [truth_row(child, row, array_fields, nulls) for child in ast.operands]
+        return True if True in values else (None if None in values else False)
     if isinstance(ast, Not):
-        return not evaluate_row(ast.operand, row, array_fields)
+        inner = truth_row(ast.operand, row, array_fields, nulls)
+        return None if inner is None else not inner
+    if isinstance(ast, IsNull):
+        null = ast.field.name in nulls or (bool(ast.field.json_path) and _row_value(row, ast.field) in (None, _MISSING))
+        return null != ast.negated
+    if ast.field.name in nulls:
+        return None
+    return _predicate(ast, row, array_fields)
+
+
+def _predicate(ast: Node, row: Mapping[str, Any], array_fields: Collection[str]) -> bool:
+    assert not isinstance(ast, (And, Or, Not, IsNull))
     if ast.field.name in array_fields:
         return _array_predicate(ast, row.get(ast.field.name, []))
     value = _row_value(row, ast.field)
@@ -94,7 +118,7 @@ def _array_predicate(ast: Node, array: list[Any]) -> bool:
         return _ORDER[ast.op](element, ast.value)
     if isinstance(ast, InList):
         return any(_same(element, v) for v in ast.values) != ast.negated
-    assert not isinstance(ast, Exists)
+    assert not isinstance(ast, (Exists, IsNull))
     return isinstance(element, str) and _like_reference(element, ast.pattern)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from schemas.collection import CollectionSchema, DataType
-from schemas.dml import NUMPY_DTYPE, InsertEvent
+from schemas.dml import NUMPY_DTYPE, Column, InsertEvent, Nullable, absent_values
 from schemas.segment import SegmentKey
 
 
@@ -52,7 +52,7 @@ class SegmentBuffer:
     def columns(self, schema: CollectionSchema) -> tuple[Any, np.ndarray, dict[str, Any]]:
         """(primary keys, row timestamps (uint64), every other field by name), rows in log order:
         numpy for fixed-width fields ((n, dim) float32 for vectors), lists of str for VARCHAR and
-        JSON (JSON text)."""
+        JSON (JSON text); a :class:`Nullable` of those for a field with a null row."""
         pk_name = schema.primary_field.name
         row_ts = np.concatenate([np.full(e.num_rows, e.ts, dtype=np.uint64) for e in self.events])
         values: dict[str, Any] = {}
@@ -60,16 +60,25 @@ class SegmentBuffer:
             parts = []
             for event in self.events:
                 column = event.column(f.name)
+                if column is None and (f.nullable or f.default_value is not None):
+                    # written before AddCollectionField added the field: null (or the default) there
+                    column = Column.of(f.field_id or 0, f.name, f.dtype, absent_values(f, event.num_rows), dim=f.dim)
                 if column is None:
                     raise ValueError(f"insert event {event.identity} has no column {f.name}")
                 parts.append(column)
+            joined: Any
             if f.dtype in NUMPY_DTYPE:
                 arrays = [c.array() for c in parts]
                 joined = np.concatenate(arrays) if arrays else np.empty(0, NUMPY_DTYPE[f.dtype])
                 if f.dtype is DataType.FLOAT_VECTOR:
                     joined = joined.reshape(-1, f.dim or 0)
-                values[f.name] = joined.astype(joined.dtype.newbyteorder("="), copy=False)
+                joined = joined.astype(joined.dtype.newbyteorder("="), copy=False)
             else:
-                values[f.name] = [text for c in parts for text in c.texts or ()]
+                joined = [text for c in parts for text in c.texts or ()]
+            validities = [c.validity() for c in parts]
+            if any(v is not None for v in validities):
+                ones = [np.ones(len(c), bool) if v is None else v for c, v in zip(parts, validities, strict=True)]
+                joined = Nullable(joined, np.concatenate(ones))
+            values[f.name] = joined
         pks = values.pop(pk_name)
         return pks, row_ts, values

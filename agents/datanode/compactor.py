@@ -48,7 +48,7 @@ from agents.service import OnCrash, Service
 from schemas.collection import DataType
 from schemas.collection_properties import ttl_seconds
 from schemas.config import OspreyConfig
-from schemas.dml import ALL_PARTITIONS
+from schemas.dml import ALL_PARTITIONS, concat_values, pick_rows
 from schemas.meta import CollectionInfo
 from schemas.segment import (
     NO_TARGET_SEGMENT,
@@ -301,7 +301,7 @@ class Compactor(Service):
                 load_segment_columns, self.root, record.path, schema
             )
             keep = np.flatnonzero(dead == MAX)
-            parts.append((_take(pks, keep), row_ts[keep], {n: _take(v, keep) for n, v in columns.items()}))
+            parts.append((pick_rows(pks, keep), row_ts[keep], {n: pick_rows(v, keep) for n, v in columns.items()}))
             identities.extend(read_manifest(self.root, record.path).identities)
         removed = sum(int((d != MAX).sum()) for _, d in group)
         replaced_ids = [r.segment_id for r, _ in group]
@@ -309,9 +309,9 @@ class Compactor(Service):
         live = sum(len(p[1]) for p in parts)
         result: SegmentInfo | None = None
         if live:
-            pks = _concat([p[0] for p in parts])
+            pks = concat_values([p[0] for p in parts])
             row_ts = np.concatenate([p[1] for p in parts])
-            columns = {name: _concat([p[2][name] for p in parts]) for name in parts[0][2]}
+            columns = {name: concat_values([p[2][name] for p in parts]) for name in parts[0][2]}
             key = SegmentKey(
                 segment_id=new_id,
                 collection_id=info.collection_id,
@@ -422,15 +422,3 @@ class Compactor(Service):
 
 
 MAX = np.uint64(MAX_TIMESTAMP)
-
-
-def _take(values: Any, rows: np.ndarray) -> Any:
-    if isinstance(values, np.ndarray):
-        return values[rows]
-    return [values[i] for i in rows.tolist()]
-
-
-def _concat(parts: list[Any]) -> Any:
-    if isinstance(parts[0], np.ndarray):
-        return np.concatenate(parts)
-    return [v for p in parts for v in p]

@@ -86,6 +86,8 @@ class MetaSource(Protocol):
 
     async def collection(self, collection_id: int) -> CollectionInfo | None: ...
 
+    async def collection_covering(self, collection_id: int, field_names: Iterable[str]) -> CollectionInfo | None: ...
+
 
 class Flusher(Protocol):
     """What the node needs done with the outside world (``flusher.py``; tests may record)."""
@@ -393,7 +395,8 @@ class DataNode:
     async def _finish(self, state: ChannelState, seal: SegmentSealed) -> None:
         sid = seal.segment_id
         buffer = state.buffers.pop(sid, None)
-        info = await self.cache.collection(seal.collection_id)
+        names = {c.name for e in buffer.events for c in e.columns} if buffer is not None else set()
+        info = await self.cache.collection_covering(seal.collection_id, names)
         self.flushing = sid
         try:
             checkpoints = await self.checkpoints(state)

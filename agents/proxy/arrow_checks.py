@@ -42,7 +42,7 @@ from schemas.arrow_ipc import ipc_stream
 from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter
 
-RULE_NOT_NULL = "must not be null: Osprey fields are not nullable"
+RULE_NOT_NULL = "must not be null: the field is not nullable and has no default value"
 RULE_MISSING_COLUMN = "is required: the writer's rows have no column for it"
 RULE_UNKNOWN_COLUMN = "is not a field of the collection (enable_dynamic_field is off)"
 RULE_UPSERT_KEY_MISSING = (
@@ -130,6 +130,8 @@ def check_arrow_schema(arrow_schema: pa.Schema, schema: CollectionSchema, pk_giv
                 raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
             continue
         if f.name not in names:
+            if _may_be_null(f):  # every row null, or the default value
+                continue
             raise InvalidParameter(f.name, RULE_UPSERT_KEY_MISSING if f.auto_id else RULE_MISSING_COLUMN)
         t = arrow_schema.field(f.name).type
         if not _fits(f, t):
@@ -184,6 +186,11 @@ class _Marks:
         self.bad[new] = True
 
 
+def _may_be_null(f: FieldSchema) -> bool:
+    """A null (or absent) value is this field's null, or its default value (``columns_of``)."""
+    return f.nullable or f.default_value is not None
+
+
 def _null_mask(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(column.is_null(), dtype=bool)
 
@@ -197,10 +204,11 @@ def split_rows(table: pa.Table, schema: CollectionSchema, pk_given: bool = False
     vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (float32 values, values per row)
     json_values: dict[str, list[Any]] = {}
     for f in schema.fields:
-        if f.is_dynamic or (f.auto_id and not pk_given):
+        if f.is_dynamic or (f.auto_id and not pk_given) or f.name not in table.column_names:
             continue
         column = table.column(f.name)
-        marks.mark(f.name, _null_mask(column), RULE_NOT_NULL)
+        if not _may_be_null(f):
+            marks.mark(f.name, _null_mask(column), RULE_NOT_NULL)
         if pa.types.is_null(column.type):
             continue
         if f.dtype == DataType.FLOAT_VECTOR:
@@ -398,7 +406,7 @@ def _good_columns(
     keep = pa.array(~bad)
     columns: dict[str, Any] = {}
     for f in schema.fields:
-        if f.is_dynamic or (f.auto_id and not pk_given):
+        if f.is_dynamic or (f.auto_id and not pk_given) or f.name not in table.column_names:
             continue
         if f.dtype == DataType.FLOAT_VECTOR:
             values, counts = vectors[f.name]
@@ -407,10 +415,10 @@ def _good_columns(
         elif f.dtype in (DataType.JSON, DataType.ARRAY):
             picked = json_values[f.name]
             columns[f.name] = [picked[i] for i in good.tolist()]
-        elif f.dtype == DataType.VARCHAR:
-            columns[f.name] = table.column(f.name).filter(keep).to_pylist()
         else:
-            columns[f.name] = table.column(f.name).filter(keep).to_numpy()
+            kept = table.column(f.name).filter(keep)
+            # a list (None where null) for VARCHAR and for a nullable field's nulls, numpy otherwise
+            columns[f.name] = kept.to_pylist() if f.dtype == DataType.VARCHAR or kept.null_count else kept.to_numpy()
     for name in extra:
         if schema.dynamic_field is not None:
             columns[name] = _pylist(table.column(name).filter(keep))

@@ -32,7 +32,7 @@ from agents.proxy.partition_key import KEY_ROUTED, key_partition_ids, write_part
 from agents.proxy.task import Task
 from schemas.codec import encode
 from schemas.database import check_writing_allowed
-from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult
+from schemas.dml import MAX_EVENT_BYTES, Column, InsertEvent, InsertResult, Nullable, pick_rows
 from schemas.errors import InvalidParameter
 from schemas.meta import CollectionInfo
 from state.meta.idalloc import IdAllocator
@@ -159,8 +159,7 @@ class InsertPipeline:
     def _event(self, chunk: int, segment_id: int, vchannel: str, partition_id: int, rows: np.ndarray) -> InsertEvent:
         columns = []
         for f in self.info.collection_schema.fields:
-            values = self.columns[f.name]
-            picked = values[rows] if isinstance(values, np.ndarray) else [values[i] for i in rows]
+            picked = pick_rows(self.columns[f.name], rows)
             columns.append(Column.of(f.field_id or 0, f.name, f.dtype, picked, dim=f.dim))
         return InsertEvent(
             identity=f"{self.identity}:{chunk}",
@@ -222,7 +221,8 @@ class InsertTask(Task[InsertResult]):
 def _row_bytes(columns: dict[str, Any], n: int) -> int:
     """Average encoded bytes a row (fixed-width columns exactly, strings by their total length)."""
     total = 0
-    for values in columns.values():
+    for column in columns.values():
+        values = column.values if isinstance(column, Nullable) else column
         if isinstance(values, np.ndarray):
             total += values.nbytes
         else:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from agents.proxy.array_checks import array_texts
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType, FieldSchema
-from schemas.dml import NUMPY_DTYPE
+from schemas.dml import NULL_PLACEHOLDERS, NUMPY_DTYPE, Nullable
 from schemas.errors import InvalidParameter
 
 MAX_JSON_BYTES = 65_536  # Milvus common.JSONMaxLength
@@ -30,8 +30,10 @@ Columns = dict[str, Any]
 def columns_of(
     data: Sequence[Mapping[str, Any]] | Mapping[str, Any], schema: CollectionSchema, pk_given: bool = False
 ) -> tuple[Columns, int]:
-    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON and ARRAY) and the row
-    count. ``pk_given``: an auto_id primary key must be given too (an upsert names the rows it
+    """Typed columns (numpy arrays; lists of str for VARCHAR and of JSON text for JSON and ARRAY;
+    a :class:`~schemas.dml.Nullable` of those for a nullable field with a null row) and the row
+    count. A field with a default value takes it where a row gives none or None; a nullable one
+    without a default is null there. ``pk_given``: an auto_id primary key must be given too (an upsert names the rows it
     replaces), and is checked like any field."""
     raw, n = _as_columns(data, schema)
     if n == 0:
@@ -45,11 +47,13 @@ def columns_of(
                 raise InvalidParameter(f.name, RULE_AUTO_ID_GIVEN)
             continue
         if f.name not in raw:
-            raise InvalidParameter(f.name, "is required: every field of the schema must have a value for every row")
+            if not _may_be_absent(f):
+                raise InvalidParameter(f.name, "is required: every field of the schema must have a value for every row")
+            raw[f.name] = [_MISSING] * n
         values = raw.pop(f.name)
         if len(values) != n:
             raise InvalidParameter(f.name, f"must have {n} values, like the other fields", len(values))
-        out[f.name] = _typed(f, values)
+        out[f.name] = _with_nulls(f, values) if _may_be_absent(f) else _typed(f, values)
     if raw:
         dynamic = schema.dynamic_field
         if dynamic is None:
@@ -88,6 +92,9 @@ def _as_columns(data: Any, schema: CollectionSchema) -> tuple[dict[str, Any], in
                     if field is None or field.is_dynamic:
                         values.append(_MISSING)
                         continue
+                    if _may_be_absent(field):
+                        values.append(_MISSING)
+                        continue
                     if field.auto_id:  # some row gives the key: that row is the one breaking a rule
                         given = next(j for j, r in enumerate(data) if name in r)
                         raise InvalidParameter(name, f"{RULE_AUTO_ID_GIVEN}: row {given} has a value for it")
@@ -103,6 +110,38 @@ _MISSING = object()
 
 def _dynamic_rows(raw: Mapping[str, Sequence[Any]], n: int) -> list[dict[str, Any]]:
     return [{k: v[i] for k, v in raw.items() if v[i] is not _MISSING} for i in range(n)]
+
+
+def _may_be_absent(f: FieldSchema) -> bool:
+    """A row may give no value (or None) for ``f``: it is nullable or has a default value."""
+    return f.nullable or f.default_value is not None
+
+
+def _with_nulls(f: FieldSchema, values: Sequence[Any]) -> Any:
+    """The typed column of a nullable field or one with a default value: a missing value or None
+    becomes the default value when there is one (Milvus), else null. A :class:`Nullable` when
+    some row is null."""
+    absent = np.fromiter((v is None or v is _MISSING for v in values), dtype=bool, count=len(values))
+    if not absent.any():
+        return _typed(f, values)
+    if f.default_value is not None:
+        return _typed(f, [f.default_value if a else v for v, a in zip(values, absent, strict=True)])
+    placeholder = json.loads(NULL_PLACEHOLDERS[f.dtype]) if f.dtype in _TEXT_PLACEHOLDERS else None
+    filled = [_null_fill(f, placeholder) if a else v for v, a in zip(values, absent, strict=True)]
+    typed = _typed(f, filled)
+    if f.dtype is DataType.JSON:  # a null JSON row travels as the placeholder text, not as JSON null
+        typed = [NULL_PLACEHOLDERS[f.dtype] if a else t for t, a in zip(typed, absent, strict=True)]
+    return Nullable(typed, ~absent)
+
+
+_TEXT_PLACEHOLDERS = frozenset({DataType.JSON, DataType.ARRAY})
+
+
+def _null_fill(f: FieldSchema, parsed_placeholder: Any) -> Any:
+    """The value typed in place of a null row (checked like any value, so it must be valid)."""
+    if f.dtype in _TEXT_PLACEHOLDERS:
+        return parsed_placeholder
+    return NULL_PLACEHOLDERS[f.dtype]
 
 
 def _first_bad(mask: npt.ArrayLike) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from agents.dml_cursor import Verdict
 from agents.late_events import dropped_as_late
 from schemas.codec import decode
-from schemas.dml import DML_EVENT, DeleteEvent, TimeTickEvent
+from schemas.dml import DML_EVENT, DeleteEvent, InsertEvent, TimeTickEvent
 
 if TYPE_CHECKING:
     from agents.querynode.node import QueryNode
@@ -66,6 +66,8 @@ async def apply_record(node: QueryNode, partition: int, offset: int, raw: bytes)
     if delegator is None:
         node.skipped_events += 1  # dropped or not loaded (a load replays it from the checkpoint)
         return None
+    if isinstance(event, InsertEvent):
+        await _know_fields(node, event)
     applied = (
         delegator.process_delete(event, offset)
         if isinstance(event, DeleteEvent)
@@ -74,3 +76,18 @@ async def apply_record(node: QueryNode, partition: int, offset: int, raw: bytes)
     if applied:
         node.applied_events += 1
     return None
+
+
+async def _know_fields(node: QueryNode, event: InsertEvent) -> None:
+    """An insert naming a field the worker's schema lacks was written after AddCollectionField
+    (its reply may not have reached this node yet): take the collection's newer info first."""
+    held = node.worker.collection(event.collection_id)
+    if held is None:
+        return
+    known = {f.name for f in held.collection_schema.fields}
+    names = [c.name for c in event.columns]
+    if all(name in known for name in names):
+        return
+    fresh = await node.cache.collection_covering(event.collection_id, names)
+    if fresh is not None:
+        node.worker.load_collection(fresh)

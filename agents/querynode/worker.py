@@ -25,7 +25,7 @@ import numpy as np
 
 from agents.interpreter import lower_thread_priority
 from schemas.collection import CollectionSchema, DataType
-from schemas.dml import NUMPY_DTYPE, Column, InsertEvent
+from schemas.dml import NUMPY_DTYPE, Column, InsertEvent, Nullable
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
 from schemas.meta import CollectionInfo
 from schemas.status import IndexBuilderHealth, WorkerHealth, WorkerSegmentHealth
@@ -100,7 +100,12 @@ def mask_of_filter(flt: Filter | None, expired_before: int = 0) -> MaskOf | None
         n = segment.row_count
         if flt is None:
             return segment.timestamps_view()[:n] >= np.uint64(expired_before)
-        mask = flt.evaluate({name: segment.column(name) for name in flt.fields}, n)
+        mask = flt.evaluate(
+            {name: segment.column(name) for name in flt.fields},
+            n,
+            nulls=segment.null_masks(flt.fields),
+            indexes=segment.scalar_indexes,
+        )
         if expired_before:
             mask = mask & (segment.timestamps_view()[:n] >= np.uint64(expired_before))
         return mask
@@ -150,10 +155,10 @@ def empty_query_result(schema: CollectionSchema, output_fields: Sequence[str]) -
 def _column_values(column: Column) -> Any:
     """An event column as GrowingSegment.insert takes it: numpy for fixed-width types (zero-copy),
     the texts otherwise. JSON texts are parsed by the segment, once (parsing here too would parse a
-    JSON string value a second time)."""
-    if column.dtype in NUMPY_DTYPE:
-        return column.array()
-    return column.texts or []
+    JSON string value a second time). A column with null rows comes as a :class:`Nullable`."""
+    values = column.array() if column.dtype in NUMPY_DTYPE else column.texts or []
+    validity = column.validity()
+    return values if validity is None else Nullable(values, validity)
 
 
 def _check_same_place(segment: GrowingSegment, collection_id: int, partition_id: int, vchannel: str) -> None:
@@ -306,9 +311,22 @@ class Worker:
             raise ServiceUnavailable("query node worker is stopped")
 
     def load_collection(self, collection: CollectionInfo) -> None:
-        """Register ``collection`` (idempotent; a newer info replaces the older)."""
+        """Register ``collection`` (idempotent; a newer info replaces the older, never the reverse:
+        ``updated_ts``). A newer schema with added fields (AddCollectionField) evolves the
+        collection's segments at once (their rows read null, or the default value, there)."""
         self._check_running()
+        held = self._collections.get(collection.collection_id)
+        if held is not None and held.updated_ts > collection.updated_ts:
+            return
         self._collections[collection.collection_id] = collection
+        if held is not None and held.collection_schema != collection.collection_schema:
+            for segment in self._segments.values():
+                if segment.collection_id == collection.collection_id:
+                    segment.evolve(collection.collection_schema)
+
+    def collection(self, collection_id: int) -> CollectionInfo | None:
+        """The registered info of a collection (the newest seen), or None."""
+        return self._collections.get(collection_id)
 
     def set_index_metrics(self, collection_id: int, metrics: dict[str, str]) -> None:
         """The metrics of the collection's indexes (vector field -> metric): growing segments
@@ -321,6 +339,7 @@ class Worker:
     ) -> GrowingSegment:
         """The growing segment ``segment_id``, created empty if absent (idempotent)."""
         self.load_collection(collection)
+        collection = self._collections[collection.collection_id]  # the newest schema seen
         segment = self._segments.get(segment_id)
         if segment is None:
             segment = GrowingSegment(
@@ -353,6 +372,9 @@ class Worker:
         same id if there is one, which is released. One step on the owner's thread, so a search
         sees either the growing copy or the sealed one, never both or neither."""
         self._check_running()
+        registered = self._collections.get(segment.collection_id)
+        if registered is not None:
+            segment.evolve(registered.collection_schema)  # loaded with a schema older than the newest seen
         old = self._segments.get(segment.segment_id)
         if old is not None:
             _check_same_place(old, segment.collection_id, segment.partition_id, segment.vchannel)

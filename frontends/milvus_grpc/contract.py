@@ -54,6 +54,7 @@ CONVERT = "frontends.milvus_grpc.convert"
 EMBEDDED: dict[tuple[str, str], type[Message]] = {
     ("CreateCollection", "schema"): schema_pb2.CollectionSchema,
     ("Search", "placeholder_group"): common_pb2.PlaceholderGroup,
+    ("AddCollectionField", "schema"): schema_pb2.FieldSchema,
 }
 
 
@@ -177,29 +178,34 @@ SCHEMA: dict[str, Rule] = {
     "schema.description": served(f"{CONVERT}.schema_from_proto"),
     "schema.autoID": served(f"{CONVERT}.schema_from_proto"),
     "schema.fields[].fieldID": inert("assigned by the server (100, 101, ...), as Milvus's rootcoord assigns them"),
-    "schema.fields[].name": served(f"{CONVERT}.schema_from_proto"),
-    "schema.fields[].is_primary_key": served(f"{CONVERT}.schema_from_proto"),
-    "schema.fields[].description": served(f"{CONVERT}.schema_from_proto"),
-    "schema.fields[].data_type": served(f"{CONVERT}.schema_from_proto", example=schema_pb2.Int64),
-    "schema.fields[].type_params{dim}": served(f"{CONVERT}.schema_from_proto", example="8"),
-    "schema.fields[].type_params{max_length}": served(f"{CONVERT}.schema_from_proto", example="16"),
+    "schema.fields[].name": served(f"{CONVERT}.field_from_proto"),
+    "schema.fields[].is_primary_key": served(f"{CONVERT}.field_from_proto"),
+    "schema.fields[].description": served(f"{CONVERT}.field_from_proto"),
+    "schema.fields[].data_type": served(f"{CONVERT}.field_from_proto", example=schema_pb2.Int64),
+    "schema.fields[].type_params{dim}": served(f"{CONVERT}.field_from_proto", example="8"),
+    "schema.fields[].type_params{max_length}": served(f"{CONVERT}.field_from_proto", example="16"),
     "schema.fields[].type_params{max_capacity}": served("frontends.milvus_grpc.arrays.array_params", example="8"),
-    "schema.fields[].type_params{mmap.enabled}": served(f"{CONVERT}.schema_from_proto", example="true"),
+    "schema.fields[].type_params{mmap.enabled}": served(f"{CONVERT}.field_from_proto", example="true"),
     "schema.fields[].type_params{*}": refused(
         "this type parameter (Osprey's fields take dim, max_length and max_capacity; e.g. mmap_enabled and "
         "analyzers are not served)"
     ),
     "schema.fields[].index_params{*}": refused("index parameters in a field schema"),
-    "schema.fields[].autoID": served(f"{CONVERT}.schema_from_proto"),
+    "schema.fields[].autoID": served(f"{CONVERT}.field_from_proto"),
     "schema.fields[].state": refused("field states (Milvus's own bookkeeping)"),
     "schema.fields[].element_type": served("frontends.milvus_grpc.arrays.array_params", example=schema_pb2.Int64),
-    "schema.fields[].default_value": refused("default values"),
+    **{
+        f"schema.fields[].default_value.{member}": served(f"{CONVERT}.default_value_of")
+        for member in ("bool_data", "int_data", "long_data", "float_data", "double_data", "string_data")
+    },
+    "schema.fields[].default_value.bytes_data": refused("JSON default values"),
+    "schema.fields[].default_value.timestamptz_data": refused("TIMESTAMPTZ fields"),
     "schema.fields[].is_dynamic": refused(
         "declaring the dynamic field yourself (set enable_dynamic_field: the server adds $meta)"
     ),
-    "schema.fields[].is_partition_key": served(f"{CONVERT}.schema_from_proto"),
+    "schema.fields[].is_partition_key": served(f"{CONVERT}.field_from_proto"),
     "schema.fields[].is_clustering_key": refused("clustering keys"),
-    "schema.fields[].nullable": refused("nullable fields"),
+    "schema.fields[].nullable": served(f"{CONVERT}.field_from_proto"),
     "schema.fields[].is_function_output": refused("function output fields (BM25, embedding functions)"),
     "schema.enable_dynamic_field": served(f"{CONVERT}.schema_from_proto"),
     "schema.properties{*}": refused("schema properties"),
@@ -359,15 +365,15 @@ FIELD_DATA = "fields_data[]"
 
 def _field_data() -> dict[str, Rule]:
     """Insert's and Upsert's columns (schema.FieldData)."""
-    columns, values = served(f"{CONVERT}.columns_from_fields_data"), served(f"{CONVERT}.field_values")
+    columns, values = served(f"{CONVERT}.columns_from_fields_data"), served(f"{CONVERT}._present_values")
     rules = {
         f"{FIELD_DATA}.type": served(f"{CONVERT}._check_type", example=schema_pb2.Int64),
         f"{FIELD_DATA}.field_name": columns,
         f"{FIELD_DATA}.field_id": inert("Milvus's proxy fills field ids from the schema by name; so does Osprey"),
         f"{FIELD_DATA}.is_dynamic": columns,
-        f"{FIELD_DATA}.valid_data": refused("null values (valid_data: nullable fields)"),
+        f"{FIELD_DATA}.valid_data": served(f"{CONVERT}.field_values", example=True),
         f"{FIELD_DATA}.struct_arrays": refused("struct array fields"),
-        f"{FIELD_DATA}.vectors.dim": served(f"{CONVERT}.field_values", example=8),
+        f"{FIELD_DATA}.vectors.dim": served(f"{CONVERT}._present_values", example=8),
         f"{FIELD_DATA}.vectors.float_vector.data": values,
         f"{FIELD_DATA}.vectors.binary_vector": refused("BINARY_VECTOR fields"),
         f"{FIELD_DATA}.vectors.float16_vector": refused("FLOAT16_VECTOR fields"),
@@ -376,8 +382,8 @@ def _field_data() -> dict[str, Rule]:
         f"{FIELD_DATA}.vectors.int8_vector": refused("INT8_VECTOR fields"),
         f"{FIELD_DATA}.vectors.vector_array": refused("vector arrays (embedding lists)"),
         f"{FIELD_DATA}.scalars.bytes_data": refused("bytes columns"),
-        f"{FIELD_DATA}.scalars.array_data.data": served(f"{CONVERT}.field_values", whole=True),
-        f"{FIELD_DATA}.scalars.array_data.element_type": served(f"{CONVERT}.field_values", example=schema_pb2.Int64),
+        f"{FIELD_DATA}.scalars.array_data.data": served(f"{CONVERT}._present_values", whole=True),
+        f"{FIELD_DATA}.scalars.array_data.element_type": served(f"{CONVERT}._present_values", example=schema_pb2.Int64),
         f"{FIELD_DATA}.scalars.geometry_data": refused("GEOMETRY fields"),
         f"{FIELD_DATA}.scalars.geometry_wkt_data": refused("GEOMETRY fields"),
         f"{FIELD_DATA}.scalars.timestamptz_data": refused("TIMESTAMPTZ fields"),
@@ -539,6 +545,16 @@ RPCS: dict[str, dict[str, Rule]] = {
         "properties{*}": served(SERVICER, example="true"),
         "delete_keys": refused("deleting field properties"),
     },
+    "AddCollectionField": {
+        **COLLECTION,
+        "collectionID": inert("the collection is named by collection_name, as pymilvus sends it"),
+        "schema": served(f"{CONVERT}.field_from_proto"),
+        **{
+            key.replace("schema.fields[].", "schema."): rule
+            for key, rule in SCHEMA.items()
+            if key.startswith("schema.fields[].")
+        },
+    },
     "RenameCollection": {
         "oldName": served(SERVICER),
         "newName": served(SERVICER),
@@ -694,7 +710,6 @@ UNSUPPORTED_RPCS: dict[str, str] = {
     "HybridSearch": "hybrid search",
     "CalcDistance": "distance calculation",
     "FlushAll": "flushing every collection",
-    "AddCollectionField": "adding fields to a collection",
     "GetFlushAllState": "flushing every collection",
     "GetPersistentSegmentInfo": "segment information",
     "GetQuerySegmentInfo": "segment information",

@@ -147,50 +147,96 @@ def schema_from_proto(proto: schema_pb2.CollectionSchema, collection_name: str) 
     assigned anew by the rootcoord (100, 101, ...), as Milvus's are; a field of a type Osprey has
     not is refused naming the field. ``dbName`` is not read: the collection is created in the
     request's database (Milvus's proxy overwrites the schema's with it). Features Osprey lacks
-    (nullable, default values, partition keys, a declared ``$meta`` ...) were refused by
-    :mod:`frontends.milvus_grpc.contract` before."""
+    (clustering keys, a declared ``$meta`` ...) were refused by :mod:`frontends.milvus_grpc.contract`
+    before."""
     if proto.name and proto.name != collection_name:
         raise InvalidParameter("schema.name", f"must be empty or the collection name {collection_name!r}", proto.name)
-    fields: list[dict[str, Any]] = []
-    for i, f in enumerate(proto.fields):
-        try:
-            dtype = DataType.from_milvus_code(f.data_type)
-        except ValueError:
-            name = schema_pb2.DataType.Name(f.data_type) if f.data_type in schema_pb2.DataType.values() else f.data_type
-            raise InvalidParameter(
-                f"schema.fields[{i}].data_type",
-                f"field {f.name!r}: {name} is not supported by Osprey yet (supported: "
-                + ", ".join(t.value for t in DataType)
-                + ")",
-                milvus_text=MILVUS_STRING_TYPE if f.data_type == schema_pb2.String else "",
-            ) from None
-        params = key_values(f.type_params)
-        field: dict[str, Any] = {
-            "name": f.name,
-            "dtype": dtype.value,
-            "is_primary": f.is_primary_key,
-            "auto_id": bool(f.autoID or (f.is_primary_key and proto.autoID)),
-            "description": f.description,
-        }
-        if f.is_partition_key:
-            field["is_partition_key"] = True
-        if "dim" in params:
-            field["dim"] = params["dim"]
-        if "max_length" in params:
-            field["max_length"] = params["max_length"]
-        field.update(array_params(f, params, f"schema.fields[{i}]"))
-        if "mmap.enabled" in params:  # a field property (schemas/collection_properties.py)
-            field["properties"] = check_collection_properties(
-                {"mmap.enabled": params["mmap.enabled"]},
-                f"schema.fields[{i}].type_params",
-                served=FIELD_PROPERTIES,
-            )
-        fields.append(field)
+    fields = [field_from_proto(f, f"schema.fields[{i}]", proto.autoID) for i, f in enumerate(proto.fields)]
     return {
         "fields": fields,
         "description": proto.description,
         "enable_dynamic_field": proto.enable_dynamic_field,
     }
+
+
+def field_from_proto(f: schema_pb2.FieldSchema, where: str, schema_auto_id: bool = False) -> dict[str, Any]:
+    """One schema.FieldSchema (of CreateCollection's schema, or AddCollectionField's ``schema``) as
+    Osprey's field dict (``where``: its path, for errors); checked by Osprey's rules later."""
+    try:
+        dtype = DataType.from_milvus_code(f.data_type)
+    except ValueError:
+        name = schema_pb2.DataType.Name(f.data_type) if f.data_type in schema_pb2.DataType.values() else f.data_type
+        raise InvalidParameter(
+            f"{where}.data_type",
+            f"field {f.name!r}: {name} is not supported by Osprey yet (supported: "
+            + ", ".join(t.value for t in DataType)
+            + ")",
+            milvus_text=MILVUS_STRING_TYPE if f.data_type == schema_pb2.String else "",
+        ) from None
+    params = key_values(f.type_params)
+    field: dict[str, Any] = {
+        "name": f.name,
+        "dtype": dtype.value,
+        "is_primary": f.is_primary_key,
+        "auto_id": bool(f.autoID or (f.is_primary_key and schema_auto_id)),
+        "description": f.description,
+    }
+    if f.is_partition_key:
+        field["is_partition_key"] = True
+    if f.nullable:
+        field["nullable"] = True
+    if f.HasField("default_value"):
+        field["default_value"] = default_value_of(f.default_value)
+    if "dim" in params:
+        field["dim"] = params["dim"]
+    if "max_length" in params:
+        field["max_length"] = params["max_length"]
+    field.update(array_params(f, params, where))
+    if "mmap.enabled" in params:  # a field property (schemas/collection_properties.py)
+        field["properties"] = check_collection_properties(
+            {"mmap.enabled": params["mmap.enabled"]},
+            f"{where}.type_params",
+            served=FIELD_PROPERTIES,
+        )
+    return field
+
+
+def default_value_of(value: schema_pb2.ValueField) -> Any:
+    """A FieldSchema's ``default_value`` (schema.ValueField) as a Python value; its type is checked
+    against the field's by :class:`~schemas.collection.FieldSchema`. A FLOAT's default is rounded
+    to float32 (what pymilvus sent), so the stored value is the one rows hold."""
+    member = value.WhichOneof("data")
+    if member == "bool_data":
+        return bool(value.bool_data)
+    if member == "int_data":
+        return int(value.int_data)
+    if member == "long_data":
+        return int(value.long_data)
+    if member == "float_data":
+        return float(np.float32(value.float_data))
+    if member == "double_data":
+        return float(value.double_data)
+    if member == "string_data":
+        return str(value.string_data)
+    raise InvalidParameter("default_value", "must be a bool, int, long, float, double or string value", member)
+
+
+def _default_value_proto(f: FieldSchema) -> schema_pb2.ValueField | None:
+    """The described default value in the member Milvus uses for the field's type."""
+    value = f.default_value
+    if value is None:
+        return None
+    if f.dtype is DataType.BOOL:
+        return schema_pb2.ValueField(bool_data=bool(value))
+    if f.dtype is DataType.INT64:
+        return schema_pb2.ValueField(long_data=int(value))
+    if f.dtype in (DataType.INT8, DataType.INT16, DataType.INT32):
+        return schema_pb2.ValueField(int_data=int(value))
+    if f.dtype is DataType.FLOAT:
+        return schema_pb2.ValueField(float_data=float(value))
+    if f.dtype is DataType.DOUBLE:
+        return schema_pb2.ValueField(double_data=float(value))
+    return schema_pb2.ValueField(string_data=str(value))
 
 
 def schema_to_proto(collection_name: str, schema: CollectionSchema) -> schema_pb2.CollectionSchema:
@@ -224,6 +270,8 @@ def _field_to_proto(f: FieldSchema) -> schema_pb2.FieldSchema:
         autoID=f.auto_id,
         is_partition_key=f.is_partition_key,
         element_type=f.element_type.milvus_code if f.element_type is not None else 0,
+        nullable=f.nullable,
+        default_value=_default_value_proto(f),
     )
 
 
@@ -323,7 +371,27 @@ def _check_type(fd: schema_pb2.FieldData, where: str) -> None:
 
 
 def field_values(fd: schema_pb2.FieldData, where: str) -> Any:
-    """One FieldData's values: numpy for numbers and vectors, list of str or of parsed JSON."""
+    """One FieldData's values: numpy for numbers and vectors, list of str or of parsed JSON; with
+    ``valid_data`` (a nullable field, or one with a default value: pymilvus sends the values of
+    the valid rows only) a list of one value a row, None where the row gives none."""
+    values = _present_values(fd, where)
+    if not fd.valid_data:
+        return values
+    valid = list(fd.valid_data)
+    present = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if len(present) == len(valid):  # a full column (placeholders where invalid), as Milvus also takes
+        return [v if ok else None for v, ok in zip(present, valid, strict=True)]
+    if len(present) != sum(valid):
+        raise InvalidParameter(
+            f"{where}.valid_data",
+            f"field {fd.field_name}: {sum(valid)} rows are valid but {len(present)} values were sent",
+            len(present),
+        )
+    given = iter(present)
+    return [next(given) if ok else None for ok in valid]
+
+
+def _present_values(fd: schema_pb2.FieldData, where: str) -> Any:
     _check_type(fd, where)
     if fd.HasField("vectors"):
         if fd.vectors.WhichOneof("data") != "float_vector":
@@ -425,6 +493,32 @@ def output_columns(
 
 
 def _field_data(f: FieldSchema, values: list[Any]) -> schema_pb2.FieldData:
+    if f.nullable:  # every row's value (a placeholder where null) and valid_data, as Milvus returns them
+        listed = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        valid = [v is not None for v in listed]
+        placeholder = NULL_VALUES[f.dtype]
+        fd = _field_values_data(f, [placeholder if v is None else v for v in listed])
+        fd.valid_data.extend(valid)
+        return fd
+    return _field_values_data(f, values)
+
+
+# what a null row holds in a reply (Milvus: the type's zero value; JSON: none in pymilvus's reading)
+NULL_VALUES: dict[DataType, Any] = {
+    DataType.BOOL: False,
+    DataType.INT8: 0,
+    DataType.INT16: 0,
+    DataType.INT32: 0,
+    DataType.INT64: 0,
+    DataType.FLOAT: 0.0,
+    DataType.DOUBLE: 0.0,
+    DataType.VARCHAR: "",
+    DataType.JSON: None,
+    DataType.ARRAY: [],
+}
+
+
+def _field_values_data(f: FieldSchema, values: list[Any]) -> schema_pb2.FieldData:
     fd = schema_pb2.FieldData(type=f.dtype.milvus_code, field_name=f.name, field_id=f.field_id or 0)
     if f.dtype.is_vector:
         flat = np.asarray(values, dtype=np.float32).reshape(-1)

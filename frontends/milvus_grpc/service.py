@@ -310,6 +310,15 @@ class MilvusServicer(milvus_pb2_grpc.MilvusServiceServicer):
         return convert.ok_status()
 
     @rpc
+    async def AddCollectionField(
+        self, request: milvus_pb2.AddCollectionFieldRequest, context: Any, call: Call
+    ) -> Message:
+        proto = call.checked.embedded["schema"]
+        assert isinstance(proto, schema_pb2.FieldSchema)
+        await call.api.add_collection_field(request.collection_name, convert.field_from_proto(proto, "schema"))
+        return convert.ok_status()
+
+    @rpc
     async def RenameCollection(self, request: milvus_pb2.RenameCollectionRequest, context: Any, call: Call) -> Message:
         if not request.oldName:
             raise InvalidParameter("oldName", "is required", "", milvus_text="old collection name should not be empty")

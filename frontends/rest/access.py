@@ -42,6 +42,7 @@ ROUTE_RPCS: dict[str, RouteRpc] = {
     "collections/alter_properties": RouteRpc("AlterCollection"),
     "collections/drop_properties": RouteRpc("AlterCollection"),
     "collections/fields/alter_properties": RouteRpc("AlterCollectionField"),
+    "collections/fields/add": RouteRpc("AddCollectionField"),
     "collections/rename": RouteRpc("RenameCollection"),
     "collections/flush": RouteRpc("Flush", _C),
     "collections/compact": RouteRpc("ManualCompaction", _C),

@@ -289,6 +289,8 @@ def collection(desc: CollectionDescription) -> dict[str, Any]:
             "autoId": f.auto_id,
             "description": f.description,
             "params": _type_params(f),
+            "nullable": f.nullable,
+            **({"defaultValue": f.default_value} if f.default_value is not None else {}),
             **({"elementType": _MILVUS_NAME[f.element_type]} if f.element_type is not None else {}),
         }
         for f in schema.fields

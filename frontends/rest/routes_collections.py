@@ -32,7 +32,7 @@ from schemas.errors import InvalidParameter
 # elementTypeParams keys -> Osprey field schema keys.
 ELEMENT_TYPE_PARAMS = {"dim": "dim", "max_length": "max_length", "max_capacity": "max_capacity"}
 # Milvus field features Osprey does not have: refused when set to anything but their default.
-UNSUPPORTED_FIELD_KEYS = ("isClusteringKey", "nullable", "defaultValue")
+UNSUPPORTED_FIELD_KEYS = ("isClusteringKey",)
 
 # collections/create params Milvus reads as collection properties
 REST_PROPERTY_PARAMS = {"ttlSeconds": TTL_SECONDS, "mmap.enabled": MMAP_ENABLED}
@@ -78,6 +78,10 @@ def _field_schema(body: Body, auto_id: bool) -> dict[str, Any]:
     }
     if body.boolean("isPartitionKey"):
         spec["is_partition_key"] = True
+    if body.boolean("nullable"):
+        spec["nullable"] = True
+    if body.raw("defaultValue") is not None:  # its type is checked against the field's (schemas.collection)
+        spec["default_value"] = body.raw("defaultValue")
     element = body.string("elementDataType", default="")
     if element:  # an ARRAY field's element type, Milvus's spelling (Int64, VarChar ...)
         spec["element_type"] = data_type(element, body.path("elementDataType"))
@@ -322,6 +326,19 @@ def _parse_field_params(body: Body) -> Parsed:
     return Parsed(kwargs, {**fields, "properties": "fieldParams"})
 
 
+def _parse_add_field(body: Body) -> Parsed:
+    """collections/fields/add: ``collectionName`` and the field, as Milvus's RESTful v2 ``schema``
+    (``fieldName``, ``dataType``, ``nullable``, ``defaultValue``, ``elementTypeParams``...) or as an
+    Osprey field schema in ``field`` (the thin client's)."""
+    if body.raw("field") is not None:
+        field = body.obj("field").whole()
+        renames = {"field": "field"}
+    else:
+        field = _field_schema(body.obj("schema"), auto_id=False)
+        renames = {"field.nullable": "schema.nullable", "field.default_value": "schema.defaultValue"}
+    return Parsed({"collection_name": body.string("collectionName"), "field": field}, renames)
+
+
 def _parse_rename(body: Body) -> Parsed:
     """collections/rename: ``collectionName`` -> ``newCollectionName`` (in ``newDbName``)."""
     kwargs = {
@@ -365,6 +382,7 @@ COLLECTION_ROUTES: dict[str, Endpoint] = {
     "collections/alter_properties": Endpoint("alter_collection_properties", parse=_parse_collection_properties),
     "collections/drop_properties": Endpoint("drop_collection_properties", parse=_parse_collection_property_keys),
     "collections/fields/alter_properties": Endpoint("alter_collection_field", parse=_parse_field_params),
+    "collections/fields/add": Endpoint("add_collection_field", parse=_parse_add_field),
     "collections/rename": Endpoint("rename_collection", parse=_parse_rename),
     "collections/flush": Endpoint("flush", (COLLECTION,), render.flushed),
     "collections/compact": Endpoint("compact", render=render.compaction, parse=_parse_compact),

@@ -13,7 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import ddl
-from schemas.collection import MAX_VARCHAR_LENGTH, MIN_VARCHAR_LENGTH, DataType
+from schemas.collection import (
+    MAX_FIELDS,
+    MAX_VARCHAR_LENGTH,
+    MIN_VARCHAR_LENGTH,
+    RULE_FIELD_COUNT,
+    DataType,
+    parse_collection_schema,
+)
 from schemas.collection_properties import (
     FIELD_PROPERTIES,
     LOAD_BOUND,
@@ -486,6 +493,36 @@ def _alter_collection_field(e: ddl.AlterCollectionField, view: MetaView) -> Plan
         return Plan(make_reply=_reply(e, collection=view.describe(info.collection_id)))
     fields = [altered if f.name == field.name else f for f in schema.fields]
     return _altered(e, view, info, collection_schema=schema.model_copy(update={"fields": fields}))
+
+
+RULE_ADDED_NULLABLE = "an added field must be nullable: the rows written before it hold no value"
+
+
+def _add_collection_field(e: ddl.AddCollectionField, view: MetaView) -> Plan:
+    """Milvus's checks of an added field, in its order (proxy addCollectionFieldTask): the field
+    count, no primary key, nullable, no partition key, a new name; then the schema's own rules."""
+    info = _resolve(view, e, "collection_name", e.collection_name)
+    schema, field = info.collection_schema, e.field
+    user_fields = [f for f in schema.fields if not f.is_dynamic]
+    if len(user_fields) >= MAX_FIELDS:
+        text = f"The number of fields has reached the maximum value {MAX_FIELDS}"
+        raise InvalidParameter("field", RULE_FIELD_COUNT, len(user_fields), milvus_text=text)
+    if field.is_primary:
+        text = f"not support to add pk field, field name = {field.name}"
+        raise InvalidParameter("field.is_primary", "an added field cannot be the primary key", True, milvus_text=text)
+    if not field.nullable:
+        text = f"added field must be nullable, please check it, field name = {field.name}"
+        raise InvalidParameter("field.nullable", RULE_ADDED_NULLABLE, False, milvus_text=text)
+    if field.is_partition_key:
+        text = f"not support to add partition key field, field name  = {field.name}"
+        raise InvalidParameter(
+            "field.is_partition_key", "an added field cannot be the partition key", True, milvus_text=text
+        )
+    if schema.field(field.name) is not None:
+        text = f"duplicate field name: {field.name}"
+        raise InvalidParameter("field.name", "must not be a field of the collection", field.name, milvus_text=text)
+    added = parse_collection_schema(schema.with_added_field(field).model_dump(), "collection_schema")
+    return _altered(e, view, info, collection_schema=added)
 
 
 RULE_RENAME_SAME = "collection name or database name should be different"
@@ -973,6 +1010,8 @@ async def plan(event: ddl.DdlEvent, view: MetaView, new_id: NewId, topics: Topic
             return _alter_collection(event, view)
         case ddl.AlterCollectionField():
             return _alter_collection_field(event, view)
+        case ddl.AddCollectionField():
+            return _add_collection_field(event, view)
         case ddl.RenameCollection():
             return _rename_collection(event, view)
         case ddl.HasCollection():

@@ -8,7 +8,7 @@ its next use, so a stale entry never outlives the change that made it stale.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from schemas.database import database_name
 from schemas.ddl import DdlReply, RbacReply
@@ -101,6 +101,18 @@ class MetaCache:
             if info is None:
                 self._dropped.add(collection_id)
         return info
+
+    async def collection_covering(self, collection_id: int, field_names: Iterable[str]) -> CollectionInfo | None:
+        """:meth:`collection`, reloaded when its schema lacks one of ``field_names``: a record
+        written after AddCollectionField may arrive before the reply that invalidates the cache
+        (the meta is written before any proxy learns of the field)."""
+        info = await self.collection(collection_id)
+        if info is None:
+            return None
+        known = {f.name for f in info.collection_schema.fields}
+        if all(name in known for name in field_names):
+            return info
+        return (await self.refresh()).collections.get(collection_id)
 
     def invalidate_ids(self, collection_ids: Sequence[int], database_ids: Sequence[int] = ()) -> None:
         """A change touched these collections or databases: the next use reloads the meta."""

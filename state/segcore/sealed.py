@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.collection import CollectionSchema, DataType, FieldSchema
+from schemas.dml import absent_values
 from schemas.errors import InvalidParameter
 from schemas.segment import SegmentKey, SegmentManifest
 from state.segcore.pk_stats import PkBloom
@@ -114,7 +115,8 @@ class SealedSegment(GrowingSegment):
         (n, dim) float32 vectors) are adopted without a copy, so the caller must not modify them
         afterwards; VARCHAR values become an object array of str, JSON texts are parsed. A missing
         dynamic ``$meta`` column means ``{}`` per row. Vectors are not checked for NaN/inf (rows were
-        checked when inserted). InvalidParameter naming a bad column; at least one row."""
+        checked when inserted). A nullable field's column may be a :class:`~schemas.dml.Nullable`,
+        as for :meth:`GrowingSegment.insert`. InvalidParameter naming a bad column; at least one row."""
         segment = cls(key, schema)
         segment._adopt(pks, row_ts, columns)
         return segment
@@ -138,18 +140,27 @@ class SealedSegment(GrowingSegment):
         for field in self.schema.fields:
             if field.is_primary:
                 continue
-            if field.name not in columns:
-                if not field.is_dynamic:
-                    raise InvalidParameter(field.name, "is missing from the segment's columns")
+            if field.name not in columns and field.is_dynamic:
                 buffers[field.name] = np.fromiter(({} for _ in range(n)), dtype=object, count=n)
                 var_bytes += n * PY_OBJECT_BYTES
+            elif field.name not in columns and not (field.nullable or field.default_value is not None):
+                raise InvalidParameter(field.name, "is missing from the segment's columns")
+            elif field.name not in columns:  # added after the segment was written (AddCollectionField)
+                values, validity = self._split_nullable(field, absent_values(field, n), n)
+                buffers[field.name], payload = self._convert_column(field, values, n)
+                var_bytes += payload
+                if validity is not None:
+                    buffers[self._valid_key(field.name)] = validity
             elif field.dtype is DataType.FLOAT_VECTOR:
                 vectors = self._adopt_vectors(field, columns[field.name], n)
                 buffers[field.name] = vectors
                 buffers[self._norm_key(field.name)] = np.einsum("ij,ij->i", vectors, vectors)
             else:
-                buffers[field.name], payload = self._convert_column(field, columns[field.name], n)
+                values, validity = self._split_nullable(field, columns[field.name], n)
+                buffers[field.name], payload = self._convert_column(field, values, n)
                 var_bytes += payload
+                if validity is not None:
+                    buffers[self._valid_key(field.name)] = validity
         with self._rows_lock:
             self._buffers = buffers
             self._capacity = n

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ import numpy as np
 from numpy.dtypes import StringDType
 
 from schemas.collection import CollectionSchema, DataType, FieldSchema
+from schemas.dml import Nullable, absent_values
 from schemas.errors import IndexNotFound, InvalidParameter
 from state.segcore.pk_index import PkIndex
 from state.segcore.vector_index import (
@@ -235,6 +236,8 @@ class GrowingSegment:
         for f in schema.fields:
             if not f.is_primary:
                 self._buffers[f.name] = self._alloc(f, 0)
+            if f.nullable:
+                self._buffers[self._valid_key(f.name)] = np.empty(0, np.bool_)
         for name in self._vector_fields:
             self._buffers[self._norm_key(name)] = np.empty(0, np.float32)
         # Replaced, never mutated (copy-on-write): readers iterate it while the builder publishes.
@@ -249,6 +252,11 @@ class GrowingSegment:
     @staticmethod
     def _norm_key(field: str) -> str:
         return f"\0sqnorm:{field}"
+
+    @staticmethod
+    def _valid_key(field: str) -> str:
+        """The buffer of a nullable field's validity (True: the row holds a value)."""
+        return f"\0valid:{field}"
 
     @staticmethod
     def _alloc(field: FieldSchema, capacity: int) -> np.ndarray:
@@ -298,6 +306,53 @@ class GrowingSegment:
         if name not in self._fields:
             raise InvalidParameter(name, "is not a field of the collection")
         return self._view(name)
+
+    def evolve(self, schema: CollectionSchema) -> None:
+        """Take a newer schema of the collection, with fields added since (AddCollectionField:
+        nullable): every row here gets the added fields' default value, or null. Idempotent;
+        fields are never removed or changed here. One step for readers: the new buffers are
+        published (copy-on-write) before the schema names them."""
+        added = [f for f in schema.fields if f.name not in self._fields]
+        if not added:
+            if schema != self.schema:
+                self.schema = schema  # the same fields (a description or a property changed)
+            return
+        buffers = dict(self._buffers)
+        capacity = max(self._capacity, self._n)
+        for field in added:
+            if not (field.nullable or field.default_value is not None):
+                raise InvalidParameter(field.name, "an added field must be nullable or have a default value")
+            values, validity = self._split_nullable(field, absent_values(field, self._n), self._n)
+            array, payload = self._convert_column(field, values, self._n)
+            buffer = self._alloc(field, capacity)
+            buffer[: self._n] = array
+            buffers[field.name] = buffer
+            if validity is not None:
+                valid = np.empty(capacity, np.bool_)
+                valid[: self._n] = validity
+                buffers[self._valid_key(field.name)] = valid
+            self._var_bytes += payload
+        with self._rows_lock:
+            self._buffers = buffers
+        self._fields = {f.name: f for f in schema.fields}
+        self.schema = schema
+
+    def null_masks(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """name -> bool[row_count] (True where the row is null) for the nullable fields among
+        ``names`` that hold a null row; the filter evaluator's ``nulls``."""
+        masks = {}
+        for name in names:
+            key = self._valid_key(name)
+            if key in self._buffers:
+                valid = self._view(key)
+                if not valid.all():
+                    masks[name] = ~valid
+        return masks
+
+    @property
+    def scalar_indexes(self) -> Mapping[tuple[str, tuple[str | int, ...]], Any]:
+        """The scalar indexes over this segment's rows, by (field, JSON path): none while growing."""
+        return {}
 
     def pks_view(self) -> np.ndarray:
         """Read-only view of the primary keys (int64, or object array of str for VARCHAR)."""
@@ -500,7 +555,9 @@ class GrowingSegment:
         Vectors: (n, dim) float32-convertible arrays or raw little-endian float32 bytes of n*dim
         values; VARCHAR: str values; JSON: dicts (or JSON texts, parsed); ARRAY: lists (or JSON
         texts, parsed); a missing dynamic ``$meta``
-        column means ``{}`` per row. Everything is checked before anything is stored, so a batch is
+        column means ``{}`` per row. A nullable field's column may be a :class:`~schemas.dml.Nullable`
+        (its values, a placeholder of the field's type where null, and its validity); plain values
+        mean a value in every row. Everything is checked before anything is stored, so a batch is
         appended whole or not at all; a bad column raises InvalidParameter naming its field.
         Cost: O(n * row width) vectorized; the interim index is extended later (:meth:`index_step`).
         """
@@ -519,15 +576,21 @@ class GrowingSegment:
                     if again.shape != pk_array.shape or not np.array_equal(again, pk_array):
                         raise InvalidParameter(field.name, "the primary key column must equal pks")
                 continue
-            if field.name not in columns:
+            given = columns.get(field.name)
+            if given is None:
                 if field.is_dynamic:
                     converted[field.name] = np.fromiter(({} for _ in range(n)), dtype=object, count=n)
                     var_bytes += n * PY_OBJECT_BYTES
                     continue
-                raise InvalidParameter(field.name, "is missing from the insert batch")
-            array, payload = self._convert_column(field, columns[field.name], n)
+                if not (field.nullable or field.default_value is not None):
+                    raise InvalidParameter(field.name, "is missing from the insert batch")
+                given = absent_values(field, n)  # written before the field was added
+            values, validity = self._split_nullable(field, given, n)
+            array, payload = self._convert_column(field, values, n)
             converted[field.name] = array
             var_bytes += payload
+            if validity is not None:
+                converted[self._valid_key(field.name)] = validity
         if n == 0:
             return
 
@@ -556,6 +619,22 @@ class GrowingSegment:
         with self._rows_lock:  # the rows are written: publish them
             self._n = end
         self._var_bytes += var_bytes
+
+    @staticmethod
+    def _split_nullable(field: FieldSchema, values: Any, n: int) -> tuple[Any, np.ndarray | None]:
+        """(values, validity) of one field's batch: the validity of a nullable field (all True for
+        plain values), None for any other field. InvalidParameter for a Nullable on a field that is
+        not nullable, or a validity that is not n bools."""
+        if not field.nullable:
+            if isinstance(values, Nullable):
+                raise InvalidParameter(field.name, "holds nulls but is not nullable")
+            return values, None
+        if not isinstance(values, Nullable):
+            return values, np.ones(n, np.bool_)
+        valid = np.asarray(values.valid)
+        if valid.dtype != np.bool_ or valid.shape != (n,):
+            raise InvalidParameter(field.name, f"validity must be {n} bools (one per row)", valid.shape)
+        return values.values, valid
 
     def _convert_pks(self, pks: Any) -> tuple[np.ndarray, int]:
         """(pk array, estimated object payload bytes)."""
@@ -749,7 +828,8 @@ class GrowingSegment:
 
         Returns field name -> values: the primary key always, plus ``output_fields`` (``"*"`` = every
         field). Numeric and vector fields come as numpy arrays (vectors (m, dim)), VARCHAR and JSON
-        (and a VARCHAR pk) as lists. Unknown field -> InvalidParameter. O(n + m log m) for m matches.
+        (and a VARCHAR pk) as lists, a nullable field as a list with None for its null rows.
+        Unknown field -> InvalidParameter. O(n + m log m) for m matches.
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidParameter("offset", "must be an integer >= 0", offset)
@@ -765,6 +845,12 @@ class GrowingSegment:
         for name in names:
             key = self._pk_key if name == self._pk_field.name else name
             values = self._buffers[key][chosen]
+            if self._valid_key(name) in self._buffers:  # nullable: a list, None where null
+                listed = values.tolist()
+                for i in np.flatnonzero(~self._buffers[self._valid_key(name)][chosen]).tolist():
+                    listed[i] = None
+                result[name] = listed
+                continue
             result[name] = values.tolist() if values.dtype == object else values
         return result
 

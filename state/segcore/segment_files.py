@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.collection import CollectionSchema, DataType, FieldSchema
-from schemas.dml import NUMPY_DTYPE
+from schemas.dml import NULL_PLACEHOLDERS, NUMPY_DTYPE, Nullable, absent_values, pack_validity
 from schemas.errors import InvalidParameter
 from schemas.segment import (
     INSERT_LOG_FILE,
@@ -125,6 +125,7 @@ _ARROW_TYPES: dict[DataType, pa.DataType] = {
 }
 
 Values: TypeAlias = np.ndarray | list[str] | list[list[Any]]
+ColumnValues: TypeAlias = Values | Nullable  # a nullable field's column with null rows: a Nullable
 """One column's values: numpy for fixed-width types ((n, dim) float32 for vectors), str for
 VARCHAR/JSON, a list a row for ARRAY."""
 
@@ -192,7 +193,8 @@ def _arrow_type(field: FieldSchema) -> pa.DataType:
 
 
 def arrow_schema(schema: CollectionSchema) -> pa.Schema:
-    """The insert log's Arrow schema: ``__row_ts`` uint64, then every field in schema order, all non-null,
+    """The insert log's Arrow schema: ``__row_ts`` uint64, then every field in schema order (only
+    nullable fields' columns may hold nulls),
     each with metadata ``{"field_id", "dtype"}``. The schema must carry field ids (``with_field_ids()``)."""
     if schema.field(ROW_TS_COLUMN) is not None:
         raise InvalidParameter("schema", f"no field may be named {ROW_TS_COLUMN} (the row timestamp column)")
@@ -201,11 +203,13 @@ def arrow_schema(schema: CollectionSchema) -> pa.Schema:
         if f.field_id is None:
             raise InvalidParameter("schema", "must carry field ids (CollectionSchema.with_field_ids())", f.name)
         metadata = {"field_id": str(f.field_id), "dtype": f.dtype.value}
-        fields.append(pa.field(f.name, _arrow_type(f), nullable=False, metadata=metadata))
+        fields.append(pa.field(f.name, _arrow_type(f), nullable=f.nullable, metadata=metadata))
     return pa.schema(fields)
 
 
-def _arrow_array(field: FieldSchema, values: Values) -> pa.Array:
+def _arrow_array(field: FieldSchema, values: ColumnValues) -> pa.Array:
+    if isinstance(values, Nullable):
+        return pa.array(values.values, type=_arrow_type(field), mask=~values.valid)
     if field.dtype is DataType.FLOAT_VECTOR:
         assert isinstance(values, np.ndarray)
         flat = pa.array(values.reshape(-1), type=pa.float32())  # zero-copy over the numpy buffer
@@ -280,7 +284,15 @@ def _arrays(field: FieldSchema, values: Any, n: int) -> list[list[Any]]:
     return rows
 
 
-def _column(field: FieldSchema, values: Any, n: int) -> Values:
+def _column(field: FieldSchema, values: Any, n: int) -> ColumnValues:
+    if isinstance(values, Nullable):
+        if not field.nullable:
+            raise InvalidParameter(field.name, "holds nulls but is not nullable")
+        valid = np.asarray(values.valid)
+        if valid.dtype != np.bool_ or valid.shape != (n,):
+            raise InvalidParameter(field.name, f"validity must be {n} bools (one per row)", valid.shape)
+        inner = _column(field, values.values, n)
+        return inner if valid.all() else Nullable(inner, valid)
     if field.dtype is DataType.FLOAT_VECTOR:
         return _vectors(field, values, n)
     if field.dtype is DataType.ARRAY:
@@ -350,7 +362,9 @@ def _hash_values(h: Any, values: np.ndarray | Sequence[str]) -> None:
         _hash_texts(h, values)
 
 
-def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, columns: Mapping[str, Values]) -> str:
+def content_digest(
+    schema: CollectionSchema, pks: ColumnValues, row_ts: np.ndarray, columns: Mapping[str, ColumnValues]
+) -> str:
     """sha256 hex of the canonical serialization (module docstring) of checked columns: ``pks``
     int64 array or strings, ``row_ts`` uint64, ``columns`` every non-PK field. O(data)."""
     h = hashlib.sha256(DIGEST_TAG)
@@ -361,6 +375,9 @@ def content_digest(schema: CollectionSchema, pks: Values, row_ts: np.ndarray, co
         if f.is_primary:
             continue
         values = columns[f.name]
+        if isinstance(values, Nullable):  # the values (placeholders where null), then the validity
+            h.update(pack_validity(values.valid))
+            values = values.values
         if f.dtype is DataType.ARRAY:  # a row as its compact JSON text
             _hash_texts(h, [json.dumps(row, separators=(",", ":")) for row in values])
         else:
@@ -463,11 +480,14 @@ def write_segment(
         if name not in others:
             rule = "is the primary key: pass it as pks" if name == pk_field.name else "is not a field of the collection"
             raise InvalidParameter(name, rule)
-    values: dict[str, Values] = {}
+    values: dict[str, ColumnValues] = {}
     for name, f in others.items():
-        if name not in columns:
+        if name in columns:
+            values[name] = _column(f, columns[name], n)
+        elif f.nullable or f.default_value is not None:  # rows written before the field was added
+            values[name] = _column(f, absent_values(f, n), n)
+        else:
             raise InvalidParameter(name, "is missing from the segment's columns")
-        values[name] = _column(f, columns[name], n)
 
     bloom = PkBloom.build(pk_values, varchar_pk, fpr)
     expected = SegmentManifest(
@@ -645,10 +665,10 @@ def read_pk_bloom(root: Store, path: str, manifest: SegmentManifest) -> PkBloom:
 # ---------------------------------------------------------------------- arrow -> numpy
 
 
-def _one_chunk(table: pa.Table, name: str) -> pa.Array:
+def _one_chunk(table: pa.Table, name: str, nullable: bool = False) -> pa.Array:
     column = table.column(name)
     array: pa.Array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if array.null_count:
+    if array.null_count and not nullable:
         raise InvalidParameter(name, "must hold no nulls in the insert log", array.null_count)
     return array
 
@@ -672,7 +692,7 @@ def _expect_type(field: FieldSchema, actual: pa.DataType) -> None:
         raise InvalidParameter(field.name, f"must be {expected} in the insert log", str(actual))
 
 
-def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, np.ndarray, dict[str, Values]]:
+def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, np.ndarray, dict[str, ColumnValues]]:
     """(pks, row_ts, every non-PK field by name) of an insert log: the inverse of what
     :func:`write_segment` takes. Fixed-width columns and vectors are zero-copy read-only numpy views
     of the arrow data buffers when the column is one chunk ((n, dim) float32 for vectors; bools are
@@ -688,10 +708,13 @@ def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, 
         raise InvalidParameter(ROW_TS_COLUMN, "must be uint64 in the insert log", str(ts_array.type))
     row_ts = _numpy_view(ts_array, "<u8", n)
     pks: Values | None = None
-    values: dict[str, Values] = {}
+    values: dict[str, ColumnValues] = {}
     for f in schema.fields:
-        array = _one_chunk(table, f.name)
+        array = _one_chunk(table, f.name, f.nullable)
         _expect_type(f, array.type)
+        validity = array.is_valid().to_numpy(zero_copy_only=False) if array.null_count else None
+        if validity is not None:
+            array = _fill_nulls(f, array)
         column: Values
         if f.dtype is DataType.FLOAT_VECTOR:
             dim = f.dim or 0
@@ -710,17 +733,24 @@ def segment_columns(schema: CollectionSchema, table: pa.Table) -> tuple[Values, 
         if f.is_primary:
             pks = column
         else:
-            values[f.name] = column
+            values[f.name] = column if validity is None else Nullable(column, validity)
     assert pks is not None
     return pks, row_ts, values
 
 
-def check_fields(schema: CollectionSchema, manifest: SegmentManifest) -> None:
-    """InvalidParameter unless the segment's fields are ``schema``'s (ids, names, types, dims, order)."""
-    expected = [(f.field_id, f.name, f.dtype, f.dim) for f in schema.fields]
+def check_fields(schema: CollectionSchema, manifest: SegmentManifest) -> list[FieldSchema]:
+    """The schema's fields the segment holds, in the segment's order. InvalidParameter unless the
+    segment's fields are ``schema``'s (ids, names, types, dims), but for fields added to the
+    schema after the segment was written (AddCollectionField: nullable, so its rows read as null
+    or the default value)."""
     actual = [(f.field_id, f.name, f.dtype, f.dim) for f in manifest.fields]
-    if actual != expected:
+    stored = [schema.field_by_id(f.field_id) for f in manifest.fields]
+    expected = [None if f is None else (f.field_id, f.name, f.dtype, f.dim) for f in stored]
+    ids = {f.field_id for f in manifest.fields}
+    added = [f for f in schema.fields if f.field_id not in ids]
+    if actual != expected or any(not (f.nullable or f.default_value is not None) for f in added):
         raise InvalidParameter("schema", f"does not match the fields of segment {manifest.segment_id}", actual)
+    return [f for f in stored if f is not None]
 
 
 def _row_bytes(schema: CollectionSchema) -> int:
@@ -737,7 +767,7 @@ def _row_bytes(schema: CollectionSchema) -> int:
 
 def load_segment_columns(
     root: Store, path: str, schema: CollectionSchema, verify: bool = False, batch_bytes: int | None = None
-) -> tuple[SegmentManifest, Values, np.ndarray, dict[str, Values]]:
+) -> tuple[SegmentManifest, Values, np.ndarray, dict[str, ColumnValues]]:
     """(manifest, pks, row_ts, every non-PK field by name) of the segment at ``path``, decoded in
     batches of ~``batch_bytes`` (default LOAD_BATCH_BYTES) straight into arrays of exactly
     ``num_rows`` rows that the caller owns (int64/uint64/fixed-width numpy, C-contiguous (n, dim)
@@ -749,14 +779,15 @@ def load_segment_columns(
     log disagrees with its manifest. O(bytes)."""
     store = as_store(root)
     manifest = read_manifest(store, path)
-    check_fields(schema, manifest)
+    held = check_fields(schema, manifest)
     if verify:
         verify_files(store, path, manifest)
     n = manifest.num_rows
     row_ts = np.empty(n, "<u8")
     fixed: dict[str, np.ndarray] = {}
     texts: dict[str, list[Any]] = {}  # VARCHAR/JSON texts, ARRAY lists
-    for f in schema.fields:
+    valid: dict[str, np.ndarray] = {f.name: np.ones(n, np.bool_) for f in held if f.nullable}
+    for f in held:
         if f.dtype is DataType.FLOAT_VECTOR:
             fixed[f.name] = np.empty((n, f.dim or 0), "<f4")
         elif f.dtype in (DataType.VARCHAR, DataType.JSON, DataType.ARRAY):
@@ -769,12 +800,12 @@ def load_segment_columns(
         _local(store, _key(path, INSERT_LOG_FILE), _entry(manifest, INSERT_LOG_FILE)) as file,
         pq.ParquetFile(file, buffer_size=READ_BUFFER_BYTES, pre_buffer=False) as parquet,
     ):
-        names = [ROW_TS_COLUMN] + [f.name for f in schema.fields]
+        names = [ROW_TS_COLUMN] + [f.name for f in held]
         if parquet.schema_arrow.names != names:
             raise SegmentFileCorrupt(INSERT_LOG_FILE, f"has columns {parquet.schema_arrow.names}, expected {names}")
         if parquet.metadata.num_rows != n:
             raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {parquet.metadata.num_rows} rows, the manifest says {n}")
-        for f in schema.fields:
+        for f in held:
             _expect_type(f, parquet.schema_arrow.field(f.name).type)
         for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
             m = batch.num_rows
@@ -783,7 +814,10 @@ def load_segment_columns(
             for name in names:
                 column = batch.column(name)
                 if column.null_count:
-                    raise SegmentFileCorrupt(INSERT_LOG_FILE, f"column {name} holds nulls")
+                    if name not in valid:
+                        raise SegmentFileCorrupt(INSERT_LOG_FILE, f"column {name} holds nulls")
+                    valid[name][at : at + m] = column.is_valid().to_numpy(zero_copy_only=False)
+                    column = _fill_nulls(schema.field(name), column)
                 if name in texts:
                     texts[name].extend(column.to_pylist())
                 elif name == ROW_TS_COLUMN:
@@ -795,6 +829,20 @@ def load_segment_columns(
             at += m
     if at != n:
         raise SegmentFileCorrupt(INSERT_LOG_FILE, f"holds {at} rows, the manifest says {n}")
-    values: dict[str, Values] = {**fixed, **texts}
-    pks = values.pop(schema.primary_field.name)
+    plain: dict[str, Values] = {**fixed, **texts}
+    pks = plain.pop(schema.primary_field.name)  # never nullable
+    values: dict[str, ColumnValues] = {
+        name: Nullable(column, valid[name]) if name in valid and not valid[name].all() else column
+        for name, column in plain.items()
+    }
     return manifest, pks, row_ts, values
+
+
+def _fill_nulls(field: FieldSchema | None, column: pa.Array) -> pa.Array:
+    """``column`` with its null rows holding the placeholder of the field's type
+    (:data:`~schemas.dml.NULL_PLACEHOLDERS`; an ARRAY row ``[]``, a JSON row the text ``null``)."""
+    assert field is not None
+    placeholder = NULL_PLACEHOLDERS[field.dtype]
+    if field.dtype is DataType.ARRAY:
+        placeholder = json.loads(placeholder)
+    return column.fill_null(pa.scalar(placeholder, type=column.type))

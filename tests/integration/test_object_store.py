@@ -201,6 +201,7 @@ def test_index_files_build_load_and_go(store: ObjectStore) -> None:
     index = load_index(store, finished)
     assert index is not None
     vectors = load_segment_columns(store, path, all_types_schema())[3]["vec"]
+    assert isinstance(vectors, np.ndarray)
     labels, _ = index.search(np.asarray(vectors[:5]), 1, ef=64)
     assert labels[:, 0].tolist() == [0, 1, 2, 3, 4]
     assert remove_versions_below(store, 3, 2) == 1 and store.children("index/3") == {"2"}

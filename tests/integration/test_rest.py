@@ -125,6 +125,7 @@ async def test_create_with_a_full_schema_and_describe(rest: Rest) -> None:
         "autoId": True,
         "description": "",
         "params": [],
+        "nullable": False,
     }
     assert fields["title"]["type"] == "VarChar" and fields["title"]["params"] == [{"key": "max_length", "value": "64"}]
     assert fields["score"]["type"] == "Double" and not fields["score"]["primaryKey"]

@@ -457,9 +457,13 @@ def test_field_id_rules() -> None:
         schema(pk(field_id=100), vec()), "collection_schema.fields[1].field_id", "must be set on every field or on none"
     )
     check(
-        schema(pk(field_id=101), vec(field_id=100)),
-        "collection_schema.fields[0].field_id",
-        "must be 100 + the field's position",
+        schema(pk(field_id=101), vec(field_id=101)),
+        "collection_schema.fields[1].field_id",
+        "field ids must be unique",
+    )
+    # ids need not follow the field order: a field added later (AddCollectionField) takes the next id
+    parse_collection_schema(
+        schema(pk(field_id=100), vec(field_id=102), {"name": "n", "dtype": "INT64", "field_id": 101})
     )
     check(schema(pk(field_id=7), vec()), "collection_schema.fields[0].field_id", "must be >= 100")
 

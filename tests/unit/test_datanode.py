@@ -4,7 +4,7 @@ the oldest unflushed segment, segments flushed elsewhere forgotten; and the dml 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +65,9 @@ class Meta:
         return self.current
 
     async def collection(self, collection_id: int) -> CollectionInfo | None:
+        return self.current.collections.get(collection_id)
+
+    async def collection_covering(self, collection_id: int, field_names: Iterable[str]) -> CollectionInfo | None:
         return self.current.collections.get(collection_id)
 
 

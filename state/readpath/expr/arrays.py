@@ -23,6 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from schemas.collection import DataType
+from state.readpath.expr.indexed import EvalContext
 from state.readpath.expr.kernels import (
     FLOAT_TYPES,
     INT_TYPES,
@@ -42,15 +43,6 @@ _FLAT_DTYPES: Final[dict[DataType, Any]] = {
     DataType.BOOL: np.bool_,
     DataType.VARCHAR: object,
 }
-
-
-class MemoColumns(dict[str, Column]):
-    """The columns of one evaluation, with a memo of what the kernels derive from them (an ARRAY
-    column's flat form is built once, however many predicates read it)."""
-
-    def __init__(self, columns: Columns) -> None:
-        super().__init__(columns)
-        self.memo: dict[tuple[str, str], Any] = {}
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class Flat:
 
 def lengths_of(columns: Columns, name: str) -> np.ndarray:
     """Each row's number of elements in column ``name`` (memoized as :func:`flat` is)."""
-    memo = columns.memo if isinstance(columns, MemoColumns) else None
+    memo = columns.memo if isinstance(columns, EvalContext) else None
     key = (name, "lengths")
     if memo is not None and key in memo:
         found: np.ndarray = memo[key]
@@ -90,8 +82,8 @@ def lengths_of(columns: Columns, name: str) -> np.ndarray:
 
 def flat(columns: Columns, name: str, element: DataType) -> Flat:
     """Column ``name`` (a list a row) flattened (memoized for the evaluation when ``columns`` is a
-    :class:`MemoColumns`)."""
-    memo = columns.memo if isinstance(columns, MemoColumns) else None
+    an :class:`~state.readpath.expr.indexed.EvalContext`)."""
+    memo = columns.memo if isinstance(columns, EvalContext) else None
     key = (name, "flat")
     if memo is not None and key in memo:
         found: Flat = memo[key]

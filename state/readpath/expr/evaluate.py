@@ -44,6 +44,13 @@ Semantics:
   escaped: ``name like "100\\\\%"`` matches the string ``100%``.
 - Filter templates: ``{name}`` placeholders take the values of ``params`` at parse time
   (:mod:`.parser`); the compiled filter is the one the literal text would give.
+- Nulls (nullable fields; Milvus 2.6's three-valued logic, SQL's): a predicate on a null row is
+  *unknown*; ``not`` of unknown is unknown; ``and`` is false if any operand is false, else unknown
+  if any is unknown; ``or`` is true if any operand is true, else unknown if any is unknown; a row
+  matches the filter only where it is true. ``x is null`` / ``x is not null`` are never unknown
+  (on a JSON path: the row is null, or the path is missing or holds null).
+- Scalar indexes (:mod:`.indexed`): a comparison or ``in`` on a field or JSON path with a loaded
+  index asks the index first and reads the column only when the index declines.
 """
 
 from __future__ import annotations
@@ -56,11 +63,13 @@ import numpy as np
 
 from schemas.collection import DYNAMIC_FIELD_NAME, CollectionSchema, DataType
 from state.readpath.expr import arrays
+from state.readpath.expr.indexed import EvalContext, IndexKey, ScalarIndexReader
 from state.readpath.expr.kernels import (
     ANY_ONE,
     ANY_RUN,
     FLOAT_TYPES,
     INT_TYPES,
+    MISSING,
     NUMERIC_TYPES,
     Column,
     ValueTest,
@@ -93,6 +102,7 @@ from state.readpath.expr.parser import (
     Exists,
     FieldRef,
     InList,
+    IsNull,
     LengthCompare,
     Like,
     Node,
@@ -120,7 +130,10 @@ __all__ = [
 ]
 
 Columns = Mapping[str, Column]
-Kernel = Callable[[Columns, int], np.ndarray]  # (columns, n_rows) -> bool[n_rows]
+Kernel = Callable[[Columns, int], np.ndarray]  # (columns, n_rows) -> bool[n_rows]: a predicate, nulls aside
+# (true, unknown): disjoint bool[n_rows] masks; unknown None when no row is unknown
+Truth = tuple[np.ndarray, np.ndarray | None]
+TruthKernel = Callable[[EvalContext, int], Truth]
 
 LIKE_TYPES: Final = frozenset({DataType.VARCHAR, DataType.JSON})
 
@@ -163,22 +176,35 @@ class Filter:
     expr: str
     ast: Node
     fields: frozenset[str]
-    _kernel: Kernel = field(repr=False, compare=False)
+    _kernel: TruthKernel = field(repr=False, compare=False)
 
-    def evaluate(self, columns: Columns, n_rows: int) -> np.ndarray:
-        """A bool array of ``n_rows``: True where the row matches.
+    def evaluate(
+        self,
+        columns: Columns,
+        n_rows: int,
+        *,
+        nulls: Mapping[str, np.ndarray] | None = None,
+        indexes: Mapping[IndexKey, ScalarIndexReader] | None = None,
+    ) -> np.ndarray:
+        """A bool array of ``n_rows``: True where the row matches (the filter is true: not false,
+        not unknown).
 
         ``columns`` maps every name in :attr:`fields` to ``n_rows`` values: numpy arrays for
         BOOL/INT*/FLOAT/DOUBLE, a list or object array of ``str`` for VARCHAR, a list or object
         array of parsed JSON values (dict, or None) for JSON fields and ``$meta``, of lists for
-        ARRAY fields. KeyError for a missing column, ValueError for one of the wrong length.
+        ARRAY fields. A null row holds any value of the column's type (``0``, ``""``, ``[]``,
+        None for JSON): ``nulls`` (name -> bool[n_rows], True where null) says which rows are
+        null. ``indexes``: scalar indexes over these rows (:mod:`.indexed`). KeyError for a
+        missing column, ValueError for one of the wrong length.
         """
         for name in self.fields:
             if name not in columns:
                 raise KeyError(f"filter {self.expr!r} needs column {name!r}")
             if len(columns[name]) != n_rows:
                 raise ValueError(f"column {name!r} has {len(columns[name])} values, expected n_rows={n_rows}")
-        return self._kernel(arrays.MemoColumns({name: columns[name] for name in self.fields}), n_rows)
+        null_masks = {name: mask for name, mask in (nulls or {}).items() if name in self.fields}
+        context = EvalContext({name: columns[name] for name in self.fields}, null_masks, indexes)
+        return self._kernel(context, n_rows)[0]
 
 
 def compile_filter(expr: str, schema: CollectionSchema, params: Mapping[str, Any] | None = None) -> Filter | None:
@@ -213,6 +239,11 @@ class _Target:
         return self.ref.name
 
     @property
+    def key(self) -> IndexKey:
+        """The key of a scalar index over what this target reads (field, JSON path)."""
+        return self.ref.name, self.ref.json_path if self.dtype is DataType.JSON else ()
+
+    @property
     def whole_array(self) -> bool:
         return self.dtype is DataType.ARRAY and self.index is None
 
@@ -233,7 +264,7 @@ class _Binder:
     def error(self, rule: str) -> Exception:
         return expr_error(rule, self.expr)
 
-    def bind(self, node: Node) -> tuple[Node, Kernel]:
+    def bind(self, node: Node) -> tuple[Node, TruthKernel]:
         if isinstance(node, (And, Or)):
             bound = [self.bind(child) for child in node.operands]
             nodes = tuple(b[0] for b in bound)
@@ -242,15 +273,28 @@ class _Binder:
                 return And(nodes), _all_of(kernels)
             return Or(nodes), _any_of(kernels)
         if isinstance(node, Not):
-            child, kernel = self.bind(node.operand)
-            return Not(child), _negation(kernel)
+            child, truth = self.bind(node.operand)
+            return Not(child), _not(truth)
         target = self.resolve(node.field)
         self.fields.add(target.name)
+        if isinstance(node, IsNull):
+            return IsNull(target.ref, node.negated), self.is_null(target, node.negated)
+        bound_node, kernel = self.bind_predicate(node, target)
+        return bound_node, _with_nulls(kernel, target.name)
+
+    def bind_predicate(self, node: Node, target: _Target) -> tuple[Node, Kernel]:
+        """A predicate's bound node and kernel (true where it holds, nulls aside)."""
+        assert not isinstance(node, (And, Or, Not, IsNull))
         name = str(node.field)
         if isinstance(node, Compare):
-            return Compare(target.ref, node.op, node.value), self.compare(target, name, node.op, node.value)
+            kernel = self.compare(target, name, node.op, node.value)
+            if not target.whole_array and target.index is None:
+                kernel = _indexed(target.key, lambda index: index.compare(node.op, node.value), kernel)
+            return Compare(target.ref, node.op, node.value), kernel
         if isinstance(node, InList):
             kernel = self.in_list(target, name, node.values)
+            if target.index is None:
+                kernel = _indexed(target.key, lambda index: index.isin(node.values), kernel)
             return InList(target.ref, node.values, node.negated), _negation(kernel) if node.negated else kernel
         if isinstance(node, Like):
             return Like(target.ref, node.pattern), self.like(target, name, node.pattern)
@@ -378,6 +422,20 @@ class _Binder:
             raise self.error(RULE_LENGTH_TYPE.format(name=name, dtype=f"an element of ARRAY {target.name}"))
         return arrays.length_kernel(target.name, op, value)
 
+    def is_null(self, target: _Target, negated: bool) -> TruthKernel:
+        """``x is null``: the row is null (nullable fields), or, on a JSON path, the path is missing
+        or holds null; never unknown."""
+        column, path = target.name, target.ref.json_path if target.dtype is DataType.JSON else ()
+
+        def kernel(cols: EvalContext, n: int) -> Truth:
+            nulls = cols.nulls.get(column)
+            out = np.zeros(n, dtype=bool) if nulls is None else nulls.copy()
+            if path:
+                out |= json_mask(cols[column], path, lambda x: x is None or x is MISSING, n)
+            return (~out if negated else out), None
+
+        return kernel
+
     def exists(self, target: _Target, name: str) -> Kernel:
         if target.dtype is not DataType.JSON:
             raise self.error(RULE_EXISTS_TYPE.format(name=name, dtype=_type_name(target)))
@@ -457,29 +515,81 @@ def _describe(value: Value) -> str:
     return f"the number {value!r}"
 
 
-def _all_of(kernels: list[Kernel]) -> Kernel:
-    def kernel(columns: Columns, n: int) -> np.ndarray:
-        out = kernels[0](columns, n)
-        for k in kernels[1:]:
-            if not out.any():
-                break
-            out = out & k(columns, n)
-        return out
-
-    return kernel
-
-
-def _any_of(kernels: list[Kernel]) -> Kernel:
-    def kernel(columns: Columns, n: int) -> np.ndarray:
-        out = kernels[0](columns, n)
-        for k in kernels[1:]:
-            if out.all():
-                break
-            out = out | k(columns, n)
-        return out
-
-    return kernel
-
-
 def _negation(inner: Kernel) -> Kernel:
+    """A predicate's exact negation, nulls aside (``not in``, ``!=`` of whole arrays)."""
     return lambda columns, n: ~inner(columns, n)
+
+
+def _indexed(key: IndexKey, ask: Callable[[ScalarIndexReader], np.ndarray | None], column: Kernel) -> Kernel:
+    """``ask`` the scalar index at ``key`` when the evaluation has one and it answers, else ``column``."""
+
+    def kernel(cols: Columns, n: int) -> np.ndarray:
+        index = cols.indexes.get(key) if isinstance(cols, EvalContext) else None
+        if index is not None:
+            answer = ask(index)
+            if answer is not None:
+                return answer
+        return column(cols, n)
+
+    return kernel
+
+
+def _with_nulls(kernel: Kernel, column: str) -> TruthKernel:
+    """A predicate over ``column`` in three-valued logic: unknown on its null rows."""
+
+    def truth(cols: EvalContext, n: int) -> Truth:
+        mask = kernel(cols, n)
+        nulls = cols.nulls.get(column)
+        if nulls is None or not nulls.any():
+            return mask, None
+        return mask & ~nulls, nulls
+
+    return truth
+
+
+def _not(inner: TruthKernel) -> TruthKernel:
+    """Kleene's not: true <-> false, unknown stays unknown."""
+
+    def truth(cols: EvalContext, n: int) -> Truth:
+        true, unknown = inner(cols, n)
+        if unknown is None:
+            return ~true, None
+        return ~(true | unknown), unknown
+
+    return truth
+
+
+def _all_of(kernels: list[TruthKernel]) -> TruthKernel:
+    """Kleene's and: false if any operand is false, else unknown if any is unknown, else true."""
+
+    def truth(cols: EvalContext, n: int) -> Truth:
+        true, unknown = kernels[0](cols, n)
+        false = ~(true | unknown) if unknown is not None else ~true
+        for k in kernels[1:]:
+            if false.all():
+                break
+            t, u = k(cols, n)
+            true = true & t
+            false = false | (~(t | u) if u is not None else ~t)
+        rest = ~(true | false)
+        return true, rest if rest.any() else None
+
+    return truth
+
+
+def _any_of(kernels: list[TruthKernel]) -> TruthKernel:
+    """Kleene's or: true if any operand is true, else unknown if any is unknown, else false."""
+
+    def truth(cols: EvalContext, n: int) -> Truth:
+        true, unknown = kernels[0](cols, n)
+        false = ~(true | unknown) if unknown is not None else ~true
+        for k in kernels[1:]:
+            if true.all():
+                break
+            t, u = k(cols, n)
+            true = true | t
+            false = false & (~(t | u) if u is not None else ~t)
+        rest = ~(true | false)
+        return true, rest if rest.any() else None
+
+    return truth

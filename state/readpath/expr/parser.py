@@ -12,6 +12,7 @@ and/or/not)::
     contains_fn = "json_contains" | "json_contains_all" | "json_contains_any"
                | "array_contains" | "array_contains_all" | "array_contains_any" ;
     predicate  = field_ref [ "not" ] "in" ( list | template )
+               | field_ref "is" [ "not" ] "null"
                | field_ref "like" ( STRING | template )
                | operand cmp_op operand                  (* exactly one side a value *)
                | value range_op field_ref range_op value ;   (* both ops < <= or both > >= *)
@@ -152,6 +153,14 @@ class Like:
 
 
 @dataclass(frozen=True, slots=True)
+class IsNull:
+    """``field is null`` (``is not null`` when ``negated``): the row holds no value. Never unknown."""
+
+    field: FieldRef
+    negated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class And:
     """True where every operand is true (two or more operands)."""
 
@@ -172,8 +181,8 @@ class Not:
     operand: Node
 
 
-Node = Compare | InList | Like | Contains | Exists | LengthCompare | And | Or | Not
-Predicate = Compare | InList | Like | Contains | Exists | LengthCompare
+Node = Compare | InList | Like | Contains | Exists | LengthCompare | IsNull | And | Or | Not
+Predicate = Compare | InList | Like | Contains | Exists | LengthCompare | IsNull
 
 
 def parse(expr: str, params: Mapping[str, Any] | None = None) -> Node | None:
@@ -221,6 +230,12 @@ def plain_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _plain(value: Value) -> Any:
     return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _is_word(token: Token, word: str) -> bool:
+    """``token`` is the bare word ``word`` in any letter case (``is``, ``null``: words of
+    ``is [not] null`` that are not reserved, so fields may still be named so)."""
+    return token.kind is TokenKind.IDENT and token.text.lower() == word
 
 
 class _Parser:
@@ -345,6 +360,17 @@ class _Parser:
             if negated:
                 self.advance()
             return InList(ref, self.value_list(), negated)
+        if _is_word(token, "is"):
+            ref = self.field_before(first, "is")
+            self.advance()
+            negated = self.peek().kind is TokenKind.NOT
+            if negated:
+                self.advance()
+            null = self.peek()
+            if not _is_word(null, "null"):
+                raise self.error(f"expected 'null' after 'is{' not' if negated else ''}' at position {null.pos}")
+            self.advance()
+            return IsNull(ref, negated)
         if token.kind is TokenKind.LIKE:
             ref = self.field_before(first, "like")
             self.advance()
