@@ -140,6 +140,7 @@ class ShardDelegator:
         self.worker = worker
         worker.load_collection(collection)
         self._distribution: dict[int, SegmentEntry] = {}
+        self.closed = False  # close() ran: the distribution is gone, reads are told to ask again
         self._identities: dict[str, int] = {}  # applied identity -> segment id
         self._sealed: set[int] = set()  # segment ids served sealed (or dropped): inserts skipped
         self.skipped_sealed = 0  # insert events of sealed segments not applied (replays, late rows)
@@ -393,7 +394,10 @@ class ShardDelegator:
     def close(self) -> None:
         """The delegator stops serving (its pchannel moved, its collection was released or is
         rebuilt): every segment released, and the requests waiting for its tsafe told to ask
-        again (the tsafe of a delegator no longer fed never moves)."""
+        again (the tsafe of a delegator no longer fed never moves). A read that already waited
+        and runs on (or resumes) after this is told to ask again too (:meth:`_check_open`): its
+        segments are gone, so its answer would miss rows rather than fail."""
+        self.closed = True
         self.release_segments(list(self._distribution))
         waiters, self._waiters = self._waiters, []
         for _, _, waiter in waiters:
@@ -564,6 +568,12 @@ class ShardDelegator:
         cid = self.collection.collection_id
         return [ask(worker, cid, shadows, filter_expr or "") for worker, shadows in remote.items()]
 
+    def _check_open(self) -> None:
+        """AskAgain once :meth:`close` ran: a read must never answer from a released distribution
+        (a shard answering with none of its rows would give a wrong, not a failed, result)."""
+        if self.closed:
+            raise AskAgain(f"vchannel {self.vchannel} is no longer served by this delegator")
+
     async def search(
         self,
         queries: np.ndarray,
@@ -594,6 +604,7 @@ class ShardDelegator:
             metric = normalize_metric(metric)
             top_k = check_top_k(top_k)
             await self.wait_tsafe(guarantee_ts, timeout_s)
+        self._check_open()
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         q = np.asarray(queries, dtype=np.float32)
@@ -623,6 +634,7 @@ class ShardDelegator:
             ]
             parts = await _run_plans(plans, q.size, self.worker.heavy_searches())
         parts.extend(await _gather(asked))
+        self._check_open()  # closed while the plans ran: segments may have been released meanwhile
         if not parts:
             nq = 1 if np.ndim(queries) == 1 else len(queries)
             varchar = self.collection.collection_schema.primary_field.dtype is DataType.VARCHAR
@@ -653,6 +665,7 @@ class ShardDelegator:
         else:
             window = check_window(offset, limit)
             await self.wait_tsafe(guarantee_ts, timeout_s)
+        self._check_open()
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         asked = self._ask_remote(
@@ -676,6 +689,7 @@ class ShardDelegator:
                 worker.query(ids, ts, mask_of, output_fields, window, 0) for worker, ids in local.items()
             ]
         parts.extend(r for r in await _gather(asked) if isinstance(r, dict))
+        self._check_open()
         if not parts:
             return empty_query_result(self.collection.collection_schema, output_fields)
         return merge_query_results(parts, offset, limit)
@@ -696,6 +710,7 @@ class ShardDelegator:
             assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
         else:
             await self.wait_tsafe(guarantee_ts, timeout_s)
+        self._check_open()
         ts = self.read_ts(guarantee_ts)
         local, remote = self.segments_by_worker(partition_ids)
         asked = self._ask_remote(
@@ -708,13 +723,16 @@ class ShardDelegator:
         )
         with _answers_awaited(asked, self._background):
             total = sum(worker.count(ids, ts, mask_of) for worker, ids in local.items())
-        return total + sum(r for r in await _gather(asked) if isinstance(r, int))
+        total += sum(r for r in await _gather(asked) if isinstance(r, int))
+        self._check_open()
+        return total
 
     async def fetch_rows(
         self, pks: np.ndarray, ts: int, names: Sequence[str], partition_ids: Sequence[int] | None
     ) -> QueryResult:
         """The rows holding ``pks`` visible at ``ts`` (output fields of search hits), every
         segment's, local and remote; field -> values, unordered."""
+        self._check_open()
         local, remote = self.segments_by_worker(partition_ids)
         asked = self._ask_remote(
             remote,
@@ -727,6 +745,7 @@ class ShardDelegator:
                 worker.query(ids, ts, lambda seg: np.isin(seg.pks_view(), pks), names) for worker, ids in local.items()
             ]
         parts.extend(r for r in await _gather(asked) if isinstance(r, dict))
+        self._check_open()
         rows: dict[str, Any] = {}
         for part in parts:
             for name, values in part.items():

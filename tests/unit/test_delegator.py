@@ -14,7 +14,7 @@ import pytest
 
 from agents.querynode import delegator as delegator_module
 from agents.querynode.delegator import ShardDelegator
-from agents.querynode.worker import QueryResult, Worker
+from agents.querynode.worker import AskAgain, QueryResult, Worker
 from schemas.collection import CollectionSchema, ConsistencyLevel, DataType
 from schemas.dml import Column, InsertEvent
 from schemas.errors import InvalidParameter, ServiceUnavailable
@@ -229,6 +229,29 @@ async def test_strong_guarantee_waits_for_tsafe(info: CollectionInfo) -> None:
     delegator.update_tsafe(12)
     assert await asyncio.wait_for(task, 1) == 10
     assert delegator.health().waiters == 0
+
+
+async def test_a_read_resuming_after_close_asks_again(info: CollectionInfo) -> None:
+    """A read whose tsafe wait was satisfied just before the delegator closed (its collection
+    released, its pchannel moved) must not answer from the emptied distribution: a shard answering
+    with none of its rows gives a wrong result, not a failed one (seen once as a wrong search
+    during a release and reload with another replica number)."""
+    rows = Rows(info)
+    delegator = ShardDelegator(VCHANNELS[0], info, Worker())
+    delegator.process_insert(rows.event(10, 10), 0)
+    delegator.update_tsafe(5)
+    queries = rows.rng.standard_normal((2, DIM)).astype(np.float32)
+    search = asyncio.create_task(delegator.search(queries, "vec", "l2", 3, guarantee_ts=10, timeout_s=5))
+    count = asyncio.create_task(delegator.count(guarantee_ts=10, timeout_s=5))
+    query = asyncio.create_task(delegator.query(10, 5, output_fields=["id"]))
+    await asyncio.sleep(0)
+    delegator.update_tsafe(12)  # the waits are satisfied: the readers resume on a later loop turn
+    delegator.close()  # ... after the close
+    for task in (search, count, query):
+        with pytest.raises(AskAgain):
+            await asyncio.wait_for(task, 1)
+    with pytest.raises(AskAgain):
+        await delegator.fetch_rows(np.array([1]), 10, ["id"], None)
 
 
 async def test_eventually_returns_at_once_below_the_tick(info: CollectionInfo) -> None:
