@@ -18,8 +18,8 @@ is not said, and the upsert path refuses a repeated key), so one repeat costs it
 
 Type mapping (Spark → Arrow → Osprey): ``array<float>``/``array<double>`` (also fixed-size lists)
 → FLOAT_VECTOR, values cast to float32; any integer type → INT8..INT64 (range checked per row);
-``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in characters, as the insert
-path); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text);
+``float``/``double`` → FLOAT/DOUBLE; ``string`` → VARCHAR (max_length in UTF-8 bytes, as the insert
+path and Milvus); ``boolean`` → BOOL; ``map``/``struct``/``array`` → JSON (and ``string`` holding JSON text);
 ``array<e>`` → ARRAY of a matching element type (each row's elements checked as the insert path does).
 Columns the schema lacks go to the dynamic field when it is enabled (a null value is JSON null).
 A ``map`` at any depth, in a JSON field or the dynamic field, is a JSON object.
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agents.proxy.array_checks import check_array_row
-from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN
+from agents.proxy.insert_checks import MAX_JSON_BYTES, RULE_AUTO_ID_GIVEN, varchar_length_rule
 from schemas.arrow_ipc import ipc_stream
 from schemas.collection import DYNAMIC_FIELD_NAME, RULE_DYNAMIC_RESERVED, CollectionSchema, DataType, FieldSchema
 from schemas.errors import InvalidParameter
@@ -214,13 +214,13 @@ def split_rows(table: pa.Table, schema: CollectionSchema, pk_given: bool = False
         if f.dtype == DataType.FLOAT_VECTOR:
             vectors[f.name] = _check_vectors(f, column, marks)
         elif f.dtype == DataType.VARCHAR:
-            lengths = np.asarray(pc.fill_null(pc.utf8_length(column), 0))
+            lengths = np.asarray(pc.fill_null(pc.binary_length(column), 0))
             limit = f.max_length or 0
             marks.mark(
                 f.name,
                 lengths > limit,
                 lambda row, lengths=lengths, limit=limit: (
-                    f"must be at most max_length={limit} characters: this row has {int(lengths[row])}"
+                    f"{varchar_length_rule(limit)}: this row has {int(lengths[row])}"
                 ),
             )
         elif f.dtype in _INTEGER_RANGE:

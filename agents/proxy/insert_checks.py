@@ -185,13 +185,29 @@ def _vectors(f: FieldSchema, values: Any) -> np.ndarray:
 
 
 def _strings(f: FieldSchema, values: Sequence[Any]) -> list[str]:
+    """VARCHAR values: strings of at most ``max_length`` bytes of UTF-8 (Milvus counts bytes)."""
     limit = f.max_length or 0
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise InvalidParameter(f.name, f"must be strings (VARCHAR): row {i} is {type(v).__name__}", _short(v))
-        if len(v) > limit:
-            raise InvalidParameter(f.name, f"must be at most max_length={limit} characters: row {i} has {len(v)}")
+        # a character is 1..4 bytes: encode only a string that could be too long either way
+        if len(v) > limit or (len(v) * MAX_UTF8_BYTES > limit and len(v.encode()) > limit):
+            size = len(v.encode())
+            raise InvalidParameter(
+                f.name,
+                f"{varchar_length_rule(limit)}: row {i} has {size}",
+                milvus_text=f"length of varchar field {f.name} exceeds max length, row number: {i}, "
+                f"length: {size}, max length: {limit}",
+            )
     return list(values)
+
+
+MAX_UTF8_BYTES = 4  # bytes of the longest UTF-8 character
+
+
+def varchar_length_rule(limit: int) -> str:
+    """The rule a too-long VARCHAR value breaks (the insert path and the Arrow chunks alike)."""
+    return f"must be at most max_length={limit} bytes (UTF-8)"
 
 
 def _json_texts(name: str, values: Sequence[Any]) -> list[str]:

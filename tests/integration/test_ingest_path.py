@@ -218,7 +218,7 @@ async def test_good_rows_are_inserted_exactly_and_bad_rows_become_dead_letters(
     colours: list[Any] = ["red", "green", None, "blue"] * 3 + ["red", "green"]
     columns = {"id": ids, "vec": vec, "title": titles, "rank": ranks, "doc": docs}
     dim_rule = f"must be vectors of dim {DIM}: this row has {DIM - 1} values"
-    title_rule = f"must be at most max_length={TITLE_MAX} characters: this row has {TITLE_MAX + 1}"
+    title_rule = f"must be at most max_length={TITLE_MAX} bytes (UTF-8): this row has {TITLE_MAX + 1}"
     bad_rows: list[tuple[int, dict[str, Any], str, str]] = [  # row, its bad values, the field and rule expected
         (2, {"vec": None}, "vec", RULE_NOT_NULL),
         (3, {"vec": [1.0] * (DIM - 1)}, "vec", dim_rule),

@@ -210,18 +210,14 @@ def test_search_iterator_is_refused(milvus: MilvusClient) -> None:
     assert err.code == 1100 and "search iterators" in err.message and NOT_YET in err.message
 
 
-def test_nullable_and_default_value_are_refused(milvus: MilvusClient) -> None:
-    cases: dict[str, dict[str, Any]] = {
-        "nullable": {"nullable": True},
-        "default_value": {"default_value": "none"},
-    }
-    for rule, options in cases.items():
-        name = coll_name()
-        schema = plain_schema()
-        schema.add_field("tag", DataType.VARCHAR, max_length=16, **options)
-        err = refused(lambda s=schema, n=name: milvus.create_collection(n, schema=s))
-        assert err.code == 1100 and NOT_YET in err.message and f"schema.fields[3].{rule}" in err.message, err.message
-        assert not milvus.has_collection(name)
+def test_a_nullable_vector_field_is_refused(milvus: MilvusClient) -> None:
+    """Scalar fields may be nullable (tests/integration/test_nullable.py); vectors not yet."""
+    name = coll_name()
+    schema = plain_schema()
+    schema.add_field("extra", DataType.FLOAT_VECTOR, dim=4, nullable=True)
+    err = refused(lambda: milvus.create_collection(name, schema=schema))
+    assert err.code == 1100 and NOT_YET in err.message and "nullable vector fields" in err.message, err.message
+    assert not milvus.has_collection(name)
 
 
 def test_collection_properties_osprey_does_not_serve_are_refused(milvus: MilvusClient) -> None:

@@ -475,10 +475,11 @@ def test_narrow_and_unsigned_integer_columns_in_range_are_accepted() -> None:
     assert typed["i64"].dtype == np.int64
 
 
-def test_varchar_length_counts_characters_not_bytes() -> None:
-    t = table(2, tag=pa.array(["é" * MAX_LENGTH, "é" * (MAX_LENGTH + 1)]))
+def test_varchar_length_counts_utf8_bytes_as_milvus() -> None:
+    # "é" is 2 bytes: MAX_LENGTH of them are MAX_LENGTH characters but 2 * MAX_LENGTH bytes
+    t = table(2, tag=pa.array(["é" * (MAX_LENGTH // 2), "é" * MAX_LENGTH]))
     assert rejects_of(t, schema()) == {
-        1: ("tag", f"must be at most max_length={MAX_LENGTH} characters: this row has {MAX_LENGTH + 1}")
+        1: ("tag", f"must be at most max_length={MAX_LENGTH} bytes (UTF-8): this row has {2 * MAX_LENGTH}")
     }
 
 
@@ -521,7 +522,7 @@ BAD_ROWS: list[tuple[str, str, Any, pa.DataType | None, str]] = [
         "tag",
         "x" * (MAX_LENGTH + 2),
         None,
-        f"must be at most max_length={MAX_LENGTH} characters: this row has {MAX_LENGTH + 2}",
+        f"must be at most max_length={MAX_LENGTH} bytes (UTF-8): this row has {MAX_LENGTH + 2}",
     ),
     ("null varchar", "tag", None, None, RULE_NOT_NULL),
     ("int8 above", "i8", 128, None, "must fit INT8 (-128..127)"),

@@ -144,7 +144,7 @@ def test_each_bad_row_is_set_aside_with_its_first_broken_rule() -> None:
     assert got[3] == ("vec", f"must be vectors of dim {DIM}: this row has {DIM - 1} values")
     assert got[4][0] == "vec" and "NaN" in got[4][1]
     assert got[5][0] == "vec" and "null" in got[5][1]
-    assert got[6] == ("tag", "must be at most max_length=5 characters: this row has 7")
+    assert got[6] == ("tag", "must be at most max_length=5 bytes (UTF-8): this row has 7")
     assert got[7] == ("small", "must fit INT8 (-128..127)")
     assert got[8][0] == "doc" and "JSON" in got[8][1]
     assert all(r.reason == f"invalid parameter[field={r.field}][rule={r.rule}]" for r in split.rejects)

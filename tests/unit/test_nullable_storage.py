@@ -201,3 +201,11 @@ def test_an_added_field_must_be_nullable_or_defaulted(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidParameter, match="must be nullable"):
         segment.evolve(CollectionSchema.model_validate(plain.model_dump()))
+
+
+def test_varchar_max_length_counts_utf8_bytes_as_milvus() -> None:
+    schema = parse_collection_schema({"fields": fields({"name": "t", "dtype": "VARCHAR", "max_length": 4})})
+    columns_of([{"id": 1, "v": [0, 1], "t": "éé"}], schema)  # 2 characters, 4 bytes: fits
+    with pytest.raises(InvalidParameter) as err:
+        columns_of([{"id": 1, "v": [0, 1], "t": "abcé"}], schema)  # 4 characters, 5 bytes
+    assert "length of varchar field t exceeds max length, row number: 0, length: 5, max length: 4" in err.value.reason
