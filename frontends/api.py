@@ -381,9 +381,11 @@ class OspreyAPI(RbacAPI, Protocol):
         """Milvus's CreateIndex. ``index_params``: ``index_type`` (HNSW, FLAT, AUTOINDEX; default
         AUTOINDEX = HNSW M 16, efConstruction 200), ``metric_type`` (L2, IP, COSINE; default
         COSINE), build parameters as ``params`` (dict or JSON) or separate keys (``M``,
-        ``efConstruction``). ``index_name`` defaults to the field name. Creating the same index
-        again succeeds; another index on the field, or this name with other parameters, does not.
-        ``wait``: return once every flushed segment is indexed."""
+        ``efConstruction``). A scalar field takes INVERTED, STL_SORT, BITMAP or AUTOINDEX, a JSON
+        field (or a key of the dynamic field) INVERTED with ``json_cast_type`` and ``json_path``
+        (docs/indexes.md, "Scalar indexes"). ``index_name`` defaults to the field name. Creating the
+        same index again succeeds; another index on the field (the same JSON path), or this name
+        with other parameters, does not. ``wait``: return once every flushed segment is indexed."""
         ...
 
     async def describe_index(

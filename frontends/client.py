@@ -321,6 +321,10 @@ def _index_info(d: Mapping[str, Any]) -> IndexInfo:
         metric_type=d["metricType"],
         params={str(k): int(v) for k, v in d["params"].items()},
         created_ts=int(d["createdTimestamp"]),
+        json_path=d.get("jsonPath", ""),
+        json_cast_type=d.get("jsonCastType", ""),
+        nested_path=d.get("nestedPath", []),
+        dynamic=bool(d.get("dynamicField", False)),
     )
 
 

@@ -233,6 +233,11 @@ async def _indexes(meta: SegmentMeta, tasks: IndexTaskStore, view: MetaView) -> 
                 "type": index.index_type,
                 "metric": index.metric_type,
                 "params": index.params,
+                **(
+                    {"json_path": index.json_path, "json_cast_type": index.json_cast_type}
+                    if index.json_cast_type
+                    else {}
+                ),
                 "state": d.state.value,
                 "indexed_rows": d.indexed_rows,
                 "total_rows": d.total_rows,

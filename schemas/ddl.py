@@ -251,9 +251,12 @@ class ListAliases(_ReadEvent):
 
 # -- indexes (seed 004: the rootcoord keeps the definitions; the index coordinator builds them)
 class CreateIndex(DdlEvent):
-    """An index on ``field_name``; ``index_name`` defaults to the field name. ``extra_params`` as
-    Milvus's CreateIndexRequest carries them (``index_type``, ``metric_type``, and ``params`` as
-    JSON or separate keys such as ``M``, ``efConstruction``): ``schemas.index.parse_index_params``."""
+    """An index on ``field_name`` (a key of the dynamic field, for a JSON path index on it);
+    ``index_name`` defaults to the field name (a JSON path index's: with its path, Milvus's).
+    ``extra_params`` as Milvus's CreateIndexRequest carries them (``index_type``, ``metric_type``,
+    and ``params`` as JSON or separate keys such as ``M``, ``efConstruction``, ``json_path``,
+    ``json_cast_type``): ``schemas.index.parse_index_params`` for a vector field,
+    ``schemas.scalar_index.parse_scalar_index`` for a scalar one."""
 
     kind: Literal["CreateIndex"] = "CreateIndex"
     collection_name: str

@@ -13,9 +13,12 @@
   (:class:`IndexBuildFinished` after the node recorded it, :class:`IndexBuildFailed`,
   :class:`IndexBuildStale`: a result of an old version, ignored and its files removed).
 
-:func:`parse_index_params` turns what a client sends (Milvus's ``extra_params``: ``index_type``,
-``metric_type``, then either one JSON ``params`` value or separate keys such as ``M`` and
-``efConstruction``) into checked values; every broken rule is an InvalidParameter naming the key.
+:func:`parse_index_params` turns what a client sends for a vector field (Milvus's ``extra_params``:
+``index_type``, ``metric_type``, then either one JSON ``params`` value or separate keys such as
+``M`` and ``efConstruction``) into checked values; every broken rule is an InvalidParameter naming
+the key. A scalar field's (INVERTED, STL_SORT, BITMAP; JSON path indexes) are checked by
+``schemas/scalar_index.py``; :func:`precheck_index_params` checks what can be before the field is
+known.
 """
 
 from __future__ import annotations
@@ -27,7 +30,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from schemas.collection import DYNAMIC_FIELD_NAME
 from schemas.errors import InvalidParameter
+from schemas.scalar_index import (
+    INDEX_BITMAP,
+    INDEX_INVERTED,
+    INDEX_STL_SORT,
+    JSON_CAST_TYPE_KEY,
+    JSON_PATH_KEY,
+    SCALAR_INDEX_TYPES,
+    asked_index_type,
+    check_cast_type,
+    index_params_of,
+    invalid_index_params,
+)
 
 INDEX_HNSW = "HNSW"
 INDEX_FLAT = "FLAT"
@@ -44,6 +60,7 @@ MIN_EF_CONSTRUCTION, MAX_EF_CONSTRUCTION = 1, (1 << 31) - 1
 INDEX_DIR = "index"  # <object store>/index/<build_id>/<version>/<partition_id>/<segment_id>/<key>
 HNSW_FILE = "hnsw.bin"  # the hnswlib graph (labels = row offsets in the segment's insert log)
 INDEX_META_FILE = "index_meta.json"  # written last: what was built, and the files' sizes and sha256
+SCALAR_BUILD_TYPES = (INDEX_INVERTED, INDEX_STL_SORT, INDEX_BITMAP)
 
 
 def index_dir(build_id: int, version: int, partition_id: int, segment_id: int) -> str:
@@ -70,9 +87,17 @@ class IndexState(StrEnum):
 
 
 class IndexInfo(_Model):
-    """One index of a collection's vector field. ``index_type`` is what the user asked for (HNSW,
-    FLAT or AUTOINDEX); ``build_type`` what is built (AUTOINDEX builds HNSW); ``params`` the build
-    parameters (``M``, ``efConstruction`` for HNSW; none for FLAT)."""
+    """One index of a collection field. ``index_type`` is what the user asked for (HNSW, FLAT or
+    AUTOINDEX on a vector field; INVERTED, STL_SORT, BITMAP or AUTOINDEX on a scalar field:
+    ``schemas/scalar_index.py``); ``build_type`` what is built (AUTOINDEX builds HNSW on vectors);
+    ``params`` the build parameters (``M``, ``efConstruction`` for HNSW; none for the others).
+    ``metric_type``: a vector index's metric; on a scalar index what the user gave ("" if nothing;
+    it changes nothing, as in Milvus).
+
+    A JSON path index (on a JSON field, or on a key of the dynamic field: ``dynamic``, then
+    ``field_name`` is the key, as Milvus describes it, and ``field_id`` is ``$meta``'s) keeps
+    ``json_path`` and ``json_cast_type`` as given, and ``nested_path``, the path inside the column
+    (:attr:`column`)."""
 
     index_id: int
     index_name: str
@@ -84,22 +109,59 @@ class IndexInfo(_Model):
     metric_type: str
     params: dict[str, int] = Field(default_factory=dict)
     created_ts: int
+    json_path: str = ""
+    json_cast_type: str = ""
+    nested_path: list[str | int] = Field(default_factory=list)
+    dynamic: bool = False
+
+    @property
+    def is_scalar(self) -> bool:
+        """True for an index of a scalar field or JSON path (INVERTED, STL_SORT, BITMAP)."""
+        return self.build_type in SCALAR_BUILD_TYPES
+
+    @property
+    def column(self) -> str:
+        """The column the index reads: ``$meta`` for a dynamic key, else the field."""
+        return DYNAMIC_FIELD_NAME if self.dynamic else self.field_name
+
+    @property
+    def cast_type(self) -> str:
+        """A JSON path index's cast type as built (upper case); "" for any other index."""
+        return self.json_cast_type.strip().upper()
 
     def same_definition(self, other: IndexInfo) -> bool:
-        """True when ``other`` asks for the same index (name, field, type, metric, parameters)."""
-        return (self.index_name, self.field_id, self.index_type, self.metric_type, self.params) == (
+        """True when ``other`` asks for the same index (name, field, type, metric, parameters, and a
+        JSON path index's path and cast type: Milvus's checkIdenticalJSON)."""
+        return (
+            self.index_name,
+            self.field_id,
+            self.index_type,
+            self.metric_type,
+            self.params,
+            self.nested_path,
+            self.cast_type,
+        ) == (
             other.index_name,
             other.field_id,
             other.index_type,
             other.metric_type,
             other.params,
+            other.nested_path,
+            other.cast_type,
         )
 
     def user_params(self) -> dict[str, str]:
-        """The parameters as DescribeIndex reports them (Milvus: index_type, metric_type, params JSON)."""
-        out = {"index_type": self.index_type, "metric_type": self.metric_type}
+        """The parameters as DescribeIndex reports them (Milvus: the user's index parameters:
+        index_type, metric_type, a JSON params object; a JSON path index's json_path and
+        json_cast_type as given; a scalar index's metric_type only if one was given)."""
+        out = {"index_type": self.index_type}
+        if self.metric_type or not self.is_scalar:
+            out["metric_type"] = self.metric_type
         if self.params:
             out["params"] = json.dumps(self.params, separators=(",", ":"))
+        if self.json_cast_type:
+            out["json_path"] = self.json_path
+            out["json_cast_type"] = self.json_cast_type
         return out
 
 
@@ -151,6 +213,13 @@ def parse_index_params(extra_params: Mapping[str, Any]) -> tuple[str, str, str, 
     when use AutoIndex"), FLAT has none; a key the index type does not use is refused, never ignored.
     """
     raw_type = extra_params.get("index_type") or INDEX_AUTO
+    if isinstance(raw_type, str) and raw_type.upper() in SCALAR_INDEX_TYPES:
+        raise InvalidParameter(
+            "index_type",
+            f"{raw_type.upper()} indexes scalar fields; a FLOAT_VECTOR field takes {', '.join(INDEX_TYPES)}",
+            raw_type,
+            milvus_text=invalid_index_params(f"data type FloatVector can't build with this index {raw_type.upper()}"),
+        )
     if not isinstance(raw_type, str) or raw_type.upper() not in INDEX_TYPES:
         raise InvalidParameter("index_type", f"must be one of {', '.join(INDEX_TYPES)}", raw_type)
     index_type = raw_type.upper()
@@ -196,6 +265,21 @@ def parse_index_params(extra_params: Mapping[str, Any]) -> tuple[str, str, str, 
     return index_type, INDEX_HNSW, metric, {"M": m, "efConstruction": efc}
 
 
+def precheck_index_params(extra_params: Mapping[str, Any]) -> None:
+    """What can be checked of a CreateIndex's parameters before its field is known (a REST request
+    creating several indexes checks every entry before creating the first): a vector index type's
+    parameters in full (:func:`parse_index_params`), a scalar index's ``json_cast_type`` value.
+    AUTOINDEX (or no type) is checked as a vector index unless it carries JSON path keys. The rest
+    is checked with the field (``schemas/scalar_index.py``)."""
+    index_type = asked_index_type(extra_params)
+    params = index_params_of(extra_params)
+    json_keys = {JSON_PATH_KEY, JSON_CAST_TYPE_KEY} & set(params)
+    if index_type in (INDEX_HNSW, INDEX_FLAT) or (index_type == INDEX_AUTO and not json_keys):
+        parse_index_params(extra_params)
+    elif index_type in SCALAR_INDEX_TYPES and JSON_CAST_TYPE_KEY in params:
+        check_cast_type(params[JSON_CAST_TYPE_KEY])
+
+
 class IndexTask(_Model):
     """The build of index ``index_id`` on segment ``segment_id`` (seed 004's IndexMeta).
 
@@ -205,7 +289,11 @@ class IndexTask(_Model):
     ``index_dir`` (relative to the object store). ``mark_deleted``: the index, its collection or
     the segment is gone; the files are removed once ``deleted_ts`` is ``index_file_grace_s`` old,
     then the record. ``recycled``: the files of lower versions are removed. ``revision``: bumped by
-    every write (compare-and-set)."""
+    every write (compare-and-set).
+
+    A scalar index's task (``build_type`` INVERTED, STL_SORT or BITMAP; ``dim`` 0, ``metric_type``
+    "") names the column it reads in ``field_name`` (``$meta`` for a dynamic key), and for a JSON
+    path index the path inside it (``nested_path``) and the cast type (``cast_type``)."""
 
     build_id: int
     index_id: int
@@ -237,6 +325,24 @@ class IndexTask(_Model):
     finished_ts: int = 0
     build_seconds: float = 0.0
     revision: int = 0
+    nested_path: list[str | int] = Field(default_factory=list)
+    cast_type: str = ""
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.build_type in SCALAR_BUILD_TYPES
+
+    @property
+    def index_key(self) -> tuple[str, tuple[str | int, ...]]:
+        """(column, JSON path): what the filter evaluator looks a scalar index up by."""
+        return self.field_name, tuple(self.nested_path)
+
+    @property
+    def target(self) -> str:
+        """What the build indexes, as a segment's ``built_indexes`` names it: the field, or for a
+        JSON path index the column and its path as a filter writes it (``meta["a"][0]``)."""
+        steps = "".join(f"[{step}]" if isinstance(step, int) else f"[{json.dumps(step)}]" for step in self.nested_path)
+        return self.field_name + steps
 
 
 class _TaskEvent(_Model):

@@ -144,8 +144,8 @@ class IndexCoordinator(ScanningService):
         for index, segment, exact in plan.create:
             info = view.collections.get(index.collection_id)
             field = None if info is None else info.collection_schema.field_by_id(index.field_id)
-            if field is not None and field.dim is not None:
-                await self._create(index, segment, field.dim, exact, now)
+            if field is not None and (field.dim is not None or index.is_scalar):
+                await self._create(index, segment, field.dim or 0, exact, now)
         for task, reason in plan.delete:
             if (done := await self._write(task, mark_deleted=True, deleted_ts=now)) is not None:
                 self.counts["deleted"] += 1
@@ -201,7 +201,7 @@ class IndexCoordinator(ScanningService):
             segment_id=segment.segment_id,
             vchannel=segment.vchannel,
             field_id=index.field_id,
-            field_name=index.field_name,
+            field_name=index.column,  # the column it reads: $meta for a key of the dynamic field
             dim=dim,
             build_type=index.build_type,
             metric_type=index.metric_type,
@@ -212,6 +212,8 @@ class IndexCoordinator(ScanningService):
             state=IndexState.FINISHED if exact else IndexState.UNISSUED,
             created_ts=now,
             finished_ts=now if exact else 0,
+            nested_path=index.nested_path,
+            cast_type=index.cast_type,
         )
         stored = await self.tasks.create(task)
         if stored.build_id == build_id:

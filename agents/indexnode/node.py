@@ -14,7 +14,9 @@ queue behind index builds). For each (build id, version) taken from the queue:
 1. read the task; skip it unless it is still in progress on this node at this version and not
    marked deleted (reassigned or dropped meanwhile: nothing was written);
 2. build and write the files atomically to ``index/<build_id>/<version>/<partition>/<segment>/``
-   (``state/segcore/index_files.py``);
+   (``state/segcore/index_files.py``): an HNSW graph of a vector field, or a scalar index
+   (INVERTED, STL_SORT, BITMAP) of a scalar column or JSON path; a scalar field the segment was
+   written without (added later) has nothing to build and is recorded as exact;
 3. record the result: compare-and-set on the task read again, only if it is still this version on
    this node and not deleted. Then publish :class:`~schemas.index.IndexBuildFinished`. Otherwise the
    result is stale (the coordinator gave the task to another node with version + 1 while this one
@@ -206,6 +208,7 @@ class IndexNode(Service):
                 state=IndexState.FINISHED,
                 index_dir=relative,
                 files=files,
+                exact=not files,  # nothing built (a column the segment predates): the filter reads it
                 finished_ts=await self.tso.now(),
                 build_seconds=seconds,
                 fail_reason="",

@@ -39,6 +39,7 @@ from state.readpath.columns import columns_of
 from state.readpath.expr import compile_filter
 from state.readpath.search_hits import search_result
 from state.readpath.ttl import expired_before
+from state.segcore.index_files import attach_built
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import GrowingSegment
 
@@ -165,12 +166,12 @@ class GuestSegments:
         held = self._held.get(task.segment_id)
         if held is None:
             return
-        attached = held.segment.built_indexes.get(task.field_name)
+        attached = held.segment.built_indexes.get(task.target)
         if attached is not None and attached[0] == task.build_id and attached[1] >= task.version:
             return
         built = await self.loader.load_index(task)
         if built is not None and self._held.get(task.segment_id) is held:
-            held.segment.attach_index(task.field_name, built, task.build_id, task.version)
+            attach_built(held.segment, task, built)
 
     def _sync(self, leader: int, syncs: list[DeadSync]) -> list[int]:
         """Apply the leader's syncs; the segments still below the generation it needs."""

@@ -129,7 +129,7 @@ async def _load_once(node: QueryNode, record: SegmentInfo, draining: bool = Fals
     if node.pchannels.get(state.pchannel) is not state:
         return False  # the pchannel was taken away while the segment loaded
     added = delegator.add_sealed(segment, durable, replaces=record.compacted_from)
-    if added and record.segment_id in node.pending_indexes:
+    if added and any(sid == record.segment_id for sid, _ in node.pending_indexes):
         await attach_pending(node)
     return added
 
@@ -152,7 +152,7 @@ async def on_index_event(node: QueryNode, event: AnyIndexEvent) -> None:
     info = await node.cache.collection(task.collection_id)
     if info is None or not _owns_vchannel(node, info, task.vchannel):
         return
-    node.pending_indexes[task.segment_id] = task
+    node.pending_indexes[task.segment_id, task.index_id] = task
     await attach_pending(node)
 
 
@@ -161,39 +161,39 @@ async def attach_pending(node: QueryNode) -> None:
     if not node.pending_indexes or node.loader is None:
         return
     view = await node.cache.view()
-    for sid, task in list(node.pending_indexes.items()):
+    for pending, task in list(node.pending_indexes.items()):
+        sid = task.segment_id
         delegator = _served_sealed(node, task.collection_id, task.vchannel, sid)
         if delegator is None:
             if await node.cache.collection(task.collection_id) is None:
-                node.pending_indexes.pop(sid, None)  # collection dropped
+                node.pending_indexes.pop(pending, None)  # collection dropped
             continue
         current = {i.index_id for i in view.indexes_of(task.collection_id)}
         if task.index_id not in current:
             view = await node.cache.refresh()  # the cache may not know a new index yet
             current = {i.index_id for i in view.indexes_of(task.collection_id)}
         if task.index_id not in current:
-            node.pending_indexes.pop(sid, None)  # dropped since
+            node.pending_indexes.pop(pending, None)  # dropped since
             continue
         if delegator.placement().get(sid) is not None:
-            node.pending_indexes.pop(sid, None)  # held by another node's worker: it attaches the build
+            node.pending_indexes.pop(pending, None)  # held by another node's worker: it attaches the build
             continue
         segment = delegator.worker.segment(sid)
-        attached = getattr(segment, "built_indexes", {}).get(task.field_name)
+        attached = getattr(segment, "built_indexes", {}).get(task.target)
         if attached is not None and attached[0] == task.build_id and attached[1] >= task.version:
-            node.pending_indexes.pop(sid, None)
+            node.pending_indexes.pop(pending, None)
             continue
         built = await node.loader.load_index(task)
-        if node.pending_indexes.get(sid) is not task:
+        if node.pending_indexes.get(pending) is not task:
             continue  # a newer build arrived while this one loaded: that one goes next
-        node.pending_indexes.pop(sid, None)
-        if built is not None and delegator.worker.attach_index(
-            sid, task.field_name, built, task.build_id, task.version
-        ):
+        node.pending_indexes.pop(pending, None)
+        if built is not None and delegator.worker.attach_index(sid, task, built):
             node.indexes_attached += 1
             log.info(
-                "querynode: segment %d searches %s through build %d version %d",
+                "querynode: segment %d %s %s through build %d version %d",
                 sid,
-                task.field_name,
+                "filters" if task.is_scalar else "searches",
+                task.target,
                 task.build_id,
                 task.version,
             )

@@ -23,10 +23,9 @@ from state.meta.segment_meta import Recovery, SegmentMeta
 from state.objectstore import ObjectStore
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.delta_files import read_delta_log
-from state.segcore.index_files import index_keys, load_index
+from state.segcore.index_files import BuiltIndex, attach_built, index_keys, load_index
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment_files import segment_keys
-from state.segcore.vector_index import VectorIndex
 
 
 class Loader(Protocol):
@@ -38,7 +37,7 @@ class Loader(Protocol):
         self, info: SegmentInfo, schema: CollectionSchema, indexes: Sequence[IndexInfo] = ()
     ) -> SealedSegment: ...
 
-    async def load_index(self, task: IndexTask) -> VectorIndex | None: ...
+    async def load_index(self, task: IndexTask) -> BuiltIndex | None: ...
 
     async def recovery(self, pchannel: str, vchannels: Sequence[str]) -> Recovery: ...
 
@@ -84,15 +83,16 @@ class SegmentLoader:
                     continue
                 built = await self.load_index(task)
                 if built is not None:
-                    segment.attach_index(task.field_name, built, task.build_id, task.version)
+                    attach_built(segment, task, built)
                     used.extend(index_keys(task))
         # the node cache keeps a loaded segment's files over others until the segment is dropped
         self.root.pin(used)
         segment.on_release(lambda: self.root.unpin(used))
         return segment
 
-    async def load_index(self, task: IndexTask) -> VectorIndex | None:
-        """The built index of a finished task, read on a thread (None: exact search)."""
+    async def load_index(self, task: IndexTask) -> BuiltIndex | None:
+        """The built index of a finished task (a vector or a scalar index), read on a thread (None:
+        exact search, or the column read)."""
         built = await asyncio.to_thread(load_index, self.root, task)
         if built is not None:
             self.indexes_loaded += 1

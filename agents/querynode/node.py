@@ -65,9 +65,10 @@ class QueryNode:
         self.delete_buffer_bytes = delete_buffer_bytes
         self.loader = loader
         self.segment_loads: dict[int, asyncio.Future[bool]] = {}  # segment id -> its load in flight (handoff.py)
-        # segment id -> a finished index build seen while the segment was not served sealed here
-        # (its load or its collection's build in flight): attached once it is (handoff.attach_pending)
-        self.pending_indexes: dict[int, IndexTask] = {}
+        # (segment id, index id) -> a finished index build seen while the segment was not served
+        # sealed here (its load or its collection's build in flight): attached once it is
+        # (handoff.attach_pending). A segment may wait for several: a vector and scalar indexes.
+        self.pending_indexes: dict[tuple[int, int], IndexTask] = {}
         self.indexes_attached = 0
         self.late_events = 0  # inserts and deletes behind a tick above their ts, dropped
         # whether this node may answer for its shards now (its lease held); None: always (tests)

@@ -259,7 +259,7 @@ async def recover_again(node: QueryNode, pchannel: str) -> int:
 def _sync_index_metrics(node: QueryNode, view: MetaView) -> None:
     """Tell the worker each collection's index metrics (for new growing segments' interim index)."""
     for cid in view.collections:
-        metrics = {i.field_name: i.metric_type for i in view.indexes_of(cid)}
+        metrics = {i.field_name: i.metric_type for i in view.indexes_of(cid) if not i.is_scalar}
         node.worker.set_index_metrics(cid, metrics)
 
 

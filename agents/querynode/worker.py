@@ -27,13 +27,15 @@ from agents.interpreter import lower_thread_priority
 from schemas.collection import CollectionSchema, DataType
 from schemas.dml import NUMPY_DTYPE, Column, InsertEvent, Nullable
 from schemas.errors import CollectionNotLoaded, InvalidParameter, ServiceUnavailable
+from schemas.index import IndexTask
 from schemas.meta import CollectionInfo
 from schemas.status import IndexBuilderHealth, WorkerHealth, WorkerSegmentHealth
 from state.readpath.expr import Filter
 from state.readpath.reduce import merge_query_results, reduce_search_results
+from state.segcore.index_files import BuiltIndex, attach_built
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import INTERIM_INDEX_ROWS, GrowingSegment, SearchPlan
-from state.segcore.vector_index import SearchHits, VectorIndex
+from state.segcore.vector_index import SearchHits
 
 __all__ = [
     "AskAgain",
@@ -382,13 +384,14 @@ class Worker:
         if old is not None and old is not segment:
             old.release()
 
-    def attach_index(self, segment_id: int, field: str, index: VectorIndex, build_id: int, version: int) -> bool:
-        """Search ``field`` of sealed segment ``segment_id`` through ``index`` from now on; False
-        when the segment is not held (released meanwhile) or is still growing."""
+    def attach_index(self, segment_id: int, task: IndexTask, built: BuiltIndex) -> bool:
+        """Use the finished build ``task`` of sealed segment ``segment_id`` (``built``, its loaded
+        index) from now on: its vector field is searched, its scalar field or JSON path filtered
+        through it. False when the segment is not held (released meanwhile) or is still growing."""
         segment = self._segments.get(segment_id)
         if not isinstance(segment, SealedSegment):
             return False
-        segment.attach_index(field, index, build_id, version)
+        attach_built(segment, task, built)
         return True
 
     def release_segments(self, segment_ids: Iterable[int]) -> None:

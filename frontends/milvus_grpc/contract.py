@@ -319,19 +319,29 @@ QUERY_PARAMS: dict[str, Rule] = {
     "query_params{*}": refused("this query parameter"),
 }
 
+JSON_PATH = "schemas.scalar_index._json_spec"  # a JSON path index's path (parse_scalar_index)
+JSON_CAST = "schemas.scalar_index.check_cast_type"
 INDEX_PARAMS: dict[str, Rule] = {
     "extra_params{index_type}": served("schemas.index.parse_index_params", example="HNSW"),
     "extra_params{metric_type}": served("schemas.index.parse_index_params", example="L2"),
     "extra_params{M}": served("schemas.index.parse_index_params", example="16"),
     "extra_params{efConstruction}": served("schemas.index.parse_index_params", example="64"),
+    "extra_params{json_path}": served(JSON_PATH, example='my_json["a"]'),
+    "extra_params{json_cast_type}": served(JSON_CAST, example="DOUBLE"),
+    "extra_params{json_cast_function}": refused("casting JSON values by a function (json_cast_function)"),
     "extra_params{params}": served("schemas.index.parse_index_params", json_object=True, example="{}"),
     "extra_params{params}.M": served("schemas.index.parse_index_params", example=16),
     "extra_params{params}.efConstruction": served("schemas.index.parse_index_params", example=64),
+    "extra_params{params}.json_path": served(JSON_PATH, example='my_json["a"]'),
+    "extra_params{params}.json_cast_type": served(JSON_CAST, example="VARCHAR"),
+    "extra_params{params}.json_cast_function": refused("casting JSON values by a function (json_cast_function)"),
     "extra_params{params}.*": refused(
-        "this build parameter (Osprey builds HNSW, with M and efConstruction, and FLAT, with none)"
+        "this build parameter (Osprey builds HNSW, with M and efConstruction, FLAT, with none, and the scalar "
+        "indexes INVERTED, STL_SORT, BITMAP and Trie, with json_path and json_cast_type on JSON fields)"
     ),
     "extra_params{*}": refused(
-        "this index parameter (Osprey's are index_type, metric_type, params, M and efConstruction)"
+        "this index parameter (Osprey's are index_type, metric_type, params, M, efConstruction, json_path and "
+        "json_cast_type)"
     ),
 }
 

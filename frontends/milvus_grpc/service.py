@@ -874,12 +874,18 @@ def _index_state(state: IndexState) -> int:
 
 
 def _index_description(desc: Any) -> milvus_pb2.IndexDescription:
+    """One index as DescribeIndex answers it: Milvus reports the user's parameters (a scalar index's
+    as given: index_type, metric_type if one was given, a JSON path index's json_path and
+    json_cast_type; pymilvus spreads them into describe_index's dict)."""
     info = desc.info
-    params = [
-        common_pb2.KeyValuePair(key="index_type", value=info.index_type),
-        common_pb2.KeyValuePair(key="metric_type", value=info.metric_type),
-        common_pb2.KeyValuePair(key="params", value=json.dumps(info.params)),
-    ]
+    if info.is_scalar:
+        params = _key_value_pairs(info.user_params())
+    else:
+        params = [
+            common_pb2.KeyValuePair(key="index_type", value=info.index_type),
+            common_pb2.KeyValuePair(key="metric_type", value=info.metric_type),
+            common_pb2.KeyValuePair(key="params", value=json.dumps(info.params)),
+        ]
     return milvus_pb2.IndexDescription(
         index_name=info.index_name,
         indexID=info.index_id,

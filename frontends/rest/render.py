@@ -378,6 +378,20 @@ def _index_info(info: IndexInfo) -> dict[str, Any]:
         "metricType": info.metric_type,
         "params": dict(info.params),
         "createdTimestamp": info.created_ts,
+        **_json_path_of(info),
+    }
+
+
+def _json_path_of(info: IndexInfo) -> dict[str, Any]:
+    """A JSON path index's path and cast type as given, and (Osprey's) the path inside the column
+    and whether ``fieldName`` is a key of the dynamic field; nothing for other indexes."""
+    if not info.json_cast_type:
+        return {}
+    return {
+        "jsonPath": info.json_path,
+        "jsonCastType": info.json_cast_type,
+        "nestedPath": list(info.nested_path),
+        "dynamicField": info.dynamic,
     }
 
 

@@ -11,14 +11,15 @@ from frontends.rest import render
 from frontends.rest.endpoint import Endpoint
 from frontends.rest.parse import Body, Parsed, PartError, read_timeout
 from schemas.errors import InvalidParameter
-from schemas.index import IndexDescription, IndexInfo, parse_index_params
+from schemas.index import IndexDescription, IndexInfo, precheck_index_params
 
 
 def index_spec(entry: Body) -> dict[str, Any]:
     """One ``indexParams`` entry -> ``create_index`` keywords, and (``fields``) the REST path of each
     field an Osprey error may name. ``indexType``/``metricType`` may also be given as Milvus's
     ``params.index_type``/``params.metric_type``; ``params`` holds the build parameters (``M``,
-    ``efConstruction``). Their values are checked by :func:`parse_index_params`, not here."""
+    ``efConstruction``) or a JSON path index's ``json_path`` and ``json_cast_type``. Their values
+    are checked by ``schemas.index`` and ``schemas.scalar_index``, not here."""
     params = entry.obj("params")
     index_params: dict[str, Any] = params.whole()
     fields: dict[str, str] = {
@@ -61,11 +62,12 @@ def _parse_create_indexes(body: Body) -> Parsed:
 
 
 def check_index_params(indexes: list[dict[str, Any]]) -> None:
-    """Check every entry's index parameters (:func:`parse_index_params`) before anything is created;
-    a refused one raises a :class:`PartError` naming that entry's REST fields."""
+    """Check every entry's index parameters (as far as they can be without the field:
+    :func:`precheck_index_params`) before anything is created; a refused one raises a
+    :class:`PartError` naming that entry's REST fields."""
     for spec in indexes:
         try:
-            parse_index_params(spec["index_params"])
+            precheck_index_params(spec["index_params"])
         except InvalidParameter as err:
             raise PartError(err, spec["fields"]) from None
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from schemas import ddl
 from schemas.collection import (
+    DYNAMIC_FIELD_NAME,
     MAX_FIELDS,
     MAX_VARCHAR_LENGTH,
     MIN_VARCHAR_LENGTH,
     RULE_FIELD_COUNT,
+    CollectionSchema,
     DataType,
     parse_collection_schema,
 )
@@ -57,6 +59,7 @@ from schemas.meta import (
     LoadInfo,
     PartitionInfo,
 )
+from schemas.scalar_index import ScalarIndexSpec, default_index_name, parse_scalar_index
 from schemas.validation import validate_name
 from state.meta import meta_table as keys
 from state.meta.meta_table import MetaView
@@ -890,12 +893,16 @@ def _list_aliases(e: ddl.ListAliases, view: MetaView) -> Plan:
     return Plan(make_reply=_reply(e, aliases=view.aliases_in(db.db_id)))
 
 
-# -- indexes (Milvus 2.4's rules: one index per field; an identical CreateIndex succeeds again)
+# -- indexes (Milvus's rules: one index per field, one per JSON path of a JSON field; an identical
+# CreateIndex succeeds again)
 RULE_ONE_INDEX_PER_FIELD = "creating multiple indexes on same field is not supported"
 RULE_INDEX_NAME_TAKEN = (
     "at most one distinct index is allowed per field: an index with this name exists with other parameters"
 )
 RULE_DROP_LOADED = "index cannot be dropped, collection is loaded, please release it first"
+# Milvus's datacoord words for the two (pymilvus users match them)
+MILVUS_INDEX_NAME_TAKEN = "CreateIndex failed: at most one distinct index is allowed per field"
+MILVUS_ONE_INDEX_PER_FIELD = "CreateIndex failed: creating multiple indexes on same field is not supported"
 
 
 def index_not_found(collection_name: str, index_name: str) -> IndexNotFound:
@@ -907,35 +914,18 @@ async def _create_index(e: ddl.CreateIndex, view: MetaView, new_id: NewId) -> Pl
     cid = info.collection_id
     if not isinstance(e.field_name, str) or not e.field_name:
         raise InvalidParameter("field_name", "is required: the field to index", e.field_name)
-    field = info.collection_schema.field(e.field_name)
-    if field is None or field.is_dynamic:
-        raise InvalidParameter("field_name", "cannot create index on non-exist field", e.field_name)
-    if field.dtype is not DataType.FLOAT_VECTOR:
-        raise InvalidParameter(
-            "field_name", "must be a FLOAT_VECTOR field: HNSW, FLAT and AUTOINDEX index vectors", e.field_name
-        )
-    name = validate_name("index_name", e.index_name or field.name)
-    index_type, build_type, metric, params = parse_index_params(e.extra_params)
-    assert field.field_id is not None
-    wanted = IndexInfo(
-        index_id=0,
-        index_name=name,
-        collection_id=cid,
-        field_id=field.field_id,
-        field_name=field.name,
-        index_type=index_type,
-        build_type=build_type,
-        metric_type=metric,
-        params=params,
-        created_ts=0,
-    )
+    wanted = _wanted_index(e, info.collection_schema, cid, view.indexes_of(cid))
     for existing in view.indexes_of(cid):
-        if existing.index_name == name:
+        if existing.index_name == wanted.index_name:
             if existing.same_definition(wanted):  # the same index again: success, nothing changes
                 return Plan(make_reply=_reply(e, collection_id=cid, index=existing))
-            raise InvalidParameter("index_name", RULE_INDEX_NAME_TAKEN, name)
-        if existing.field_id == field.field_id:
-            raise InvalidParameter("field_name", RULE_ONE_INDEX_PER_FIELD, field.name)
+            raise InvalidParameter(
+                "index_name", RULE_INDEX_NAME_TAKEN, wanted.index_name, milvus_text=MILVUS_INDEX_NAME_TAKEN
+            )
+        if existing.field_id == wanted.field_id and existing.nested_path == wanted.nested_path:
+            raise InvalidParameter(
+                "field_name", RULE_ONE_INDEX_PER_FIELD, e.field_name, milvus_text=MILVUS_ONE_INDEX_PER_FIELD
+            )
     index_id = await new_id()
 
     def created(ts: int) -> IndexInfo:  # created_ts is the meta write's timestamp
@@ -951,6 +941,54 @@ async def _create_index(e: ddl.CreateIndex, view: MetaView, new_id: NewId) -> Pl
             request_id=e.request_id, proxy_id=e.proxy_id, ts=ts, collection_id=cid, index=created(ts), invalidate=[cid]
         ),
     )
+
+
+def _wanted_index(e: ddl.CreateIndex, schema: CollectionSchema, cid: int, indexes: list[IndexInfo]) -> IndexInfo:
+    """The index ``e`` asks for (ids and timestamp 0), checked: a vector index
+    (:func:`parse_index_params`) or a scalar one (:func:`parse_scalar_index`); a name that is no
+    field names a key of the dynamic field, if the collection has one (Milvus's
+    GetFieldFromNameDefaultJSON). No name: the name of the index already on the same field and path,
+    else Milvus's default (the field, and a JSON path as a pointer)."""
+    field = schema.field(e.field_name)
+    dynamic = field is None and schema.enable_dynamic_field
+    if dynamic:
+        field = schema.field(DYNAMIC_FIELD_NAME)
+    if field is None or (field.is_dynamic and not dynamic):
+        raise InvalidParameter(
+            "field_name",
+            "cannot create index on non-exist field",
+            e.field_name,
+            milvus_text=f"cannot create index on non-exist field: {e.field_name}",
+        )
+    assert field.field_id is not None
+    params: dict[str, int] = {}
+    if field.dtype is DataType.FLOAT_VECTOR:
+        index_type, build_type, metric, params = parse_index_params(e.extra_params)
+        spec = ScalarIndexSpec(index_type, build_type, metric)  # the same fields, no JSON path
+    else:
+        spec = parse_scalar_index(e.extra_params, schema, field, e.field_name)
+    wanted = IndexInfo(
+        index_id=0,
+        index_name="",
+        collection_id=cid,
+        field_id=field.field_id,
+        field_name=e.field_name,
+        index_type=spec.index_type,
+        build_type=spec.build_type,
+        metric_type=spec.metric_type,
+        params=params,
+        created_ts=0,
+        json_path=spec.json_path,
+        json_cast_type=spec.json_cast_type,
+        nested_path=list(spec.nested_path),
+        dynamic=dynamic,
+    )
+    if e.index_name:
+        name = validate_name("index_name", e.index_name)
+    else:
+        same = [i for i in indexes if i.field_id == wanted.field_id and i.nested_path == wanted.nested_path]
+        name = same[0].index_name if same else default_index_name(wanted.column, tuple(wanted.nested_path))
+    return wanted.model_copy(update={"index_name": name})
 
 
 def _find_indexes(view: MetaView, cid: int, index_name: str, field_name: str) -> list[IndexInfo]:
@@ -971,9 +1009,14 @@ def _drop_index(e: ddl.DropIndex, view: MetaView) -> Plan:
         raise InvalidParameter(
             "index_name", "the collection has several indexes: name the one to drop", e.index_name or e.field_name
         )
-    if cid in view.loads:
-        raise InvalidParameter("collection_name", RULE_DROP_LOADED, e.collection_name)
     index = found[0]
+    if cid in view.loads and not index.is_scalar:  # Milvus 2.6: a scalar index may go while loaded
+        raise InvalidParameter(
+            "collection_name",
+            RULE_DROP_LOADED,
+            e.collection_name,
+            milvus_text=f"vector index cannot be dropped on loaded collection: {cid}",
+        )
     return Plan(
         removals=[keys.index_key(cid, index.index_id)],
         make_reply=_reply(e, collection_id=cid, index=index, invalidate=[cid]),

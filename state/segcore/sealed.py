@@ -6,7 +6,9 @@ filled once, at load, with exactly ``num_rows`` rows (no spare capacity) and nev
 False, :meth:`SealedSegment.index_step` adds nothing). Searches are exact (BLAS, blockwise) until
 an index node's build of the field is attached (:meth:`SealedSegment.attach_index`); from then on
 the field is searched through it (HNSW with the request's ef, distances recomputed exactly, the
-same visibility filter and fallbacks as the interim index of a growing segment).
+same visibility filter and fallbacks as the interim index of a growing segment). Scalar indexes
+built the same way (:meth:`SealedSegment.attach_scalar_index`) answer filters on their field or
+JSON path (:attr:`SealedSegment.scalar_indexes`, what the filter evaluator asks first).
 It answers every method the query node worker calls on a
 growing segment (search, retrieve, count, visible, column, pks_view, timestamps_view, row_count,
 memory_bytes, indexed_rows, pending_index_rows, index_pending, index_step, release, ...) with
@@ -49,6 +51,7 @@ from schemas.dml import absent_values
 from schemas.errors import InvalidParameter
 from schemas.segment import SegmentKey, SegmentManifest
 from state.segcore.pk_stats import PkBloom
+from state.segcore.scalar_index import ScalarIndex, ScalarIndexKey, equivalent_keys
 from state.segcore.segment import INDEX_SLICE_ROWS, PY_OBJECT_BYTES, GrowingSegment
 from state.segcore.segment_files import Store, load_segment_columns, read_pk_bloom
 from state.segcore.vector_index import VectorIndex
@@ -73,7 +76,9 @@ class SealedSegment(GrowingSegment):
         super().__init__(key.segment_id, key.collection_id, key.partition_id, key.vchannel, schema)
         self.manifest = manifest
         self.pk_bloom: PkBloom | None = None  # its flushed PK statistics (None: built from columns)
-        self.built_indexes: dict[str, tuple[int, int]] = {}  # field -> (build id, version) attached
+        # field (a JSON path index: its target, 'doc["a"]') -> (build id, version) attached
+        self.built_indexes: dict[str, tuple[int, int]] = {}
+        self._scalar: dict[ScalarIndexKey, ScalarIndex] = {}  # (column, JSON path) -> attached scalar index
         self._release_hooks: list[Callable[[], None]] = []
 
     def on_release(self, hook: Callable[[], None]) -> None:
@@ -219,6 +224,34 @@ class SealedSegment(GrowingSegment):
         self._indexes = {**self._indexes, field: index}  # published before _indexed covers the rows
         self._indexed = self._n
         self.built_indexes[field] = (build_id, version)
+
+    def attach_scalar_index(
+        self, key: ScalarIndexKey, index: ScalarIndex, build_id: int, version: int, label: str = ""
+    ) -> None:
+        """Answer filters on ``key`` (a scalar field, or a JSON path of a JSON column: every
+        spelling of the path, :func:`~state.segcore.scalar_index.equivalent_keys`) through ``index``
+        (built by an index node over every row of this segment) from now on, replacing any index
+        attached there before; ``label`` names it in :attr:`built_indexes`. One step (copy on write):
+        an evaluation running on another thread read the old mapping whole. InvalidParameter when
+        the index does not hold exactly this segment's rows or ``key`` names no column."""
+        column, _ = key
+        if column not in self._fields:
+            raise InvalidParameter("field_name", "must name a column of the segment", column)
+        if index.rows != self._n:
+            raise InvalidParameter("index", f"must hold the segment's {self._n} rows", index.rows)
+        self._scalar = {**self._scalar, **dict.fromkeys(equivalent_keys(key), index)}
+        self.built_indexes[label or column] = (build_id, version)
+
+    @property
+    def scalar_indexes(self) -> Mapping[ScalarIndexKey, ScalarIndex]:
+        """The attached scalar indexes by (column, JSON path): what the filter evaluator asks first."""
+        return self._scalar
+
+    @property
+    def memory_bytes(self) -> int:
+        """As :attr:`GrowingSegment.memory_bytes`, with the attached scalar indexes."""
+        scalar = {id(index): index.memory_bytes for index in self._scalar.values()}
+        return super().memory_bytes + sum(scalar.values())
 
     def index_pending(self) -> bool:
         """Always False: a sealed segment gets no interim index."""

@@ -39,6 +39,7 @@ from state.segcore.segment_files import (
     verify_files,
     write_segment,
 )
+from state.segcore.vector_index import VectorIndex
 from tests.eventually import eventually_sync
 from tests.unit.test_segment_files import DIM, all_types_schema, make_rows
 
@@ -199,7 +200,7 @@ def test_index_files_build_load_and_go(store: ObjectStore) -> None:
         assert files == ["hnsw.bin", "index_meta.json"] and store.exists(f"{directory}/hnsw.bin")
     finished = tasks[1].model_copy(update={"index_dir": "index/3/2/8/42"})
     index = load_index(store, finished)
-    assert index is not None
+    assert isinstance(index, VectorIndex)
     vectors = load_segment_columns(store, path, all_types_schema())[3]["vec"]
     assert isinstance(vectors, np.ndarray)
     labels, _ = index.search(np.asarray(vectors[:5]), 1, ef=64)

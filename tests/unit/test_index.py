@@ -29,6 +29,7 @@ from state.meta.tso import compose_ts
 from state.segcore.index_files import build_index, load_index, remove_index, remove_version, remove_versions_below
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment_files import segment_path, write_segment
+from state.segcore.vector_index import VectorIndex
 
 DIM = 8
 
@@ -267,7 +268,7 @@ def test_build_writes_files_atomically_and_loads_back(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / relative).parent.iterdir() if p.name.startswith(".tmp-")]
     done = build_task().model_copy(update={"state": IndexState.FINISHED, "index_dir": relative, "files": files})
     loaded = load_index(tmp_path, done)
-    assert loaded is not None and loaded.size == 2_000
+    assert isinstance(loaded, VectorIndex) and loaded.size == 2_000
     with pytest.raises(ValueError, match="are not build"):
         load_index(tmp_path, done.model_copy(update={"version": 2}))
     assert load_index(tmp_path, done.model_copy(update={"exact": True})) is None
@@ -301,7 +302,7 @@ def test_a_sealed_segment_searches_through_its_attached_index(tmp_path: Path, me
     ts = (1 << 64) - 2
     exact = sealed.search(queries, "v", metric, 10, ts)
     built = load_index(tmp_path, done)
-    assert built is not None
+    assert isinstance(built, VectorIndex)
     sealed.attach_index("v", built, 1, 1)
     assert sealed.built_indexes == {"v": (1, 1)} and sealed.indexed_rows == 2_000
     indexed = sealed.search(queries, "v", metric, 10, ts, ef=400)
