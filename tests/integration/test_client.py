@@ -228,7 +228,8 @@ async def test_index_round_trip(thin: Client, client: InProcessClient) -> None:
         {"field_name": "vector", "index_params": {"params": "not json"}},
         {"field_name": "vector", "index_params": {"index_type": "HNSW", "metric_type": "L2", "M": 32}},
         {"field_name": "nope"},
-        {"field_name": "tag"},
+        {"field_name": "tag", "index_params": {"index_type": "HNSW"}},  # a vector index on a VARCHAR field
+        {"field_name": "score", "index_params": {"index_type": "BITMAP"}},  # BITMAP refuses floating point
     ]
     for kwargs in bad:
         with pytest.raises(InvalidParameter) as remote:
