@@ -1,4 +1,6 @@
-"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker.
+"""Running a Faust app as a worker process, with the settings Osprey needs on any Kafka broker, or
+as one service among others in a process that hosts several roles (:class:`FaustAppService`, the
+standalone).
 
 A worker's runtime (``app.osprey_runtime``, a :class:`agents.service.Service`) gets the process's
 fatal hook: a loop whose crash stops the process (``OnCrash.STOP``) shuts the worker down as a
@@ -17,7 +19,7 @@ from faust.worker import Worker
 
 from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_any_port, wait_for_port
-from agents.service import FatalExit, Service
+from agents.service import FatalExit, OnCrash, Service
 from schemas.config import OspreyConfig
 
 # How long the group waits for a member that stopped heart-beating (a kill -9) before moving its
@@ -77,3 +79,31 @@ def run_from_env(create_app: Callable[[OspreyConfig], faust.App]) -> None:
     wait_for_any_port(config.kafka_addresses, DEPENDENCY_WAIT_S, what="Kafka broker")
     wait_for_port(*config.redis_host_port, DEPENDENCY_WAIT_S, what="Redis")
     run_worker(create_app(config), loglevel=config.log_level.lower())
+
+
+class FaustAppService(Service):
+    """``app`` run by this service instead of a Faust :class:`~faust.worker.Worker`: started (its
+    consumer, producer, agents and timers; the app's runtime starts with its first event, as in a
+    worker) on this process's event loop, stopped on stop. The process's signals, logging and exit
+    code stay the host's. The app's runtime reports a fatal loop to this service's hook; the app
+    stopping by itself (a crash Faust did not recover from) is fatal too: its agents feed state
+    that would silently stop moving."""
+
+    def __init__(self, app: faust.App, name: str) -> None:
+        super().__init__()
+        self.app = app
+        self.service_name = name
+        self.runtime: Service | None = getattr(app, "osprey_runtime", None)
+
+    async def on_start(self) -> None:
+        if self.runtime is not None and self.runtime.on_fatal is None:
+            self.runtime.on_fatal = self._fail
+        await self.app.start()
+        self.on_close(self.app.stop, f"faust app {self.app.conf.id}")  # stops its runtime too (on_before_shutdown)
+        # STOP: an app that stopped by itself no longer consumes; the process restarts and
+        # recovers from its checkpoints as a worker process would
+        self.spawn(self._watch, f"{self.service_name}-app", on_crash=OnCrash.STOP)
+
+    async def _watch(self) -> None:
+        await self.app.wait_until_stopped()
+        raise RuntimeError(f"faust app {self.app.conf.id} stopped by itself")

@@ -4,8 +4,9 @@
     .venv/bin/python -m bench.vs_milvus --rows 20000 --queries 200 --ingest-s 10   # a quick run
 
 Milvus runs from a venv of its own (``MILVUS_VENV``, created on the first run, outside the repo)
-through :mod:`bench.milvus_server`; Osprey is a private embedded stack with a proxy process serving
-MilvusService (:func:`bench.common.embedded_cluster`). One system is measured at a time: its phases
+through :mod:`bench.milvus_server`; Osprey is a private embedded stack serving MilvusService
+(:func:`bench.common.embedded_cluster`), its roles in one process as Milvus standalone's are
+(``--osprey standalone``, the default) or one process per role (``--osprey processes``). One system is measured at a time: its phases
 run, then it is stopped, then the other system starts (they never search at the same time). For
 each system, through the project's pymilvus ``MilvusClient`` (2.6.17, which speaks to 2.3.5 for
 these calls):
@@ -82,6 +83,7 @@ INGEST_JOIN_S = 60.0  # client processes: to connect, and to end their last call
 INGEST_ERRORS_MAX = 100  # a client process gives up after this many failed calls
 INGEST_VECTORS = 10_000  # the writers' rows cycle through this many vectors of the workload
 SYSTEMS = ("milvus", "osprey")
+OSPREY_MODES = ("standalone", "processes")  # --osprey: frontends/standalone.py, or a process per role
 
 # --- Milvus's venv: PyPI `milvus` 2.3.5 ships the standalone binary (the reference of
 # docs/benchmarks.md); pymilvus 2.3.7 is the client released with it (`milvus[client]` wants < 2.4),
@@ -302,11 +304,12 @@ def milvus_system(python: Path) -> Iterator[System]:
 
 
 @contextmanager
-def osprey_system() -> Iterator[System]:
-    """A private embedded Osprey stack with a proxy process serving MilvusService (gRPC)."""
+def osprey_system(mode: str = "standalone") -> Iterator[System]:
+    """A private embedded Osprey stack serving MilvusService (gRPC): every role in one process
+    (``mode`` "standalone", as Milvus runs here) or one process per role ("processes")."""
     started = time.perf_counter()
-    with embedded_cluster("vs_milvus", proxy=True) as (config, cluster):
-        servers = [*cluster.servers, *cluster.workers.values(), cluster.proxy]
+    with embedded_cluster("vs_milvus", proxy=True, standalone=mode == "standalone") as (config, cluster):
+        servers = [*cluster.servers, *cluster.workers.values(), cluster.proxy, cluster.standalone]
 
         def roots() -> list[int]:
             return [pid for pid in (s.pid() for s in servers) if pid is not None]
@@ -766,6 +769,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--readers", type=int, default=4, help="ingest scenario: search processes, half Strong")
     parser.add_argument("--ingest-s", type=float, default=30.0, help="ingest scenario length (0: skip it)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="which to run, in this order")
+    parser.add_argument(
+        "--osprey",
+        choices=OSPREY_MODES,
+        default=OSPREY_MODES[0],
+        help="how Osprey runs: every role in one process (osprey up --standalone, as Milvus standalone) "
+        "or one process per role (the Procfile's layout)",
+    )
     parser.add_argument("--no-netns", action="store_true", help="run in this network namespace (loopback binds)")
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
@@ -815,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
             with milvus_system(milvus_python) as system:
                 results["milvus"] = measure(system, w, args)
         else:
-            with osprey_system() as system:
+            with osprey_system(args.osprey) as system:
                 results["osprey"] = measure(system, w, args)
     results["elapsed_s"] = time.perf_counter() - started
     if "milvus" in results and "osprey" in results:

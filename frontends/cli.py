@@ -259,6 +259,11 @@ def _parser() -> argparse.ArgumentParser:
         "and a proxy",
     )
     up.add_argument("--no-workers", action="store_true", help="servers only (for honcho/Procfile runs)")
+    up.add_argument(
+        "--standalone",
+        action="store_true",
+        help="every role in one process (`osprey standalone`; the setting standalone=true)",
+    )
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="nodes, dd position, meta counts")
     demo = sub.add_parser(
@@ -286,6 +291,10 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     sub.add_parser("proxy", help="run the proxy with its REST front end (OSPREY_PROXY_HTTP) in the foreground")
+    sub.add_parser(
+        "standalone",
+        help="run every role (rootcoord, querynode, datanode, indexnode, proxy) in one process in the foreground",
+    )
     srv = sub.add_parser("serve", help="run an embedded server in the foreground (Procfile)")
     srv.add_argument("server", choices=["broker", "redis", "seaweedfs"])
     sub.add_parser("tso", help="print a fresh TSO timestamp")
@@ -542,6 +551,8 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
     if cmd in ("up", "down", "status", "serve"):
         from frontends.embedded.cluster import LocalCluster
 
+        if cmd == "up" and args.standalone:
+            config = config.model_copy(update={"standalone": True})
         cluster = LocalCluster(config)
         if cmd == "up":
             cluster.up(workers=not args.no_workers, proxy=not args.no_workers)
@@ -606,6 +617,12 @@ def _dispatch(args: argparse.Namespace, config: OspreyConfig) -> int:
         from frontends.proxy_server import main as proxy_main
 
         proxy_main(config)
+        return 0
+    if cmd == "standalone":
+        from frontends.standalone import main as standalone_main
+
+        os.environ.update(config.to_env())
+        standalone_main()
         return 0
     if cmd == "demo":
         from frontends.demo import run_demo

@@ -40,15 +40,20 @@ from schemas.meta import (
 from schemas.results import QueryResults, SearchResults
 from schemas.segment import CollectionStats, CompactionState, FlushResult, FlushState
 from state.readpath.read_params import QueryParams, SearchParams
+from streams.direct import LocalEndpoints
 
 
 class InProcessClient(InProcessRbac, OspreyAPI):
     """OspreyAPI on a :class:`Proxy` of this process (:attr:`proxy`, for its status document),
     naming database ``db_name`` (``""``: default) in its calls."""
 
-    def __init__(self, config: OspreyConfig | None = None, db_name: str = "") -> None:
+    def __init__(
+        self, config: OspreyConfig | None = None, db_name: str = "", local: LocalEndpoints | None = None
+    ) -> None:
+        """``local``: the direct endpoints of query nodes running in this process (the standalone,
+        ``frontends/standalone.py``): the proxy calls them instead of connecting."""
         self.config = config or OspreyConfig.from_env()
-        self.proxy = Proxy(self.config)
+        self.proxy = Proxy(self.config, local)
         self._db_name = db_name
         self._owns_proxy = True  # False in a view (in_database): start and stop leave the proxy alone
 

@@ -14,16 +14,16 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Awaitable
 
 from agents.interpreter import apply_interpreter_settings
 from agents.ports import wait_for_any_port, wait_for_port
 from agents.proxy.dml_requests import DmlRequestConsumer
-from agents.service import FatalExit, FatalHook
+from agents.service import FatalExit, FatalHook, Service
 from frontends.inprocess import InProcessClient
 from frontends.milvus_grpc.server import GrpcFrontEnd
 from frontends.rest import RestFrontEnd
 from schemas.config import OspreyConfig
+from streams.direct import LocalEndpoints
 
 log = logging.getLogger("osprey.proxy")
 
@@ -32,48 +32,48 @@ STOP_TIMEOUT_S = 10.0  # per component; a stop that hangs (broker already gone) 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class ProxyServer(Service):
+    """The proxy process's parts as one service: an :class:`InProcessClient`'s proxy (its lease
+    first), the REST front end, the Milvus gRPC front end (unless ``proxy_grpc`` is empty) and the
+    ``dml-request`` consumer (unless ``dml_request_consumer`` is off), started in that order and
+    stopped in reverse (front ends before the proxy), each stop bounded by ``STOP_TIMEOUT_S``.
+    ``local``: the direct endpoints of the query nodes of this process (the standalone)."""
+
+    service_name = "proxy server"
+    close_timeout_s = STOP_TIMEOUT_S
+
+    def __init__(self, config: OspreyConfig, local: LocalEndpoints | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.client = InProcessClient(config, local=local)
+        self.rest: RestFrontEnd | None = None
+        self.grpc: GrpcFrontEnd | None = None
+
+    async def on_start(self) -> None:
+        client, config = self.client, self.config
+        await self.add_child(client.proxy)
+        self.rest = await self.add_child(RestFrontEnd(client))
+        log.info("proxy %s: REST front end on %s", client.proxy.proxy_id, self.rest.url)
+        if config.proxy_grpc:
+            self.grpc = await self.add_child(GrpcFrontEnd(client))
+            log.info("proxy %s: Milvus gRPC front end on %s", client.proxy.proxy_id, self.grpc.address)
+        if config.dml_request_consumer:
+            await self.add_child(DmlRequestConsumer(client.proxy))
+            log.info("proxy %s: consuming %s", client.proxy.proxy_id, client.proxy.topics.dml_request)
+
+
 async def serve(config: OspreyConfig, stop: asyncio.Event, on_fatal: FatalHook | None = None) -> None:
-    """Run the client and the front ends until ``stop`` is set, then stop them (front ends first).
+    """Run a :class:`ProxyServer` until ``stop`` is set, then stop it (front ends first).
     ``on_fatal``: the fatal hook of every service here (``agents/service.py``)."""
     gc.freeze()  # the modules and classes loaded live as long as the process: no full collection walks them again
-    client = InProcessClient(config)
-    client.proxy.on_fatal = on_fatal
-    await client.start()
+    server = ProxyServer(config)
+    server.on_fatal = on_fatal
+    await server.start()
     try:
-        rest = RestFrontEnd(client)
-        rest.on_fatal = on_fatal
-        await rest.start()
-        log.info("proxy %s: REST front end on %s", client.proxy.proxy_id, rest.url)
-        grpc_front = GrpcFrontEnd(client) if config.proxy_grpc else None
-        requests = DmlRequestConsumer(client.proxy) if config.dml_request_consumer else None
-        for service in (grpc_front, requests):
-            if service is not None:
-                service.on_fatal = on_fatal
-        try:
-            if grpc_front is not None:
-                await grpc_front.start()
-                log.info("proxy %s: Milvus gRPC front end on %s", client.proxy.proxy_id, grpc_front.address)
-            if requests is not None:
-                await requests.start()
-                log.info("proxy %s: consuming %s", client.proxy.proxy_id, client.proxy.topics.dml_request)
-            await stop.wait()
-        finally:
-            if requests is not None:
-                await _bounded(requests.stop(), "dml-request consumer")
-            if grpc_front is not None:
-                await _bounded(grpc_front.stop(), "Milvus gRPC front end")
-            await _bounded(rest.stop(), "REST front end")
+        await stop.wait()
     finally:
-        await _bounded(client.stop(), "client")
+        await server.stop()
     log.info("proxy stopped")
-
-
-async def _bounded(stopping: Awaitable[None], what: str) -> None:
-    try:
-        async with asyncio.timeout(STOP_TIMEOUT_S):
-            await stopping
-    except TimeoutError:
-        log.warning("stopping the %s took over %g s; abandoned", what, STOP_TIMEOUT_S)
 
 
 async def _run(config: OspreyConfig) -> FatalExit:

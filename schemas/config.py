@@ -85,6 +85,12 @@ class OspreyConfig(BaseModel):
     dml_request_partitions: int = Field(
         4, ge=1, le=1024, description="partitions of dml-request: at most this many proxies share its requests"
     )
+    standalone: bool = Field(
+        False,
+        description="whether `osprey up` (and the demo) run every role (rootcoord, querynode, datanode, indexnode, "
+        "proxy) in one process, `osprey standalone`, instead of one process per role; the roles, topics and "
+        "recovery are the same either way (frontends/standalone.py)",
+    )
     dml_request_consumer: bool = Field(
         True, description="whether a proxy process consumes dml-request (its consumer group is <cluster>.proxies)"
     )

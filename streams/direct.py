@@ -5,6 +5,14 @@ Frames are ``u32 length (big-endian) | payload``; a request frame holds an encod
 answer frame an encoded :class:`~schemas.dq.ResultBatch`. Requests are multiplexed: several may
 be in flight on a connection and answers come back in any order, matched by ``request_id``.
 Same models and same handler as the topic path (``dq-request``/``dq-result``), one hop less.
+
+**In the same process** (the standalone, ``frontends/standalone.py``) a query node's direct server
+registers its answering function in :class:`LocalEndpoints` under the address it advertises, and a
+:class:`DirectPool` given those endpoints answers a call to that address with a
+:class:`LocalClient`: the same request and result models, handed over as they are (every event
+model is frozen and its bulk data is immutable ``bytes``, so nothing the two sides hold can be
+changed by the other), with no codec, no frame and no socket. Deadlines, slots and errors are the
+direct server's, as on the wire; a node elsewhere is still reached over TCP.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from schemas.codec import decode, encode
@@ -21,7 +30,16 @@ from schemas.errors import ServiceUnavailable
 from schemas.worker import WorkerRequest
 from streams.tasks import cancel_and_wait
 
-__all__ = ["MAX_FRAME_BYTES", "DirectClient", "DirectPool", "Sent", "read_frame", "write_frame"]
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "DirectClient",
+    "DirectPool",
+    "LocalClient",
+    "LocalEndpoints",
+    "Sent",
+    "read_frame",
+    "write_frame",
+]
 
 log = logging.getLogger(__name__)
 
@@ -162,17 +180,74 @@ def _expire(future: asyncio.Future[ResultBatch]) -> None:
         future.set_exception(TimeoutError())
 
 
-class DirectPool:
-    """One :class:`DirectClient` per address, reconnected on first use after a failure."""
+LocalAnswer = Callable[[SearchRequest | QueryRequest], Awaitable[ResultBatch]]
+
+
+class LocalEndpoints:
+    """The direct servers of this process, by the address each advertises (module doc). One
+    instance is shared by the components of one process; it holds no connection."""
 
     def __init__(self) -> None:
+        self._answers: dict[str, LocalAnswer] = {}
+
+    def register(self, address: str, answer: LocalAnswer) -> None:
+        """``answer`` serves proxies' requests to ``address`` from now on."""
+        self._answers[address] = answer
+
+    def unregister(self, address: str) -> None:
+        self._answers.pop(address, None)
+
+    def get(self, address: str) -> LocalAnswer | None:
+        return self._answers.get(address)
+
+
+class LocalClient:
+    """:meth:`DirectClient.call` on a direct server of this process: the request handed to its
+    answering function, the same ServiceUnavailable after the deadline or once it unregistered."""
+
+    def __init__(self, address: str, endpoints: LocalEndpoints) -> None:
+        self.address = address
+        self._endpoints = endpoints
+
+    @property
+    def closed(self) -> bool:
+        return self._endpoints.get(self.address) is None
+
+    async def call(self, request: SearchRequest | QueryRequest, timeout_s: float) -> ResultBatch:
+        answer = self._endpoints.get(self.address)
+        if answer is None:
+            raise ServiceUnavailable(f"query node {self.address} of this process has stopped")
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await answer(request)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"query node {self.address} did not answer request {request.request_id} within {timeout_s:.1f} s"
+            ) from None
+
+    async def close(self) -> None:
+        """Nothing to close: the server's lifetime is its own."""
+
+
+class DirectPool:
+    """One :class:`DirectClient` per address, reconnected on first use after a failure; an address
+    served in this process (``local``) is answered by a :class:`LocalClient` instead."""
+
+    def __init__(self, local: LocalEndpoints | None = None) -> None:
         self._clients: dict[str, DirectClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._local = local
 
     def connected(self, address: str) -> DirectClient | None:
         """The open connection to ``address``, if there is one (no I/O)."""
         client = self._clients.get(address)
         return client if client is not None and not client.closed else None
+
+    def local(self, address: str) -> LocalClient | None:
+        """A client of ``address`` when a direct server of this process serves it (no I/O)."""
+        if self._local is None or self._local.get(address) is None:
+            return None
+        return LocalClient(address, self._local)
 
     async def get(self, address: str) -> DirectClient:
         client = self._clients.get(address)

@@ -2,10 +2,10 @@
 that own its shards, one result per vchannel back.
 
 :meth:`DqRouter.run` sends a checked request covering every shard either directly (TCP to each
-owning query node's direct server, picking per shard the least busy replica and failing over to
-another one, seed 002's shard leaders) or through the ``dq-request`` topic, answered on
-``dq-result``. It knows nothing of what a search or a query is: the read tasks
-(:mod:`agents.proxy.search`) prepare the request and reduce the results.
+owning query node's direct server, or a plain call when that server runs in this process, picking
+per shard the least busy replica and failing over to another one, seed 002's shard leaders) or
+through the ``dq-request`` topic, answered on ``dq-result``. It knows nothing of what a search or a
+query is: the read tasks (:mod:`agents.proxy.search`) prepare the request and reduce the results.
 """
 
 from __future__ import annotations
@@ -204,8 +204,12 @@ class DqRouter:
     async def _call(self, address: str, request: SearchRequest | QueryRequest, deadline: float) -> list[Result]:
         self._outstanding[address] = self._outstanding.get(address, 0) + 1
         try:
-            client = await self.direct.get(address)
-            batch = await client.call(request, max(0.001, deadline - time.monotonic()))
+            timeout_s = max(0.001, deadline - time.monotonic())
+            local = self.direct.local(address)  # a query node of this process: no socket, no codec
+            if local is not None:
+                batch = await local.call(request, timeout_s)
+            else:
+                batch = await (await self.direct.get(address)).call(request, timeout_s)
             return list(batch.results)
         finally:
             self._outstanding[address] -= 1

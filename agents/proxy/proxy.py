@@ -92,7 +92,7 @@ from state.meta.tso import TimestampOracle, add_ms
 from state.readpath.latency import LatencyWindow
 from state.readpath.read_params import QueryParams, SearchParams
 from streams.channels import pchannel_name
-from streams.direct import DirectPool
+from streams.direct import DirectPool, LocalEndpoints
 from streams.kafka import make_consumer, make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -131,9 +131,10 @@ class Proxy(Service):
 
     service_name = "proxy"
 
-    def __init__(self, config: OspreyConfig) -> None:
+    def __init__(self, config: OspreyConfig, local: LocalEndpoints | None = None) -> None:
         super().__init__()
         self.config = config
+        self.local = local  # query nodes of this process (the standalone): called, not connected to
         self.topics = Topics.of(config)
         self.proxy_id = 0
         self._pending: dict[int, asyncio.Future[ddl.DdlReply]] = {}
@@ -221,7 +222,7 @@ class Proxy(Service):
         # the DQ side: searches and queries run in parallel, routed to the shards' delegators
         self.shard_owners = ShardOwners(self.redis, ns)
         self.distributions = QueryDistributionStore(self.redis, ns)
-        self.direct = DirectPool()
+        self.direct = DirectPool(self.local)
         self.on_close(self.direct.close, "direct pool")
         self.dq_queue = DqTaskQueue(self.ids, self.tso)
         self.on_close(self.dq_queue.stop, "dq queue")

@@ -65,6 +65,7 @@ from state.meta.tso import TimestampOracle
 from state.objectstore import open_object_store
 from streams.assigned import AssignedConsumer
 from streams.channels import pchannel_partition
+from streams.direct import LocalEndpoints
 from streams.kafka import make_producer
 from streams.topics import Topics, ensure_topics
 
@@ -85,9 +86,10 @@ class QueryNodeRuntime(Service):
 
     service_name = "querynode"
 
-    def __init__(self, config: OspreyConfig) -> None:
+    def __init__(self, config: OspreyConfig, local: LocalEndpoints | None = None) -> None:
         super().__init__()
         self.config = config
+        self.local = local  # this process's direct endpoints (the standalone), for its proxy
         self.topics = Topics.of(config)
         self.node: QueryNode | None = None
         self._lease: LeaseKeeper | None = None
@@ -152,6 +154,7 @@ class QueryNodeRuntime(Service):
             max_inflight=config.querynode_max_inflight_requests,
             advertise_host=config.querynode_advertise_host,
             guests=self.guests,
+            local=self.local,
         )
         await self.add_child(self.direct)
         producer = make_producer(config)
@@ -416,6 +419,7 @@ class QueryNodeRuntime(Service):
             dml_consumer=self.consumer.health(),
             huge_pages_kb=self.huge_pages.kb,
             direct_served=self.direct.served,
+            direct_local_served=self.direct.local_served,
             direct_serve_avg_ms=round(1000 * self.direct.serve_s / max(1, self.direct.served), 3),
             topic=self.topic_server.health(),
             worker=worker.rows,

@@ -28,7 +28,7 @@ from schemas.errors import OspreyError, ServiceUnavailable
 from schemas.status import DirectServerHealth, TopicServerHealth
 from schemas.worker import DIRECT_REQUEST, SegmentSearch, WorkerRequest
 from state.meta.tso import add_ms
-from streams.direct import read_frame, write_frame
+from streams.direct import LocalEndpoints, read_frame, write_frame
 from streams.kafka import make_consumer
 from streams.tasks import cancel_and_wait
 
@@ -86,6 +86,10 @@ class InFlight:
         return list(self._tasks)
 
 
+async def _unregister(local: LocalEndpoints, address: str) -> None:
+    local.unregister(address)
+
+
 class DirectServer(Service):
     """Serves framed requests on ``host`` (``port`` 0: any free one); :attr:`address`, what the
     node advertises, is ``advertise_host:port`` once started (``advertise_host`` empty: ``host``;
@@ -103,10 +107,12 @@ class DirectServer(Service):
         max_inflight: int = 64,
         advertise_host: str = "",
         guests: GuestSegments | None = None,
+        local: LocalEndpoints | None = None,
     ) -> None:
         super().__init__()
         self.node = node
         self.guests = guests
+        self.local = local  # this process's endpoints: proxies here call answer_local (streams/direct.py)
         self.host, self.port = host, port
         self.advertise_host = advertise_host or host
         self._answers = InFlight(max_inflight)
@@ -117,6 +123,7 @@ class DirectServer(Service):
         self._connections: set[asyncio.Task[Any]] = set()
         self.served = 0  # the proxies' requests answered
         self.serve_s = 0.0  # total seconds from such a request's frame read to its answer written
+        self.local_served = 0  # of them, asked through this process's local endpoints
         self.worker_served = 0  # other nodes' delegators' requests answered
 
     @property
@@ -127,6 +134,24 @@ class DirectServer(Service):
         server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = server.sockets[0].getsockname()[1]
         self.on_close(lambda: self._close_server(server), "listener")
+        if self.local is not None:
+            address, local = self.address, self.local
+            local.register(address, self.answer_local)
+            self.on_close(lambda: _unregister(local, address), "local endpoint")
+
+    async def answer_local(self, request: SearchRequest | QueryRequest) -> ResultBatch:
+        """A proxy of this process's request, answered as a frame would be (the same slots, the
+        same handler, the same counters) but handed over as objects (streams/direct.py)."""
+        read_at = time.perf_counter()
+        await self._answers.acquire()
+        try:
+            results = await self.node.serve_safely(request, answer_unowned=True)
+        finally:
+            self._answers.release()
+        self.served += 1
+        self.local_served += 1
+        self.serve_s += time.perf_counter() - read_at
+        return ResultBatch(request_id=request.request_id, results=results)
 
     async def _close_server(self, server: asyncio.Server) -> None:
         server.close()

@@ -27,16 +27,22 @@ WORKER_MODULES = {
     "indexnode": "agents.indexnode",
 }
 PROXY_MODULE = "frontends.proxy_server"  # the proxy process with its REST front end on proxy_http
+STANDALONE_MODULE = "frontends.standalone"  # every role (WORKER_MODULES and the proxy) in one process
 
 
 def live_pids(config: OspreyConfig, role: str) -> set[int]:
     """Pids of the live nodes of ``role`` in the registry."""
+    return live_pids_of(config, [role])[role]
 
-    async def query() -> set[int]:
+
+def live_pids_of(config: OspreyConfig, roles: list[str]) -> dict[str, set[int]]:
+    """Pids of the live nodes of each of ``roles`` in the registry (one connection)."""
+
+    async def query() -> dict[str, set[int]]:
         redis = connect(config)
         try:
-            nodes = await NodeRegistry(redis, config.cluster, config.node_lease_ttl_s).alive(role)
-            return {int(info.get("pid", 0)) for info in nodes.values()}
+            registry = NodeRegistry(redis, config.cluster, config.node_lease_ttl_s)
+            return {role: {int(info.get("pid", 0)) for info in (await registry.alive(role)).values()} for role in roles}
         finally:
             await redis.aclose()
 
@@ -73,15 +79,17 @@ class LocalCluster:
         )
         self.workers = {role: self._worker(role) for role in WORKER_MODULES}
         self.proxy = self._worker("proxy")
+        self.standalone = self._worker("standalone")
 
     def _worker(self, role: str, name: str = "") -> WorkerProcess:
-        module = PROXY_MODULE if role == "proxy" else WORKER_MODULES[role]
+        module = {"proxy": PROXY_MODULE, "standalone": STANDALONE_MODULE}.get(role) or WORKER_MODULES[role]
         worker = WorkerProcess(role, module, self.config.to_env(), Path(self.config.data_dir))
         worker.name = name or role
-        if role == "proxy":
-            # the lease is taken before the front ends bind: ready once the lease and their ports are there
+        roles = [*WORKER_MODULES, "proxy"] if role == "standalone" else [role]
+        if role in ("proxy", "standalone"):
+            # the lease is taken before the front ends bind: ready once the leases and their ports are there
             worker.ready_check = lambda: (
-                worker.pid() in live_pids(self.config, role)
+                all(worker.pid() in pids for pids in live_pids_of(self.config, roles).values())
                 and port_open(*self.config.proxy_host_port)
                 and (not self.config.proxy_grpc or port_open(*self.config.proxy_grpc_host_port))
             )
@@ -94,15 +102,20 @@ class LocalCluster:
         return self._worker(role, name)
 
     def up(self, *, workers: bool = True, proxy: bool = False) -> None:
-        """Start the servers, then (``workers``) the rootcoord, a querynode and a datanode, then (``proxy``)
-        a proxy process serving REST and the stream writers on ``proxy_http``."""
+        """Start the servers, then (``workers``) the rootcoord, a querynode, a datanode and an
+        indexnode, then (``proxy``) a proxy process serving REST and the stream writers on
+        ``proxy_http``. With ``config.standalone``, ``workers`` and ``proxy`` together start one
+        process running all of them instead (``frontends/standalone.py``)."""
         for server in self.servers:
             server.start()
         asyncio.run(ensure_topics(self.config))
+        if self.config.standalone and workers and proxy:
+            start_together([self.standalone])
+            return
         start_together([*(self.workers.values() if workers else ()), *([self.proxy] if proxy else [])])
 
     def down(self) -> None:
-        workers = [self.proxy, *self.workers.values()]
+        workers = [self.standalone, self.proxy, *self.workers.values()]
         for worker in workers:  # told together, so their shutdowns overlap
             worker.stop_soon()
         for worker in workers:
@@ -114,4 +127,6 @@ class LocalCluster:
         parts = {s.name: s.running() for s in self.strays}
         parts.update({s.name: s.running() and s.ready() for s in self.servers})
         parts.update({w.name: w.running() for w in (*self.workers.values(), self.proxy)})
+        if self.standalone.running() or self.config.standalone:
+            parts[self.standalone.name] = self.standalone.running()
         return parts

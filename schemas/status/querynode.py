@@ -211,6 +211,7 @@ class QueryNodeHealth(ServiceHealth, QueryNodeCoreHealth):
     dml_consumer: ConsumerHealth | None = None
     huge_pages_kb: int | None = None  # KiB in transparent huge pages (None: unknown)
     direct_served: int = 0
+    direct_local_served: int = 0  # of them, asked by a proxy of this process (no socket: the standalone)
     direct_serve_avg_ms: float = 0.0  # mean time from a direct request read to its answer
     topic: TopicServerHealth | None = None
     worker: int = 0  # rows the worker holds

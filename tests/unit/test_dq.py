@@ -13,7 +13,7 @@ from agents.querynode.node import QueryNode
 from schemas.codec import decode, encode
 from schemas.collection import ConsistencyLevel
 from schemas.dq import DQ_REQUEST, DQ_RESULT, QueryRequest, QueryResult, ResultBatch, SearchRequest
-from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound
+from schemas.errors import CollectionNotFound, InvalidParameter, PartitionNotFound, ServiceUnavailable
 from schemas.meta import LoadInfo, PartitionInfo
 from state.meta.meta_cache import MetaCache
 from state.meta.meta_table import MetaView, collection_info_key, load_key, partition_key
@@ -22,7 +22,7 @@ from state.readpath.consistency import EVENTUALLY_TS, guarantee_ts, needs_now
 from state.readpath.dq_checks import dynamic_keys, prepare
 from state.readpath.search_hits import hits_of, result_full, search_result
 from state.segcore.vector_index import SearchHits
-from streams.direct import read_frame, write_frame
+from streams.direct import DirectPool, LocalEndpoints, read_frame, write_frame
 from tests.eventually import eventually
 from tests.unit.test_delegator import DIM, make_collection
 
@@ -97,6 +97,33 @@ async def test_direct_frames_keep_their_boundaries() -> None:
     writer.close()
     server.close()
     assert got[0] == b"" and decode(got[1], ResultBatch) == batch and got[2] == b"x" * 100_000
+
+
+async def test_a_local_endpoint_answers_in_process_and_fails_as_the_wire_does() -> None:
+    """A pool given this process's endpoints answers a registered address by a call (the same
+    ResultBatch object, no codec), refuses with ServiceUnavailable past the deadline or once the
+    server unregistered, and leaves any other address to TCP."""
+    local = LocalEndpoints()
+    pool = DirectPool(local)
+    release = asyncio.Event()
+
+    async def answer(request: SearchRequest | QueryRequest) -> ResultBatch:
+        if request.request_id == 2:
+            await release.wait()  # a read that waits (for tsafe, say)
+        return ResultBatch(request_id=request.request_id, results=[QueryResult(request_id=request.request_id)])
+
+    assert pool.local("127.0.0.1:1") is None and DirectPool().local("127.0.0.1:1") is None
+    local.register("127.0.0.1:1", answer)
+    client = pool.local("127.0.0.1:1")
+    assert client is not None and not client.closed and pool.local("127.0.0.1:2") is None
+    batch = await client.call(search(request_id=1), 1.0)
+    assert batch.request_id == 1 and batch.results[0].request_id == 1
+    with pytest.raises(ServiceUnavailable, match="did not answer request 2 within"):
+        await client.call(search(request_id=2), 0.01)
+    local.unregister("127.0.0.1:1")
+    assert client.closed and pool.local("127.0.0.1:1") is None
+    with pytest.raises(ServiceUnavailable, match="has stopped"):
+        await client.call(search(request_id=3), 1.0)
 
 
 # -- consistency
