@@ -6,8 +6,9 @@
 Milvus runs from a venv of its own (``MILVUS_VENV``, created on the first run, outside the repo)
 through :mod:`bench.milvus_server`; Osprey is a private embedded stack serving MilvusService
 (:func:`bench.common.embedded_cluster`), its roles in one process as Milvus standalone's are
-(``--osprey standalone``, the default) or one process per role (``--osprey processes``). One system is measured at a time: its phases
-run, then it is stopped, then the other system starts (they never search at the same time). For
+(``--osprey standalone``, the default) or one process per role (``--osprey processes``). One
+system is measured at a time: its phases run, then it is stopped, then the other system starts
+(they never search at the same time). For
 each system, through the project's pymilvus ``MilvusClient`` (2.6.17, which speaks to 2.3.5 for
 these calls):
 

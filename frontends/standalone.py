@@ -57,6 +57,7 @@ class Standalone(Service):
         # imported here: the process's image may be executed again first (huge pages, main)
         from agents.datanode.app import create_app as datanode_app
         from agents.indexnode.node import IndexNode
+        from agents.malloc_trim import MallocTrimmer
         from agents.process import FaustAppService
         from agents.querynode.app import QueryNodeRuntime
         from agents.rootcoord.app import create_app as rootcoord_app
@@ -68,6 +69,8 @@ class Standalone(Service):
         self.datanode = await self.add_child(FaustAppService(datanode_app(config), "datanode"))
         self.indexnode = await self.add_child(IndexNode(config))
         self.proxy = await self.add_child(ProxyServer(config, self.local))
+        if config.malloc_trim_interval_s > 0:  # five roles' freed buffers in one heap (agents/malloc_trim.py)
+            await self.add_child(MallocTrimmer(config.malloc_trim_interval_s))
         log.info(
             "standalone: %s up; REST on %s, Milvus gRPC on %s",
             ", ".join(ROLES),
