@@ -5,11 +5,11 @@ concatenated, a flush's Arrow and Parquet buffers) come from glibc's malloc. Onc
 large blocks are freed, glibc raises its mmap threshold (up to 32 MiB), so later blocks of that
 size come from the heap, and when they are freed their pages stay in the process's RSS unless
 they sit at the heap's top. ``malloc_trim(0)`` gives every free page of every arena back
-(``MADV_DONTNEED``); the next allocation there takes a fresh zero page. Measured on the
-standalone (docs/benchmarks.md): 100,000 x 128 inserted in 10,000-row batches, flushed, indexed,
-loaded, a trim a second: peak RSS 437 -> 399 MiB, once loaded 424 -> 343 MiB. The alternative,
-a fixed mmap threshold (``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072``), kept as much
-memory off but made every such block a mapping of its own, and the same insert ~20% slower.
+(``MADV_DONTNEED``); the next allocation there takes a fresh zero page. On the standalone a trim
+a second lowers both its peak and its loaded RSS with no measurable cost to inserts; the
+alternative, a fixed mmap threshold (``GLIBC_TUNABLES=glibc.malloc.mmap_threshold``), freed as
+much but made every such block a mapping of its own and the inserts slower (docs/benchmarks.md,
+the runs of 2026-12-07).
 """
 
 from __future__ import annotations

@@ -182,9 +182,8 @@ JIT_FLAGS = ("-XX:TieredStopAtLevel=1",)
 # The embedded broker's footprint. The serial collector (what HotSpot's ergonomics pick on a
 # machine of under two cores anyway) has no remembered sets or concurrent threads; the heap starts
 # at INITIAL_HEAP_MB and grows to the broker's limit as it needs; C1's code stays under 32 MiB and
-# a thread's stack under 512 KiB. Measured in the standalone's stack (100,000 x 128 inserted,
-# flushed, indexed, loaded): broker RSS loaded 230 -> 181 MiB against G1 with -Xms128m (G1 with
-# these flags: 213); the ingest under searches of bench.vs_milvus is docs/benchmarks.md's.
+# a thread's stack under 512 KiB: about a fifth less resident than G1 from a 128 MiB heap, measured
+# in docs/benchmarks.md (the runs of 2026-12-07).
 INITIAL_HEAP_MB = 16
 GC_FLAGS = ("-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=32m", "-Xss512k")
 
