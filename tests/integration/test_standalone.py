@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,9 +85,11 @@ def test_one_process_serves_pymilvus_and_survives_kill_9(standalone: LocalCluste
     create(config, "docs")
     stream = InsertStream(config, "docs").start()
     stream.wait_acks(ACKS_BEFORE_CRASH)
+    failed_before = len(stream.failures)
     os.kill(pid, signal.SIGKILL)
     standalone.standalone.kill()  # reaps it and forgets its pid
-    time.sleep(1.0)  # down for a while on purpose: the stream meets the dead process
+    # down until the stream has met the dead process
+    eventually_sync("an insert refused by the dead process", lambda: len(stream.failures) > failed_before)
     standalone.up(proxy=True)
     stream.wait_acks(ACKS_AFTER_RESTART, timeout_s=RECOVER_TIMEOUT_S)
     stream.stop()
