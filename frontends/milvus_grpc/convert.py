@@ -95,6 +95,10 @@ def key_values(pairs: Iterable[common_pb2.KeyValuePair]) -> dict[str, str]:
     return {pair.key: pair.value for pair in pairs}
 
 
+JSON_WHITESPACE = " \t\n\r"  # what json.loads skips before a value
+JSON_NUMBER_FIRST = frozenset("-0123456789")  # the characters a JSON number can start with
+
+
 def params_of(pairs: Iterable[common_pb2.KeyValuePair], what: str) -> dict[str, Any]:
     """``extra_params`` / ``search_params`` as a dict; the ``params`` entry (JSON) parsed to a dict.
     Values that are JSON numbers become numbers (MilvusClient sends ``"16"`` for M)."""
@@ -115,7 +119,12 @@ def params_of(pairs: Iterable[common_pb2.KeyValuePair], what: str) -> dict[str, 
 
 def _number_or_text(value: str) -> Any:
     """A JSON number as a number; anything else, NaN and infinities included, stays text (so a
-    check downstream names the key and its rule instead of comparing with NaN)."""
+    check downstream names the key and its rule instead of comparing with NaN). Text that cannot
+    start a JSON number (``L2``, ``COSINE``, ``true``) is not parsed: a failed ``json.loads`` costs
+    an exception on every search."""
+    head = value.lstrip(JSON_WHITESPACE)[:1]
+    if not head or head not in JSON_NUMBER_FIRST:
+        return value
     try:
         number = json.loads(value)
     except ValueError:

@@ -346,6 +346,14 @@ def test_params_of_parses_params_json_and_numbers() -> None:
         "ef": "Infinity",
         "radius": "-Infinity",
     }
+    # what json.loads takes is unchanged by the shortcut for text: whitespace around, exponents
+    assert convert.params_of(kv(M=" 16\n", radius="-5e-1", level="high", tag=" ", empty=""), "x") == {
+        "M": 16,
+        "radius": -0.5,
+        "level": "high",
+        "tag": " ",
+        "empty": "",
+    }
 
 
 @pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
