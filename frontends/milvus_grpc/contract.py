@@ -285,6 +285,10 @@ SEARCH_PARAMS: dict[str, Rule] = {
         "an IVF index's knob: HNSW and FLAT, the index types Osprey builds, do not read it in Milvus either",
         example=10,
     ),
+    "search_params{params}.nlist": inert(
+        "an IVF index's build parameter: no search reads it in Milvus (knowhere ignores it at search time)",
+        example=128,
+    ),
     "search_params{params}.radius": refused("range search (radius)"),
     "search_params{params}.range_filter": refused("range search (range_filter)"),
     "search_params{params}.page_retain_order": inert(

@@ -167,7 +167,7 @@ def _search(params: dict[str, Any], **top: str) -> milvus_pb2.SearchRequest:
 def test_search_params_json_keys() -> None:
     """pymilvus copies the user's top-level search params into ``params``: each key follows its
     rule there too; range search is refused wherever it is written."""
-    contract.check("Search", _search({"ef": 64, "nprobe": 8, "metric_type": "L2", "offset": 3}, topk="5"))
+    contract.check("Search", _search({"ef": 64, "nprobe": 8, "nlist": 128, "metric_type": "L2", "offset": 3}, topk="5"))
     for params in ({"radius": 1.0}, {"range_filter": 0.5}, {"ignore_growing": True}, {"group_size": 4}):
         with pytest.raises(InvalidParameter, match="not supported by Osprey yet") as err:
             contract.check("Search", _search(params))
