@@ -182,6 +182,13 @@ def test_prepare_refuses_bad_searches_naming_field_and_rule(overrides: dict[str,
         assert "range search" in info.value.rule and "not supported by Osprey yet" in info.value.rule
 
 
+def test_prepare_takes_the_ivf_parameters_milvus_searches_do_not_read() -> None:
+    """``nprobe`` (an IVF knob) and ``nlist`` (an IVF build parameter) change nothing in a Milvus
+    search of HNSW or FLAT either: accepted, and the ef asked for is the one used."""
+    prepared = prepare(search(params={"ef": 40, "nprobe": 8, "nlist": 128}), view())
+    assert prepared.ef == 40
+
+
 def test_prepare_checks_a_shape_against_a_view_once_and_the_values_every_time() -> None:
     """The meta checks are kept per request shape in the view (a view is replaced, never changed):
     a request of a known shape still has its own values checked, an error is never kept, a new
