@@ -508,9 +508,9 @@ async def test_bad_inputs_are_rejected_and_change_nothing(client: InProcessClien
         ("bad ef param", search(search_params={"params": {"ef": 0}}), inv, "params.ef", "[1, 32768]"),
         (
             "unknown search param",
-            search(search_params={"params": {"nlist": 5}}),
+            search(search_params={"params": {"search_list": 30}}),  # a DISKANN knob
             inv,
-            "params.nlist",
+            "params.search_list",
             "not a search parameter",
         ),
         ("query without filter or limit", lambda: client.query(coll), inv, "limit", "needs a limit"),
