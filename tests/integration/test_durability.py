@@ -45,6 +45,7 @@ from frontends.embedded.cluster import LocalCluster
 from frontends.embedded.stack import free_port
 from frontends.inprocess import InProcessClient
 from schemas.arrow_ipc import ipc_stream
+from schemas.collection_properties import TTL_SECONDS
 from schemas.config import OspreyConfig
 from schemas.ingest import IngestChunk, IngestCommit, IngestOpen, PartitionCounts
 from schemas.status import DataNodeHealth, QueryNodeHealth, StatusModel
@@ -291,16 +292,20 @@ def create(config: OspreyConfig, collection: str) -> None:
     ok(config, "collections/create", {"collectionName": collection, "dimension": DIM})
 
 
+def kill_at_once(victims: list[Any]) -> None:
+    """kill -9 every process of ``victims`` at once, then reap each (it forgets its pid)."""
+    for pid in [p.pid() for p in victims]:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+    for process in victims:
+        process.kill()
+
+
 def kill_and_restart(cluster: LocalCluster, victims: list[Any], stream: InsertStream) -> None:
     """Let the stream get acknowledgements, kill -9 ``victims`` at once, bring the stack up again,
     and let the stream get acknowledgements again."""
     stream.wait_acks(ACKS_BEFORE_CRASH)
-    pids = [p.pid() for p in victims]
-    for pid in pids:
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-    for process in victims:
-        process.kill()  # reaps it and forgets its pid
+    kill_at_once(victims)
     time.sleep(1.0)  # down for a while on purpose: the stream meets the dead parts
     cluster.up(proxy=True)
     stream.wait_acks(ACKS_AFTER_RESTART, timeout_s=RECOVER_TIMEOUT_S)
@@ -402,11 +407,11 @@ def count_strong(config: OspreyConfig, collection: str) -> int:
 
 def ttl_of(config: OspreyConfig, collection: str) -> str | None:
     described = ok(config, "collections/describe", {"collectionName": collection})
-    return {p["key"]: p["value"] for p in described["properties"]}.get("collection.ttl.seconds")
+    return {p["key"]: p["value"] for p in described["properties"]}.get(TTL_SECONDS)
 
 
 def set_ttl(config: OspreyConfig, collection: str, seconds: int) -> None:
-    body = {"collectionName": collection, "properties": {"collection.ttl.seconds": str(seconds)}}
+    body = {"collectionName": collection, "properties": {TTL_SECONDS: str(seconds)}}
     ok(config, "collections/alter_properties", body)
 
 
@@ -425,12 +430,7 @@ def test_ttl_survives_kill_of_every_process_and_down_up(stack: LocalCluster) -> 
     ok(config, "entities/insert", {"collectionName": "expiring", "data": rows(range(200, 300), 8)})  # and the log
     eventually_sync("every row to expire", lambda: count_strong(config, "expiring") == 0, TTL_WAIT_S, POLL_S)
 
-    victims = [*stack.servers, *stack.workers.values(), stack.proxy]
-    for pid in [p.pid() for p in victims]:
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-    for process in victims:
-        process.kill()
+    kill_at_once([*stack.servers, *stack.workers.values(), stack.proxy])
     stack.up(proxy=True)
     assert count_strong(config, "expiring") == 0  # the expired rows did not come back with the replay
     assert ttl_of(config, "expiring") == str(TTL_S)
