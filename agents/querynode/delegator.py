@@ -500,9 +500,12 @@ class ShardDelegator:
     async def wait_tsafe(self, guarantee_ts: int, timeout_s: float = DEFAULT_TSAFE_TIMEOUT_S) -> None:
         """Return once every row with ``ts <= guarantee_ts`` is applied (tsafe > guarantee_ts; at
         once for Eventually, 0). No polling: woken by :meth:`update_tsafe`. After ``timeout_s``
-        seconds: ServiceUnavailable naming the vchannel, tsafe and guarantee timestamp."""
+        seconds: ServiceUnavailable naming the vchannel, tsafe and guarantee timestamp. AskAgain
+        at once after :meth:`close`: a closed delegator is fed no more ticks, so a wait begun
+        on it (a read that found it just before its pchannel moved) would only time out."""
         if isinstance(guarantee_ts, bool) or not isinstance(guarantee_ts, int) or guarantee_ts < 0:
             raise InvalidParameter("guarantee_timestamp", "must be an integer >= 0", guarantee_ts)
+        self._check_open()
         if self._satisfied(guarantee_ts):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

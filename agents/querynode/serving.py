@@ -162,6 +162,10 @@ async def _serve_shard(
     request = prepared.request
     try:
         delegator = await node.delegator(state, prepared.info.collection_id, vchannel)
+        if node.pchannels.get(state.pchannel) is not state:
+            # the pchannel moved (or is recovered again) since serve() found it: a delegator of
+            # the dropped state, even one made just now, is fed no more ticks
+            raise AskAgain(f"vchannel {vchannel} is no longer served by query node {node.node_id}")
         if delegator is None:
             cid = prepared.info.collection_id
             if cid in state.building or (await node.cache.view()).loads.get(cid) is not None:

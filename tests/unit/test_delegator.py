@@ -254,6 +254,19 @@ async def test_a_read_resuming_after_close_asks_again(info: CollectionInfo) -> N
         await delegator.fetch_rows(np.array([1]), 10, ["id"], None)
 
 
+async def test_a_wait_begun_after_close_asks_again_at_once(info: CollectionInfo) -> None:
+    """A read that found the delegator just before its pchannel moved starts its tsafe wait after
+    the close: no tick comes any more, so it is told to ask again instead of timing out (seen once
+    as a 10 s ServiceUnavailable "time ticks may be stopped" while a third node joined)."""
+    delegator = ShardDelegator(VCHANNELS[0], info, Worker())
+    delegator.update_tsafe(5)
+    delegator.close()
+    for guarantee in (10, 0):  # behind tsafe, and Eventually
+        with pytest.raises(AskAgain):
+            await asyncio.wait_for(delegator.wait_tsafe(guarantee, timeout_s=5), 1)
+    assert delegator.health().waiters == 0
+
+
 async def test_eventually_returns_at_once_below_the_tick(info: CollectionInfo) -> None:
     rows = Rows(info)
     delegator = ShardDelegator(VCHANNELS[0], info, Worker())

@@ -5,6 +5,7 @@ answering exactly as the node that consumed everything."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -295,3 +296,51 @@ async def test_records_and_reads_between_a_load_and_its_build_make_no_empty_dele
     for offset, raw in enumerate(log):
         assert await node.apply(0, offset, raw) is None
     assert await delegator.count(39) == 35
+
+
+class PausingMeta(Meta):
+    """A meta cache whose ``pause_at``-th view waits until ``resume`` is set (0: never pauses)."""
+
+    def __init__(self, info: CollectionInfo) -> None:
+        super().__init__(info)
+        self.views, self.pause_at = 0, 0
+        self.paused, self.resume = asyncio.Event(), asyncio.Event()
+
+    async def view(self) -> MetaView:
+        self.views += 1
+        if self.views == self.pause_at:
+            self.paused.set()
+            await self.resume.wait()
+        return self.current
+
+
+async def test_a_read_whose_pchannel_moves_before_its_wait_is_answered_moved() -> None:
+    """serve() found the pchannel, then (suspended there) the node gave it up: the shard's
+    delegator is closed and fed no more ticks, so the read is answered ``moved`` (asked again
+    elsewhere) at once, not after its tsafe wait times out as ServiceUnavailable."""
+    info = make_collection()
+    rows, loader, meta = Rows(info), Loader(), PausingMeta(info)
+    meta.current.loads[info.collection_id] = LoadInfo(collection_id=info.collection_id, loaded_ts=1, replica_number=2)
+    node = QueryNode(
+        1,
+        DML_TOPIC,
+        meta,  # type: ignore[arg-type]  # a fake of the meta cache
+        tso=None,  # type: ignore[arg-type]  # no request needs a timestamp
+        graceful_time_ms=0,
+        worker=Worker(build_in_background=False),
+        loader=loader,
+    )
+    node.assign({0}, {P0: frozenset({1})})  # led in replica group 1: serve() reads the load once more
+    await node.recover(P0)
+    for offset, raw in enumerate([encode(rows.event(10, ts=10, segment_id=SEG_A)), tick(15)]):
+        assert await node.apply(0, offset, raw) is None
+    meta.pause_at = meta.views + 2  # _prepare's view, then the one after the pchannel was found
+    request = QueryRequest(
+        request_id=1, collection_id=info.collection_id, vchannels=[V0], count=True, guarantee_ts=20, timeout_ms=5_000
+    )
+    serving = asyncio.create_task(node.serve(request, answer_unowned=True))
+    await asyncio.wait_for(meta.paused.wait(), 1)
+    node.assign(set())  # the pchannel moved to another node
+    meta.resume.set()
+    [result] = await asyncio.wait_for(serving, 1)
+    assert result.moved and "no longer served" in result.reason, result
