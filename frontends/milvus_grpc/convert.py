@@ -122,8 +122,7 @@ def _number_or_text(value: str) -> Any:
     check downstream names the key and its rule instead of comparing with NaN). Text that cannot
     start a JSON number (``L2``, ``COSINE``, ``true``) is not parsed: a failed ``json.loads`` costs
     an exception on every search."""
-    head = value.lstrip(JSON_WHITESPACE)[:1]
-    if not head or head not in JSON_NUMBER_FIRST:
+    if value.lstrip(JSON_WHITESPACE)[:1] not in JSON_NUMBER_FIRST:  # "" (blank text) is in no set
         return value
     try:
         number = json.loads(value)

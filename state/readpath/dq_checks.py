@@ -36,8 +36,9 @@ from state.segcore.vector_index import METRIC_L2, check_top_k, normalize_metric
 
 __all__ = ["COUNT_STAR", "Prepared", "dynamic_keys", "prepare", "resolve_collection"]
 
-SEARCH_PARAMS = frozenset({"ef", "nprobe", "nlist"})  # served: ef; nprobe is an IVF knob HNSW and FLAT never
-# read, and nlist an IVF build parameter no search reads (Milvus too: both change nothing there)
+# served: ef; nprobe is an IVF knob HNSW and FLAT never read, and nlist an IVF build parameter no
+# search reads (in Milvus too, both change nothing there)
+SEARCH_PARAMS = frozenset({"ef", "nprobe", "nlist"})
 # Milvus search parameters Osprey refuses (never accepted and ignored): key -> the feature
 REFUSED_SEARCH_PARAMS = {"radius": "range search (radius)", "range_filter": "range search (range_filter)"}
 
