@@ -51,6 +51,13 @@ class _Request(_Event):
         None, ge=0, description="serve once every row with ts <= this is applied; 0 = no wait"
     )
     timeout_ms: int = Field(DEFAULT_TIMEOUT_MS, ge=1, description="how long a delegator may wait for tsafe")
+    collection_ttl_s: int | None = Field(
+        None,
+        ge=0,
+        description="collection.ttl.seconds as the proxy resolved the collection (0: no TTL), so a read right "
+        "after AlterCollection expires rows as it says, whatever the query node's meta cache holds (Milvus's "
+        "collection_ttl_timestamps); None: the query node's meta decides (a request published directly)",
+    )
     newest_snapshot: bool = Field(
         False,
         description="read the newest snapshot the shard has applied (never below guarantee_ts, never above ts), "

@@ -84,6 +84,12 @@ class SegmentRelease(_WorkerRequest):
     segment_ids: list[int]
 
 
+EXPIRED_BEFORE = (
+    "rows inserted below this timestamp are expired (the collection's TTL), as the delegator computed it for "
+    "the whole read (state/readpath/ttl.py); 0: none"
+)
+
+
 class SegmentSearch(_WorkerRequest):
     """Top ``top_k`` per query over ``segments`` at MVCC timestamp ``ts``, rows kept by ``filter``."""
 
@@ -99,6 +105,7 @@ class SegmentSearch(_WorkerRequest):
     ef: int | None = None
     filter: str = ""
     filter_params: dict[str, Any] = Field(default_factory=dict)  # the filter template's values
+    expired_before: int = Field(0, ge=0, description=EXPIRED_BEFORE)
 
     def queries(self) -> np.ndarray:
         return np.frombuffer(self.vectors, dtype="<f4").reshape(self.nq, self.dim)
@@ -114,6 +121,7 @@ class SegmentQuery(_WorkerRequest):
     ts: int
     filter: str = ""
     filter_params: dict[str, Any] = Field(default_factory=dict)  # the filter template's values
+    expired_before: int = Field(0, ge=0, description=EXPIRED_BEFORE)
     output_fields: list[str] = Field(default_factory=list)
     window: int | None = None
     count: bool = False

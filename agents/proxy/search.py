@@ -21,6 +21,7 @@ import numpy as np
 from agents.proxy.dq_router import Result
 from agents.proxy.task import Task
 from schemas.collection import ConsistencyLevel, DataType
+from schemas.collection_properties import ttl_seconds
 from schemas.database import check_reading_allowed
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
@@ -134,6 +135,7 @@ class SearchTask(_ReadTask):
             guarantee_ts=self._guarantee(info),
             newest_snapshot=self.given_guarantee is None,
             timeout_ms=self.timeout_ms,
+            collection_ttl_s=ttl_seconds(info.properties),  # as resolved here (schemas/dq.py)
             anns_field=params.anns_field,
             metric_type=params.metric_type,
             top_k=params.limit + params.offset,
@@ -226,6 +228,7 @@ class QueryTask(_ReadTask):
             guarantee_ts=self._guarantee(info),
             newest_snapshot=self.given_guarantee is None,
             timeout_ms=self.timeout_ms,
+            collection_ttl_s=ttl_seconds(info.properties),  # as resolved here (schemas/dq.py)
             limit=params.limit,
             offset=params.offset,
             count=params.count,

@@ -592,12 +592,14 @@ class ShardDelegator:
         filter_expr: str | None = None,
         prepared: bool = False,
         filter_params: Mapping[str, Any] | None = None,
+        expired_before: int = 0,
     ) -> SearchHits:
         """Top ``top_k`` per query over the shard's segments (of ``partition_ids`` if given) at
         :meth:`read_ts`, after :meth:`wait_tsafe`; each PK once, best first, ties by PK.
         ``queries_checked``: as :meth:`GrowingSegment.search`'s. ``filter_expr``: the text of the
         filter ``mask_of`` evaluates, for segments held on other nodes (required when both), and
-        ``filter_params`` the values of its template's placeholders.
+        ``filter_params`` the values of its template's placeholders; ``expired_before``: the TTL
+        floor ``mask_of`` applies (``state/readpath/ttl.py``), which those nodes apply too.
         ``prepared``: the caller checked the request (:func:`state.readpath.dq_checks.prepare`:
         metric, top_k, queries) and waited for tsafe itself; nothing is checked or waited again."""
         if prepared:
@@ -628,6 +630,7 @@ class ShardDelegator:
                 ef,
                 timeout_s,
                 filter_params,
+                expired_before,
             ),
         )
         with _answers_awaited(asked, self._background):
@@ -658,10 +661,11 @@ class ShardDelegator:
         filter_expr: str | None = None,
         prepared: bool = False,
         filter_params: Mapping[str, Any] | None = None,
+        expired_before: int = 0,
     ) -> QueryResult:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``, in PK
         order, ``offset``/``limit`` applied; field -> values as :meth:`Worker.query`.
-        ``filter_expr``, ``prepared``, ``filter_params``: as :meth:`search`'s."""
+        ``filter_expr``, ``prepared``, ``filter_params``, ``expired_before``: as :meth:`search`'s."""
         if prepared:
             assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
             window = offset + limit if limit is not None else None
@@ -685,6 +689,7 @@ class ShardDelegator:
                 window,
                 timeout_s=timeout_s,
                 filter_params=filter_params,
+                expired_before=expired_before,
             ),
         )
         with _answers_awaited(asked, self._background):
@@ -706,9 +711,10 @@ class ShardDelegator:
         filter_expr: str | None = None,
         prepared: bool = False,
         filter_params: Mapping[str, Any] | None = None,
+        expired_before: int = 0,
     ) -> int:
         """Rows visible at :meth:`read_ts` (after :meth:`wait_tsafe`) and kept by ``mask_of``.
-        ``filter_expr``, ``prepared``, ``filter_params``: as :meth:`search`'s."""
+        ``filter_expr``, ``prepared``, ``filter_params``, ``expired_before``: as :meth:`search`'s."""
         if prepared:
             assert self._satisfied(guarantee_ts), "a prepared read comes after its wait for tsafe"
         else:
@@ -721,7 +727,15 @@ class ShardDelegator:
             mask_of,
             filter_expr,
             lambda worker, cid, shadows, text: worker.query(
-                self.vchannel, cid, shadows, ts, text, count=True, timeout_s=timeout_s, filter_params=filter_params
+                self.vchannel,
+                cid,
+                shadows,
+                ts,
+                text,
+                count=True,
+                timeout_s=timeout_s,
+                filter_params=filter_params,
+                expired_before=expired_before,
             ),
         )
         with _answers_awaited(asked, self._background):

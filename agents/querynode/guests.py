@@ -38,7 +38,6 @@ from state.meta.meta_cache import MetaCache
 from state.readpath.columns import columns_of
 from state.readpath.expr import compile_filter
 from state.readpath.search_hits import search_result
-from state.readpath.ttl import expired_before
 from state.segcore.index_files import attach_built
 from state.segcore.sealed import SealedSegment
 from state.segcore.segment import GrowingSegment
@@ -194,7 +193,7 @@ class GuestSegments:
 
     def _mask(self, request: SegmentSearch | SegmentQuery, info: CollectionInfo) -> MaskOf | None:
         flt = compile_filter(request.filter, info.collection_schema, request.filter_params) if request.filter else None
-        mask_of = mask_of_filter(flt, expired_before(info.properties, request.ts))
+        mask_of = mask_of_filter(flt, request.expired_before)
         if not isinstance(request, SegmentQuery) or (request.int_pks is None and request.str_pks is None):
             return mask_of
         wanted = (

@@ -185,9 +185,11 @@ class RemoteWorker:
         ef: int | None,
         timeout_s: float,
         filter_params: Mapping[str, Any] | None = None,
+        expired_before: int = 0,
     ) -> Coroutine[Any, Any, SearchHits]:
-        """Top ``top_k`` per query over the segments the worker holds for ``shadows``: the request
-        is written now (module doc), the returned coroutine waits for its answer."""
+        """Top ``top_k`` per query over the segments the worker holds for ``shadows``, rows inserted
+        below ``expired_before`` expired: the request is written now (module doc), the returned
+        coroutine waits for its answer."""
         q = np.ascontiguousarray(queries, dtype="<f4").reshape(-1, queries.shape[-1])
 
         def make(rid: int) -> SegmentSearch:
@@ -204,6 +206,7 @@ class RemoteWorker:
                 ef=ef,
                 filter=filter_expr,
                 filter_params=dict(filter_params or {}),
+                expired_before=expired_before,
             )
 
         return _hits(self._begin(make, shadows, timeout_s))
@@ -221,10 +224,11 @@ class RemoteWorker:
         pks: np.ndarray | None = None,
         timeout_s: float = 10.0,
         filter_params: Mapping[str, Any] | None = None,
+        expired_before: int = 0,
     ) -> Coroutine[Any, Any, QueryRows | int]:
         """Rows (field -> values, in PK order) of the held segments visible at ``ts`` and kept by
-        ``filter_expr`` (and holding one of ``pks`` if given), or their number with ``count``; as
-        :meth:`search`, written now."""
+        ``filter_expr`` (and holding one of ``pks`` if given), or their number with ``count``;
+        ``expired_before`` and the writing as :meth:`search`'s."""
         int_pks: bytes | None = None
         str_pks: list[str] | None = None
         if pks is not None:
@@ -240,6 +244,7 @@ class RemoteWorker:
                 ts=ts,
                 filter=filter_expr,
                 filter_params=dict(filter_params or {}),
+                expired_before=expired_before,
                 output_fields=list(output_fields),
                 window=window,
                 count=count,

@@ -26,6 +26,7 @@ import numpy as np
 from agents.querynode.delegator import ShardDelegator
 from agents.querynode.pchannel import PChannelState
 from agents.querynode.worker import AskAgain, mask_of_filter
+from schemas.collection_properties import ttl_seconds
 from schemas.dml import Column
 from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.errors import (
@@ -42,7 +43,7 @@ from state.readpath.columns import columns_of
 from state.readpath.consistency import guarantee_ts, needs_now
 from state.readpath.dq_checks import COUNT_STAR, Prepared, prepare
 from state.readpath.search_hits import search_result
-from state.readpath.ttl import expired_before
+from state.readpath.ttl import ttl_floor
 from state.segcore.vector_index import SearchHits
 
 if TYPE_CHECKING:
@@ -179,7 +180,9 @@ async def _serve_shard(
         await delegator.wait_tsafe(guarantee, timeout_s)
         if request.newest_snapshot or request.guarantee_ts is None:  # a consistency level, not a timestamp
             guarantee = delegator.newest_read_ts(guarantee, request.ts)  # then read (and fetch fields) there
-        mask_of = mask_of_filter(prepared.filter, expired_before(prepared.info.properties, guarantee))
+        ttl_s = request.collection_ttl_s
+        floor = ttl_floor(ttl_seconds(prepared.info.properties) if ttl_s is None else ttl_s, guarantee)
+        mask_of = mask_of_filter(prepared.filter, floor)
         if isinstance(request, SearchRequest):
             assert prepared.queries is not None  # prepare() sets them for a search
             started = time.perf_counter()
@@ -196,6 +199,7 @@ async def _serve_shard(
                 filter_expr=request.filter,
                 prepared=True,  # prepare() checked metric, top_k, dim, nq and finiteness
                 filter_params=request.filter_params,
+                expired_before=floor,
             )
             node.latency["shard_search"].record(time.perf_counter() - started)
             fields = await _hit_fields(delegator, prepared, hits, guarantee)
@@ -209,6 +213,7 @@ async def _serve_shard(
                 filter_expr=request.filter,
                 prepared=True,
                 filter_params=request.filter_params,
+                expired_before=floor,
             )
             return QueryResult(
                 request_id=request.request_id,
@@ -230,6 +235,7 @@ async def _serve_shard(
             filter_expr=request.filter,
             prepared=True,  # prepare() checked offset and limit
             filter_params=request.filter_params,
+            expired_before=floor,
         )
         columns = columns_of(prepared.info.collection_schema, rows)
         return QueryResult(

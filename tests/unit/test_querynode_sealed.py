@@ -16,14 +16,16 @@ from agents.querynode.node import QueryNode
 from agents.querynode.worker import Worker
 from schemas.codec import encode
 from schemas.collection import CollectionSchema
+from schemas.collection_properties import TTL_SECONDS
 from schemas.dml import InsertEvent, TimeTickEvent
-from schemas.dq import QueryRequest
+from schemas.dq import QueryRequest, QueryResult
 from schemas.errors import ServiceUnavailable
 from schemas.index import IndexInfo, IndexTask
 from schemas.meta import CollectionInfo, LoadInfo
 from schemas.segment import ChannelCheckpoint, DeltaLogInfo, SegmentFlushed, SegmentInfo, SegmentKey, SegmentState
 from state.meta.meta_table import MetaView
 from state.meta.segment_meta import Recovery
+from state.meta.tso import compose_ts
 from state.segcore.delete_buffer import DeleteRecord
 from state.segcore.sealed import SealedSegment
 from state.segcore.vector_index import VectorIndex
@@ -344,3 +346,38 @@ async def test_a_read_whose_pchannel_moves_before_its_wait_is_answered_moved() -
     meta.resume.set()
     [result] = await asyncio.wait_for(serving, 1)
     assert result.moved and "no longer served" in result.reason, result
+
+
+async def test_the_ttl_a_read_carries_is_the_one_applied() -> None:
+    """A proxy resolved the collection after an AlterCollection the query node's meta cache has
+    not seen yet: the read's ``collection_ttl_s`` decides which rows are expired (Milvus's
+    collection_ttl_timestamps); a request without it (published directly) takes the node's meta."""
+    info = make_collection().model_copy(update={"properties": {TTL_SECONDS: "2"}})
+    rows, loader = Rows(info), Loader()
+    node = await new_node(info, loader)
+    inserted_ms = 1_000_000
+    log = [
+        encode(rows.event(10, ts=compose_ts(inserted_ms, 0), segment_id=SEG_A)),
+        tick(compose_ts(inserted_ms + 9_000, 0)),
+    ]
+    for offset, raw in enumerate(log):
+        assert await node.apply(0, offset, raw) is None
+    read_at = compose_ts(inserted_ms + 5_000, 0)  # 5 s after the insert
+
+    async def count(ttl_s: int | None) -> int:
+        request = QueryRequest(
+            request_id=1,
+            collection_id=info.collection_id,
+            vchannels=[V0],
+            count=True,
+            guarantee_ts=read_at,
+            collection_ttl_s=ttl_s,
+        )
+        [result] = await node.serve(request, answer_unowned=True)
+        assert isinstance(result, QueryResult) and result.code == 0, result
+        return result.count
+
+    assert await count(None) == 0  # the node's meta: a TTL of 2 s
+    assert await count(10) == 10  # the proxy read a TTL of 10 s
+    assert await count(0) == 10  # the proxy read no TTL
+    assert await count(3) == 0

@@ -27,6 +27,7 @@ from schemas.dq import QueryRequest, QueryResult, SearchRequest, SearchResult
 from schemas.index import IndexInfo
 from schemas.meta import CollectionInfo
 from schemas.segment import ChannelCheckpoint, SegmentInfo, SegmentKey
+from state.meta.tso import compose_ts
 from state.readpath.columns import values_of
 from state.readpath.search_hits import hits_of
 from state.segcore.sealed import SealedSegment
@@ -211,6 +212,31 @@ async def test_a_segment_placed_on_another_worker_answers_as_before(replica: Rep
     assert r.guests.holds(moved)
     r.guests.keep_leaders({PEER})  # the peer, following the distribution, drops what the leader held
     assert not r.guests.holds(moved)
+
+
+async def test_a_worker_applies_the_ttl_floor_its_delegator_computed(replica: Replica) -> None:
+    """The TTL of one read is decided once, where the read is resolved: a segment held on another
+    worker expires its rows by the floor its delegator sent, not by that node's own meta (which
+    knows no TTL here)."""
+    r = replica
+    assert await r.balancer.balance_once(r.members(LEADER, PEER), {P0}) == 1
+    assert sorted(r.leader.pchannels[P0].delegators[V0].placement().values(), key=str) == [PEER, None]
+    await r.apply(tick(compose_ts(20_000, 0)))
+    read_at = compose_ts(10_000, 0)  # 10 s: every row was inserted at physical time 0
+
+    async def count(ttl_s: int | None) -> int:
+        request = query(r.info, read_at, "", count=True).model_copy(update={"collection_ttl_s": ttl_s})
+        (c,) = await r.leader.serve(request, True)
+        assert isinstance(c, QueryResult) and c.ok, c.reason
+        return c.count
+
+    every = len(r.rows.pks)
+    assert await count(None) == every and await count(20) == every  # no TTL in the meta; 20 s not reached
+    assert await count(5) == 0  # expired on both workers
+    queries = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+    request = search(r.info, queries, read_at).model_copy(update={"collection_ttl_s": 5})
+    (s,) = await r.leader.serve(request, True)
+    assert isinstance(s, SearchResult) and s.ok and int(hits_of(s).valid_mask().sum()) == 0
 
 
 async def test_a_worker_that_lost_the_segment_makes_the_shard_answer_moved(replica: Replica) -> None:
